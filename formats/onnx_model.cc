@@ -1,0 +1,118 @@
+#include "formats/onnx_model.h"
+
+#include <cstring>
+
+#include <onnx/checker.h>
+
+#include "formats/atomic_file.h"
+#include "formats/error.h"
+
+namespace piper::formats {
+namespace {
+
+size_t element_size(int data_type) {
+  switch (data_type) {
+    case onnx::TensorProto::FLOAT:
+    case onnx::TensorProto::INT32:
+      return 4;
+    case onnx::TensorProto::INT64:
+    case onnx::TensorProto::DOUBLE:
+      return 8;
+    case onnx::TensorProto::BOOL:
+    case onnx::TensorProto::UINT8:
+    case onnx::TensorProto::INT8:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+template <typename Field>
+std::vector<uint8_t> pack(const Field& values, size_t width) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(values.size()) * width);
+  for (int i = 0; i < values.size(); ++i) {
+    const auto value = values.Get(i);
+    for (size_t b = 0; b < width; ++b) {
+      bytes[i * width + b] = static_cast<uint8_t>((static_cast<uint64_t>(value) >> (8 * b)) & 0xff);
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+onnx::ModelProto load_onnx_model(const std::string& path) {
+  const std::string bytes = read_file(path);
+  onnx::ModelProto model;
+  if (!model.ParseFromString(bytes)) {
+    throw Error("'" + path + "' is not an ONNX model (it does not parse as ModelProto; " +
+                "truncated or another format?)");
+  }
+  if (!model.has_graph() || model.graph().node_size() == 0) {
+    throw Error("'" + path + "' is not an ONNX model: it has no graph nodes");
+  }
+  try {
+    onnx::checker::check_model(model);
+  } catch (const std::exception& error) {
+    throw Error("ONNX model '" + path + "' fails the ONNX checker: " + error.what());
+  }
+  return model;
+}
+
+std::vector<uint8_t> initializer_bytes(const onnx::TensorProto& tensor) {
+  if (tensor.data_location() == onnx::TensorProto::EXTERNAL) {
+    throw Error("initializer '" + tensor.name() +
+                "' uses external data; export the model with its weights inside the file");
+  }
+  if (tensor.has_raw_data()) {
+    const std::string& raw = tensor.raw_data();
+    return std::vector<uint8_t>(raw.begin(), raw.end());
+  }
+  switch (tensor.data_type()) {
+    case onnx::TensorProto::FLOAT: {
+      std::vector<uint8_t> bytes(tensor.float_data_size() * sizeof(float));
+      std::memcpy(bytes.data(), tensor.float_data().data(), bytes.size());
+      return bytes;
+    }
+    case onnx::TensorProto::INT64:
+      return pack(tensor.int64_data(), 8);
+    case onnx::TensorProto::INT32:
+    case onnx::TensorProto::BOOL:
+    case onnx::TensorProto::UINT8:
+    case onnx::TensorProto::INT8:
+      return pack(tensor.int32_data(), element_size(tensor.data_type()));
+    default:
+      throw Error("initializer '" + tensor.name() + "' has unsupported data type " +
+                  std::to_string(tensor.data_type()));
+  }
+}
+
+void save_onnx_with_initializers(const onnx::ModelProto& model,
+                                 const std::map<std::string, std::vector<uint8_t>>& values,
+                                 const std::string& path) {
+  onnx::ModelProto trained = model;
+  size_t replaced = 0;
+  for (auto& initializer : *trained.mutable_graph()->mutable_initializer()) {
+    const auto found = values.find(initializer.name());
+    if (found == values.end()) {
+      continue;
+    }
+    const auto& bytes = found->second;
+    initializer.clear_float_data();
+    initializer.clear_int64_data();
+    initializer.clear_int32_data();
+    initializer.set_raw_data(bytes.data(), bytes.size());
+    ++replaced;
+  }
+  if (replaced != values.size()) {
+    throw Error("cannot save '" + path + "': " + std::to_string(values.size() - replaced) +
+                " trained tensors have no initializer of that name in the model");
+  }
+  std::string bytes;
+  if (!trained.SerializeToString(&bytes)) {
+    throw Error("cannot serialize the trained model for '" + path + "'");
+  }
+  write_file_atomically(path, bytes);
+}
+
+}  // namespace piper::formats

@@ -1,0 +1,88 @@
+#include "formats/plan_file.h"
+
+#include <cstring>
+#include <string_view>
+
+#include "formats/atomic_file.h"
+#include "formats/error.h"
+
+namespace piper::formats {
+namespace {
+
+constexpr std::string_view kMagic = "PIPRPLAN";
+constexpr size_t kHeaderBytes = 8 + 4 + 8 + 8;
+
+uint64_t fnv1a64(std::string_view bytes) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char byte : bytes) {
+    hash = (hash ^ byte) * 0x100000001b3ull;
+  }
+  return hash;
+}
+
+template <typename T>
+void append_le(std::string& out, T value) {
+  for (size_t i = 0; i < sizeof(T); ++i) {
+    out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+  }
+}
+
+template <typename T>
+T read_le(std::string_view bytes, size_t at) {
+  T value = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) {
+    value |= static_cast<T>(static_cast<unsigned char>(bytes[at + i])) << (8 * i);
+  }
+  return value;
+}
+
+}  // namespace
+
+void write_plan_file(const std::string& path, const plan::Plan& plan) {
+  std::string payload;
+  if (!plan.SerializeToString(&payload)) {
+    throw Error("cannot serialize the plan for '" + path + "'");
+  }
+  std::string framed(kMagic);
+  append_le<uint32_t>(framed, kPlanFormatVersion);
+  append_le<uint64_t>(framed, payload.size());
+  append_le<uint64_t>(framed, fnv1a64(payload));
+  framed += payload;
+  write_file_atomically(path, framed);
+}
+
+plan::Plan read_plan_file(const std::string& path) {
+  const std::string bytes = read_file(path);
+  const std::string_view view(bytes);
+  if (view.size() < kMagic.size() || view.substr(0, kMagic.size()) != kMagic) {
+    throw Error("'" + path + "' is not a Piper plan (bad magic); write plans with piper-plan");
+  }
+  if (view.size() < kHeaderBytes) {
+    throw Error("plan '" + path + "' is truncated (" + std::to_string(view.size()) +
+                " bytes, header alone is " + std::to_string(kHeaderBytes) + ")");
+  }
+  const auto version = read_le<uint32_t>(view, 8);
+  if (version != kPlanFormatVersion) {
+    throw Error("plan '" + path + "' has format version " + std::to_string(version) +
+                " but this piper-run reads version " + std::to_string(kPlanFormatVersion) +
+                "; re-plan with the matching piper-plan");
+  }
+  const auto length = read_le<uint64_t>(view, 12);
+  const auto checksum = read_le<uint64_t>(view, 20);
+  const std::string_view payload = view.substr(kHeaderBytes);
+  if (payload.size() != length) {
+    throw Error("plan '" + path + "' is truncated: payload has " +
+                std::to_string(payload.size()) + " bytes, header says " +
+                std::to_string(length));
+  }
+  if (fnv1a64(payload) != checksum) {
+    throw Error("plan '" + path + "' is corrupted: checksum mismatch");
+  }
+  plan::Plan plan;
+  if (!plan.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+    throw Error("plan '" + path + "' is corrupted: payload does not parse");
+  }
+  return plan;
+}
+
+}  // namespace piper::formats

@@ -1,0 +1,78 @@
+// The op graph: the operators of one training step (forward ONNX ops, their
+// gradient ops, optimizer ops) over tensors of fixed shape. It is the template
+// that tasks instantiate per microbatch; it knows nothing of devices.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "planner/ir/types.h"
+
+namespace piper::ir {
+
+struct Tensor {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  Shape shape;
+  Role role = Role::kActivation;
+  // For parameters and frozen initializers: the ONNX initializer to load.
+  std::string initializer;
+  // For planner constants: the little-endian bytes of the value.
+  std::vector<uint8_t> data;
+  // For integer batch inputs: values lie in [0, int_high) (0 = unknown).
+  int64_t int_high = 0;
+};
+
+struct Op {
+  std::string type;  // ONNX op type, or "piper.<Name>" for Piper's own ops
+  std::string name;  // ONNX node name, or derived from it for gradient ops
+  std::vector<TensorId> inputs;  // -1 marks an omitted optional input
+  std::vector<TensorId> outputs;
+  Attributes attributes;
+  Pass pass = Pass::kForward;
+  Tags tags;
+};
+
+// A trained parameter with its gradient and optimizer state tensors.
+struct TrainedParameter {
+  TensorId parameter = -1;
+  TensorId gradient = -1;
+  std::vector<TensorId> state;
+};
+
+class OpGraph {
+ public:
+  TensorId add_tensor(Tensor tensor);
+  OpId add_op(Op op);
+
+  const Tensor& tensor(TensorId id) const { return tensors_.at(id); }
+  Tensor& tensor(TensorId id) { return tensors_.at(id); }
+  const Op& op(OpId id) const { return ops_.at(id); }
+  Op& op(OpId id) { return ops_.at(id); }
+  const std::vector<Tensor>& tensors() const { return tensors_; }
+  const std::vector<Op>& ops() const { return ops_; }
+  int num_tensors() const { return static_cast<int>(tensors_.size()); }
+  int num_ops() const { return static_cast<int>(ops_.size()); }
+
+  std::optional<TensorId> find_tensor(const std::string& name) const;
+  // The op writing `tensor`, or -1 for inputs, parameters and constants.
+  OpId producer(TensorId tensor) const;
+  std::vector<OpId> consumers(TensorId tensor) const;
+
+  // Graph inputs fed per step, in ONNX order.
+  std::vector<TensorId> inputs;
+  // Scalar loss; its gradient seeds autodiff.
+  TensorId loss = -1;
+  std::vector<TrainedParameter> trained;
+
+ private:
+  std::vector<Tensor> tensors_;
+  std::vector<Op> ops_;
+};
+
+// True for tensors that hold one value per microbatch (activations, inputs,
+// gradients flowing backward) rather than one per step (parameters, state).
+bool is_per_microbatch(const OpGraph& graph, TensorId tensor);
+
+}  // namespace piper::ir

@@ -1,0 +1,85 @@
+// The task DAG: what directives transform. A compute task is the set of ops
+// sharing one tag tuple, pass and microbatch; comm tasks move tensors between
+// device sets. Every task has a device set and a stream.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "planner/ir/op_graph.h"
+
+namespace piper::ir {
+
+enum class TaskKind {
+  kCompute,
+  kSend,
+  kRecv,
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kAllToAll,
+  kBroadcast,
+};
+
+enum class EdgeKind { kData, kTemporal };
+
+std::string to_string(TaskKind kind);
+TaskKind parse_task_kind(const std::string& text);
+std::string to_string(EdgeKind kind);
+
+struct Task {
+  TaskKind kind = TaskKind::kCompute;
+  Tags tags;
+  Pass pass = Pass::kForward;
+  int microbatch = 0;
+  std::vector<OpId> ops;  // compute tasks: in execution order
+  std::vector<int> devices;
+  std::string stream = "compute";
+  // Comm tasks: the tensors moved, and for send/recv the device on the other side.
+  std::vector<TensorId> tensors;
+  int peer = -1;
+};
+
+struct Edge {
+  TaskId from = -1;
+  TaskId to = -1;
+  EdgeKind kind = EdgeKind::kData;
+};
+
+class TaskGraph {
+ public:
+  explicit TaskGraph(OpGraph ops) : ops_(std::move(ops)) {}
+
+  const OpGraph& op_graph() const { return ops_; }
+  OpGraph& op_graph() { return ops_; }
+
+  TaskId add_task(Task task);
+  void add_edge(TaskId from, TaskId to, EdgeKind kind);
+  const Task& task(TaskId id) const { return tasks_.at(id); }
+  Task& task(TaskId id) { return tasks_.at(id); }
+  const std::vector<Task>& tasks() const { return tasks_; }
+  const std::vector<Edge>& edges() const { return edges_; }
+  int num_tasks() const { return static_cast<int>(tasks_.size()); }
+
+  // Tasks in an order that respects every edge, ties broken by id.
+  // Throws std::logic_error naming a task on a cycle.
+  std::vector<TaskId> topological_order() const;
+
+  // Number of devices the tasks use: one more than the largest device index.
+  int world_size() const;
+
+  // A readable name for messages: "task 3 (compute F mb=0 {LAYER:1})".
+  std::string describe(TaskId id) const;
+
+ private:
+  OpGraph ops_;
+  std::vector<Task> tasks_;
+  std::vector<Edge> edges_;
+};
+
+// One compute task per (tags, pass) on device 0, stream "compute", microbatch 0,
+// with data edges wherever an op of one task reads a tensor another writes.
+// Throws std::invalid_argument naming two tasks when the grouping is cyclic.
+TaskGraph build_task_graph(OpGraph ops);
+
+}  // namespace piper::ir
