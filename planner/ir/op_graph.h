@@ -15,6 +15,8 @@ struct Tensor {
   std::string name;
   DType dtype = DType::kFloat32;
   Shape shape;
+  // kGradient is for parameter gradients only; gradients flowing through the
+  // graph are activations of the backward pass.
   Role role = Role::kActivation;
   // For parameters and frozen initializers: the ONNX initializer to load.
   std::string initializer;
