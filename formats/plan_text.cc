@@ -1,0 +1,375 @@
+#include "formats/plan_text.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstdio>
+#include <sstream>
+#include <string_view>
+#include <vector>
+
+#include "formats/error.h"
+
+namespace piper::formats {
+namespace {
+
+std::string number_to_text(double value) {
+  std::array<char, 32> buffer{};
+  const auto [end, error] = std::to_chars(buffer.data(), buffer.data() + buffer.size(), value);
+  return error == std::errc() ? std::string(buffer.data(), end) : std::string("?");
+}
+
+std::string dtype_to_text(plan::DType dtype) {
+  switch (dtype) {
+    case plan::FLOAT32:
+      return "f32";
+    case plan::INT64:
+      return "i64";
+    case plan::BOOL:
+      return "bool";
+    default:
+      return "?";
+  }
+}
+
+std::string role_to_text(plan::Role role) {
+  switch (role) {
+    case plan::INPUT:
+      return "input";
+    case plan::ACTIVATION:
+      return "activation";
+    case plan::PARAMETER:
+      return "parameter";
+    case plan::GRADIENT:
+      return "gradient";
+    case plan::OPTIMIZER_STATE:
+      return "optimizer-state";
+    case plan::LOSS:
+      return "loss";
+    case plan::CONSTANT:
+      return "constant";
+    default:
+      return "?";
+  }
+}
+
+std::string microbatch_to_text(int32_t microbatch) {
+  return microbatch < 0 ? std::string("mb*") : "mb" + std::to_string(microbatch);
+}
+
+// "name f32[32,64]", "-" for an omitted optional operand.
+std::string operand_to_text(const plan::Plan& plan, int32_t index) {
+  if (index == -1) {
+    return "-";
+  }
+  if (index < 0 || index >= plan.tensors_size()) {
+    return "<bad tensor " + std::to_string(index) + ">";
+  }
+  const plan::Tensor& tensor = plan.tensors(index);
+  return tensor.name() + " " + tensor_type_to_text(tensor);
+}
+
+std::string operands_to_text(const plan::Plan& plan,
+                             const google::protobuf::RepeatedField<int32_t>& indices) {
+  std::string text = "(";
+  for (int i = 0; i < indices.size(); ++i) {
+    text += (i ? ", " : "") + operand_to_text(plan, indices.Get(i));
+  }
+  return text + ")";
+}
+
+std::string attribute_to_text(const plan::Attribute& attribute) {
+  std::string text = attribute.name() + "=";
+  switch (attribute.value_case()) {
+    case plan::Attribute::kI:
+      return text + std::to_string(attribute.i());
+    case plan::Attribute::kF:
+      return text + number_to_text(attribute.f());
+    case plan::Attribute::kS:
+      return text + "\"" + attribute.s() + "\"";
+    case plan::Attribute::kInts: {
+      text += "[";
+      const auto& values = attribute.ints().values();
+      for (int i = 0; i < values.size(); ++i) {
+        text += (i ? "," : "") + std::to_string(values.Get(i));
+      }
+      return text + "]";
+    }
+    case plan::Attribute::kFloats: {
+      text += "[";
+      const auto& values = attribute.floats().values();
+      for (int i = 0; i < values.size(); ++i) {
+        text += (i ? "," : "") + number_to_text(values.Get(i));
+      }
+      return text + "]";
+    }
+    default:
+      return text + "?";
+  }
+}
+
+std::string pad(std::string text, size_t width) {
+  if (text.size() < width) {
+    text.append(width - text.size(), ' ');
+  }
+  return text;
+}
+
+std::string pad_left(std::string text, size_t width) {
+  if (text.size() < width) {
+    text.insert(0, width - text.size(), ' ');
+  }
+  return text;
+}
+
+// "  label    value\n" with the values aligned.
+void field(std::ostringstream& out, std::string_view label, const std::string& value) {
+  out << "  " << pad(std::string(label), 17) << value << '\n';
+}
+
+std::string sized(uint64_t bytes) {
+  return bytes < 1024 ? bytes_to_text(bytes)
+                      : bytes_to_text(bytes) + " (" + std::to_string(bytes) + " B)";
+}
+
+void write_header(std::ostringstream& out, const plan::Plan& plan) {
+  const plan::Header& header = plan.header();
+  out << "plan: rank " << header.rank() << " of " << header.world_size() << '\n';
+  field(out, "format version", std::to_string(header.format_version()));
+  field(out, "plan id", header.plan_id());
+  field(out, "model", header.model_path());
+  field(out, "planner", header.planner_version());
+  field(out, "global batch", std::to_string(plan.global_batch()));
+  size_t instructions = 0;
+  for (const plan::Stream& stream : plan.streams()) {
+    instructions += static_cast<size_t>(stream.instructions_size());
+  }
+  field(out, "streams",
+        std::to_string(plan.streams_size()) + " (" + std::to_string(instructions) +
+            " instructions, " + std::to_string(plan.num_events()) + " events)");
+}
+
+void write_memory(std::ostringstream& out, const plan::Plan& plan) {
+  const plan::MemorySummary& memory = plan.memory();
+  out << "\nmemory: arena " << sized(memory.arena_bytes()) << '\n';
+  field(out, "parameters", sized(memory.parameter_bytes()));
+  field(out, "gradients", sized(memory.gradient_bytes()));
+  field(out, "optimizer state", sized(memory.optimizer_bytes()));
+  field(out, "activations peak", sized(memory.activation_bytes()));
+  field(out, "batch inputs", sized(memory.input_bytes()));
+}
+
+void write_inputs(std::ostringstream& out, const plan::Plan& plan) {
+  out << "\nbatch inputs (" << plan.inputs_size() << "):\n";
+  for (const plan::BatchInput& input : plan.inputs()) {
+    out << "  " << input.input() << "  rows [" << input.sample_offset() << ", "
+        << input.sample_offset() + input.samples() << ") of each step's " << plan.global_batch()
+        << "  -> " << operand_to_text(plan, input.tensor());
+    if (input.int_high() > 0) {
+      out << "  synthetic values in [0, " << input.int_high() << ")";
+    }
+    out << '\n';
+  }
+}
+
+void write_parameters(std::ostringstream& out, const plan::Plan& plan) {
+  out << "\nparameters loaded from the model (" << plan.parameters_size() << "):\n";
+  for (const plan::ParameterLoad& parameter : plan.parameters()) {
+    out << "  " << parameter.initializer() << "  -> " << operand_to_text(plan, parameter.tensor());
+    if (parameter.tensor() >= 0 && parameter.tensor() < plan.tensors_size()) {
+      out << "  " << role_to_text(plan.tensors(parameter.tensor()).role());
+    }
+    out << '\n';
+  }
+  if (plan.constants_size() > 0) {
+    uint64_t bytes = 0;
+    for (const plan::ConstantValue& constant : plan.constants()) {
+      bytes += constant.data().size();
+    }
+    out << "  + " << plan.constants_size() << " planner constants (" << bytes_to_text(bytes)
+        << ")\n";
+  }
+}
+
+void write_optimizer(std::ostringstream& out, const plan::Plan& plan) {
+  const plan::Optimizer& optimizer = plan.optimizer();
+  out << "\noptimizer: " << (optimizer.type().empty() ? "(none)" : optimizer.type());
+  const auto setting = [&out](std::string_view name, double value) {
+    out << "  " << name << "=" << number_to_text(value);
+  };
+  setting("lr", optimizer.lr());
+  if (optimizer.type() == "adamw") {
+    out << "  betas=(" << number_to_text(optimizer.beta1()) << ", "
+        << number_to_text(optimizer.beta2()) << ")";
+    setting("eps", optimizer.eps());
+  } else {
+    setting("momentum", optimizer.momentum());
+    setting("dampening", optimizer.dampening());
+    out << "  nesterov=" << (optimizer.nesterov() ? "true" : "false");
+  }
+  setting("weight_decay", optimizer.weight_decay());
+  out << '\n';
+  out << "loss: ";
+  if (plan.loss_size() == 0) {
+    out << "(none)";
+  }
+  for (int i = 0; i < plan.loss_size(); ++i) {
+    out << (i ? " + " : "") << number_to_text(plan.loss(i).weight()) << " * "
+        << operand_to_text(plan, plan.loss(i).tensor());
+  }
+  out << '\n';
+}
+
+void write_tensors(std::ostringstream& out, const plan::Plan& plan) {
+  out << "\ntensors (" << plan.tensors_size() << "):\n";
+  std::vector<std::array<std::string, 7>> rows = {
+      {"#", "name", "type", "role", "mb", "offset", "size"}};
+  for (int i = 0; i < plan.tensors_size(); ++i) {
+    const plan::Tensor& tensor = plan.tensors(i);
+    rows.push_back({std::to_string(i), tensor.name(), tensor_type_to_text(tensor),
+                    role_to_text(tensor.role()), microbatch_to_text(tensor.microbatch()),
+                    std::to_string(tensor.offset()), bytes_to_text(tensor.bytes())});
+  }
+  std::array<size_t, 7> widths{};
+  for (const auto& row : rows) {
+    for (size_t column = 0; column < row.size(); ++column) {
+      widths[column] = std::max(widths[column], row[column].size());
+    }
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t column = 0; column < row.size(); ++column) {
+      // Numbers right-aligned, words left-aligned.
+      const bool numeric = column == 0 || column == 5 || column == 6;
+      line += " " +
+              (numeric ? pad_left(row[column], widths[column]) : pad(row[column], widths[column]));
+    }
+    while (!line.empty() && line.back() == ' ') {
+      line.pop_back();
+    }
+    out << line << '\n';
+  }
+}
+
+void write_stream(std::ostringstream& out, const plan::Plan& plan, const plan::Stream& stream) {
+  out << "\nstream '" << stream.name() << "' (" << stream.instructions_size()
+      << " instructions):\n";
+  const size_t width = std::to_string(std::max(stream.instructions_size() - 1, 0)).size();
+  for (int i = 0; i < stream.instructions_size(); ++i) {
+    out << "  " << pad_left(std::to_string(i), width) << " "
+        << instruction_to_text(plan, stream.instructions(i)) << '\n';
+  }
+}
+
+}  // namespace
+
+std::string tensor_type_to_text(const plan::Tensor& tensor) {
+  std::string text = dtype_to_text(tensor.dtype()) + "[";
+  for (int i = 0; i < tensor.shape_size(); ++i) {
+    text += (i ? "," : "") + std::to_string(tensor.shape(i));
+  }
+  return text + "]";
+}
+
+std::string pass_to_text(plan::Pass pass) {
+  switch (pass) {
+    case plan::FORWARD:
+      return "F";
+    case plan::BACKWARD:
+      return "B";
+    case plan::BACKWARD_INPUT:
+      return "BI";
+    case plan::BACKWARD_WEIGHT:
+      return "BW";
+    case plan::UPDATE:
+      return "U";
+    default:
+      return "?";
+  }
+}
+
+std::string bytes_to_text(uint64_t bytes) {
+  static constexpr std::array<const char*, 6> kUnits = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (bytes < 1024) {
+    return std::to_string(bytes) + " B";
+  }
+  double value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < kUnits.size()) {
+    value /= 1024;
+    ++unit;
+  }
+  // Three significant digits; rounding may carry into the next power of ten.
+  const int decimals = value < 9.995 ? 2 : value < 99.95 ? 1 : 0;
+  std::array<char, 32> buffer{};
+  std::snprintf(buffer.data(), buffer.size(), "%.*f %s", decimals, value, kUnits[unit]);
+  return buffer.data();
+}
+
+std::string instruction_to_text(const plan::Plan& plan, const plan::Instruction& instruction) {
+  std::string text =
+      pad(pass_to_text(instruction.pass()), 2) + " " + microbatch_to_text(instruction.microbatch());
+  const auto with_label = [&](const std::string& op) {
+    std::string line = text + "  " + op;
+    if (!instruction.label().empty()) {
+      line += "  " + instruction.label();
+    }
+    return line;
+  };
+  switch (instruction.body_case()) {
+    case plan::Instruction::kKernel: {
+      const plan::Kernel& kernel = instruction.kernel();
+      std::string line = with_label(kernel.op_type()) + "  " +
+                         operands_to_text(plan, kernel.inputs()) + " -> " +
+                         operands_to_text(plan, kernel.outputs());
+      if (kernel.attributes_size() > 0) {
+        line += "  {";
+        for (int i = 0; i < kernel.attributes_size(); ++i) {
+          line += (i ? ", " : "") + attribute_to_text(kernel.attributes(i));
+        }
+        line += "}";
+      }
+      return line;
+    }
+    case plan::Instruction::kRecord:
+      return with_label("record") + "  event " + std::to_string(instruction.record().event());
+    case plan::Instruction::kWait:
+      return with_label("wait") + "  event " + std::to_string(instruction.wait().event());
+    default:
+      return with_label("<empty instruction>");
+  }
+}
+
+std::string plan_to_text(const plan::Plan& plan) {
+  std::ostringstream out;
+  write_header(out, plan);
+  write_memory(out, plan);
+  write_inputs(out, plan);
+  write_parameters(out, plan);
+  write_optimizer(out, plan);
+  write_tensors(out, plan);
+  for (const plan::Stream& stream : plan.streams()) {
+    write_stream(out, plan, stream);
+  }
+  return std::move(out).str();
+}
+
+std::string plan_to_json(const plan::Plan& plan) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  const auto status = google::protobuf::util::MessageToJsonString(plan, &json, options);
+  if (!status.ok()) {
+    throw Error("cannot print the plan as JSON: " + std::string(status.message()));
+  }
+  if (json.empty() || json.back() != '\n') {
+    json += '\n';
+  }
+  return json;
+}
+
+}  // namespace piper::formats
