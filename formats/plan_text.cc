@@ -239,7 +239,7 @@ void write_tensors(std::ostringstream& out, const plan::Plan& plan) {
     }
   }
   for (const auto& row : rows) {
-    std::string line = " ";
+    std::string line;
     for (size_t column = 0; column < row.size(); ++column) {
       // Numbers right-aligned, words left-aligned.
       const bool numeric = column == 0 || column == 5 || column == 6;

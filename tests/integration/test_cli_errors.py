@@ -1,0 +1,350 @@
+"""Bad input to piper-plan, piper-run and piper-dump: each gets a clear message
+naming the culprit (file, JSON path, ONNX op and node), a non-zero exit code, and
+leaves nothing half-written (no plan directory, metrics file or saved model)."""
+import os
+import re
+import shutil
+import struct
+import tempfile
+import unittest
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+import harness
+from harness import Tools
+
+GLOBAL_BATCH = 32
+SGD = {"type": "sgd", "lr": 0.05, "momentum": 0.9}
+
+
+def mlp_model():
+    return Tools.sample("mlp", "model.onnx")
+
+
+class ErrorTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="piper_errors_")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def path(self, *parts):
+        return os.path.join(self.tmp, *parts)
+
+    def assert_fails(self, argv, *needles, pattern=None):
+        """Runs argv, expects a non-zero exit and every needle (and pattern) in its
+        output. Returns the result."""
+        result = harness.run(argv)
+        self.assertNotEqual(result.returncode, 0, "expected a failure\n" + result.describe())
+        self.assertTrue(0 < result.returncode < 128,
+                        "crashed instead of reporting an error\n" + result.describe())
+        self.assertRegex(result.stderr, re.compile("error", re.IGNORECASE),
+                         "no error message on stderr\n" + result.describe())
+        for needle in needles:
+            self.assertIn(needle, result.output,
+                          f"the message should name {needle!r}\n" + result.describe())
+        if pattern:
+            self.assertRegex(result.output, pattern, result.describe())
+        return result
+
+
+class PlanErrors(ErrorTest):
+    """piper-plan MODEL STRATEGY -o DIR with one thing wrong; DIR never appears."""
+
+    def plan_fails(self, model, strategy, *needles, pattern=None):
+        out = self.path("plans")
+        result = self.assert_fails([Tools.plan, model, strategy, "-o", out], *needles,
+                                   pattern=pattern)
+        self.assertFalse(os.path.exists(out),
+                         f"piper-plan failed but left {out}: {os.listdir(out)}\n"
+                         + result.describe())
+        return result
+
+    def good_strategy(self):
+        return harness.write_json(self.path("strategy.json"),
+                                  harness.strategy(GLOBAL_BATCH, SGD))
+
+    def strategy_text(self, text):
+        path = self.path("bad_strategy.json")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def strategy_value(self, value):
+        return harness.write_json(self.path("bad_strategy.json"), value)
+
+    def model_file(self, data, name="model.onnx"):
+        path = self.path(name)
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+
+    # ---- the model
+
+    def test_missing_model(self):
+        self.plan_fails(self.path("no_such_model.onnx"), self.good_strategy(),
+                        "no_such_model.onnx")
+
+    def test_not_onnx(self):
+        model = self.model_file(b'{"this": "is JSON, not ONNX"}\n', "notes.onnx")
+        self.plan_fails(model, self.good_strategy(), "notes.onnx")
+
+    def test_truncated_onnx(self):
+        with open(mlp_model(), "rb") as f:
+            data = f.read()
+        model = self.model_file(data[: len(data) // 2], "cut.onnx")
+        self.plan_fails(model, self.good_strategy(), "cut.onnx")
+
+    def test_model_failing_checker(self):
+        # A Relu reading a tensor nothing produces.
+        graph = helper.make_graph(
+            [helper.make_node("Relu", ["nowhere"], ["y"], name="dangling_relu")], "bad",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        path = self.path("invalid.onnx")
+        onnx.save(model, path)
+        self.assertRaises(onnx.checker.ValidationError, onnx.checker.check_model, model)
+        self.plan_fails(path, self.good_strategy(), "invalid.onnx")
+
+    def test_unsupported_op(self):
+        # x -> MatMul -> Celu -> SoftmaxCrossEntropyLoss(y): valid ONNX, but Celu has
+        # no Piper implementation.
+        w = helper.make_tensor("w", TensorProto.FLOAT, [4, 3],
+                               np.linspace(-1, 1, 12).astype(np.float32).tolist())
+        nodes = [
+            helper.make_node("MatMul", ["x", "w"], ["h"], name="/proj/MatMul"),
+            helper.make_node("Celu", ["h"], ["logits"], name="/act/Celu_odd"),
+            helper.make_node("SoftmaxCrossEntropyLoss", ["logits", "y"], ["loss"],
+                             name="/loss", reduction="mean"),
+        ]
+        graph = helper.make_graph(
+            nodes, "celu",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4]),
+             helper.make_tensor_value_info("y", TensorProto.INT64, ["batch"])],
+            [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+            initializer=[w])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        onnx.checker.check_model(model, full_check=True)
+        path = self.path("celu.onnx")
+        onnx.save(model, path)
+        self.plan_fails(path, self.good_strategy(), "Celu", "/act/Celu_odd")
+
+    def test_batch_baked_into_model(self):
+        # The sample with its batch dimension fixed at 8 cannot be planned for 32.
+        model = onnx.load(mlp_model())
+        for value in model.graph.input:
+            value.type.tensor_type.shape.dim[0].dim_value = 8
+        path = self.path("fixed_batch.onnx")
+        onnx.save(model, path)
+        # The message says the batch is fixed and how to export it dynamic.
+        self.plan_fails(path, self.good_strategy(), "fixed_batch.onnx", pattern=r"dynamic")
+
+    # ---- the strategy
+
+    def test_missing_strategy(self):
+        self.plan_fails(mlp_model(), self.path("no_such_strategy.json"), "no_such_strategy.json")
+
+    def test_invalid_json(self):
+        strategy = self.strategy_text('{\n  "batch": {"global": 32},\n'
+                                      '  "optimizer": {"type": "sgd" "lr": 0.1}\n}\n')
+        # Line 3 and a column, e.g. "bad_strategy.json:3:31" or "line 3, column 31".
+        self.plan_fails(mlp_model(), strategy, "bad_strategy.json",
+                        pattern=r"(:3:\d+)|(line 3\D+column \d+)")
+
+    def test_unknown_top_level_key(self):
+        value = harness.strategy(GLOBAL_BATCH, SGD)
+        value["optimiser"] = SGD
+        self.plan_fails(mlp_model(), self.strategy_value(value), "bad_strategy.json", "optimiser")
+
+    def test_unknown_nested_key(self):
+        value = harness.strategy(GLOBAL_BATCH, dict(SGD, momentun=0.5))
+        self.plan_fails(mlp_model(), self.strategy_value(value), "optimizer.momentun")
+
+    def test_wrong_type(self):
+        value = harness.strategy("32", SGD)
+        self.plan_fails(mlp_model(), self.strategy_value(value), "batch.global")
+
+    def test_wrong_type_optimizer(self):
+        value = harness.strategy(GLOBAL_BATCH, dict(SGD, lr="fast"))
+        self.plan_fails(mlp_model(), self.strategy_value(value), "optimizer.lr")
+
+    def test_unknown_optimizer(self):
+        value = harness.strategy(GLOBAL_BATCH, dict(SGD, type="lamb"))
+        self.plan_fails(mlp_model(), self.strategy_value(value), "optimizer.type", "lamb")
+
+    def test_zero_global_batch(self):
+        value = harness.strategy(0, SGD)
+        self.plan_fails(mlp_model(), self.strategy_value(value), "batch.global")
+
+    def test_unknown_directive(self):
+        value = harness.strategy(GLOBAL_BATCH, SGD, directives=[{"op": "teleport"}])
+        self.plan_fails(mlp_model(), self.strategy_value(value), "directives[0]", "teleport")
+
+    def test_failed_plan_keeps_existing_directory_untouched(self):
+        # A failure must not delete or half-overwrite plans already there.
+        out = self.path("plans")
+        harness.run_ok([Tools.plan, mlp_model(), self.good_strategy(), "-o", out])
+        with open(os.path.join(out, "rank0.plan"), "rb") as f:
+            before = f.read()
+        value = harness.strategy(0, SGD)
+        self.assert_fails([Tools.plan, mlp_model(), self.strategy_value(value), "-o", out],
+                          "batch.global")
+        with open(os.path.join(out, "rank0.plan"), "rb") as f:
+            self.assertEqual(f.read(), before, "a failed piper-plan changed an existing plan")
+
+
+class RunErrors(ErrorTest):
+    """piper-run with a damaged plan or bad --data; no metrics or saved model appear."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.shared = tempfile.mkdtemp(prefix="piper_run_errors_")
+        strategy = harness.write_json(os.path.join(cls.shared, "strategy.json"),
+                                      harness.strategy(GLOBAL_BATCH, SGD))
+        cls.plans = os.path.join(cls.shared, "plans")
+        harness.run_ok([Tools.plan, mlp_model(), strategy, "-o", cls.plans])
+        with open(os.path.join(cls.plans, "rank0.plan"), "rb") as f:
+            cls.plan_bytes = f.read()
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.shared)
+
+    def plan_file(self, data, name="rank0.plan"):
+        path = self.path(name)
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+
+    def run_fails(self, plan, *needles, data=None):
+        metrics = self.path("metrics.jsonl")
+        saved = self.path("trained.onnx")
+        argv = [Tools.run, "--plan", plan, "--steps", 2, "--metrics", metrics,
+                "--save-onnx", saved]
+        if data:
+            argv += ["--data", data]
+        result = self.assert_fails(argv, *needles)
+        for path in (metrics, saved):
+            self.assertFalse(os.path.exists(path),
+                             f"piper-run failed but wrote {path}\n" + result.describe())
+        return result
+
+    def data_dir(self, x=None, y=None, name="data"):
+        """A --data directory; x or y None means that file is left out."""
+        directory = self.path(name)
+        os.mkdir(directory)
+        if x is not None:
+            np.save(os.path.join(directory, "x.npy"), x)
+        if y is not None:
+            np.save(os.path.join(directory, "y.npy"), y)
+        return directory
+
+    def good_x(self, rows=64):
+        return np.random.default_rng(0).standard_normal((rows, 32)).astype(np.float32)
+
+    def good_y(self, rows=64):
+        return (np.arange(rows) % 10).astype(np.int64)
+
+    def test_good_plan_and_data_run(self):
+        # The baseline the other cases damage.
+        plan = self.plan_file(self.plan_bytes)
+        data = self.data_dir(self.good_x(), self.good_y())
+        metrics = self.path("metrics.jsonl")
+        harness.run_ok([Tools.run, "--plan", plan, "--steps", 2, "--data", data,
+                        "--metrics", metrics])
+        self.assertEqual(len(harness.read_metrics(metrics)), 2)
+
+    def test_missing_plan(self):
+        self.run_fails(self.path("no_such.plan"), "no_such.plan")
+
+    def test_corrupted_plan(self):
+        damaged = bytearray(self.plan_bytes)
+        damaged[len(damaged) // 2] ^= 0xFF  # a byte in the payload
+        self.run_fails(self.plan_file(bytes(damaged), "corrupt.plan"), "corrupt.plan",
+                       "corrupted")
+
+    def test_truncated_plan(self):
+        cut = self.plan_bytes[: len(self.plan_bytes) - 100]
+        self.run_fails(self.plan_file(cut, "cut.plan"), "cut.plan", "truncated")
+
+    def test_wrong_format_version(self):
+        self.assertEqual(self.plan_bytes[:8], b"PIPRPLAN")
+        version = struct.unpack_from("<I", self.plan_bytes, 8)[0]
+        patched = bytearray(self.plan_bytes)
+        struct.pack_into("<I", patched, 8, version + 41)
+        self.run_fails(self.plan_file(bytes(patched), "future.plan"), "future.plan",
+                       "version", str(version + 41))
+
+    def test_not_a_plan(self):
+        self.run_fails(mlp_model(), "model.onnx")
+
+    def test_data_missing_input(self):
+        data = self.data_dir(x=self.good_x())  # no y.npy
+        result = self.run_fails(self.plan_file(self.plan_bytes), data=data)
+        self.assertRegex(result.output, r"y\.npy|['\"`]y['\"`]",
+                         "the message should name the missing input y\n" + result.describe())
+
+    def test_data_wrong_dtype(self):
+        data = self.data_dir(self.good_x().astype(np.float64), self.good_y())
+        result = self.run_fails(self.plan_file(self.plan_bytes), data=data)
+        self.assertRegex(result.output, r"x\.npy|['\"`]x['\"`]", result.describe())
+        self.assertRegex(result.output, r"float64|<f8|f8|dtype", result.describe())
+
+    def test_data_wrong_int_dtype(self):
+        data = self.data_dir(self.good_x(), self.good_y().astype(np.int32))
+        result = self.run_fails(self.plan_file(self.plan_bytes), data=data)
+        self.assertRegex(result.output, r"y\.npy|['\"`]y['\"`]", result.describe())
+        self.assertRegex(result.output, r"int32|<i4|i4|dtype", result.describe())
+
+    def test_data_wrong_shape(self):
+        x = np.zeros((64, 31), dtype=np.float32)
+        data = self.data_dir(x, self.good_y())
+        result = self.run_fails(self.plan_file(self.plan_bytes), data=data)
+        self.assertRegex(result.output, r"x\.npy|['\"`]x['\"`]", result.describe())
+        self.assertRegex(result.output, r"31|shape", result.describe())
+
+    def test_data_not_npy(self):
+        data = self.data_dir(y=self.good_y())
+        with open(os.path.join(data, "x.npy"), "w") as f:
+            f.write("not numpy\n")
+        result = self.run_fails(self.plan_file(self.plan_bytes), data=data)
+        self.assertIn("x.npy", result.output, result.describe())
+
+
+class DumpErrors(ErrorTest):
+    def test_damaged_plans(self):
+        self.assert_fails([Tools.dump, self.path("missing.plan")], "piper-dump: error:",
+                          "missing.plan")
+        self.assert_fails([Tools.dump, mlp_model()], "piper-dump: error:", "not a Piper plan")
+
+
+class DumpOutput(unittest.TestCase):
+    """piper-dump on a real plan: readable text and JSON of the same plan."""
+
+    def test_text_and_json(self):
+        import json
+        with tempfile.TemporaryDirectory(prefix="piper_dump_") as tmp:
+            strategy = harness.write_json(os.path.join(tmp, "s.json"),
+                                          harness.strategy(GLOBAL_BATCH, SGD))
+            harness.run_ok([Tools.plan, mlp_model(), strategy, "-o", os.path.join(tmp, "p")])
+            plan = os.path.join(tmp, "p", "rank0.plan")
+            text = harness.run_ok([Tools.dump, plan]).stdout
+            dumped = json.loads(harness.run_ok([Tools.dump, plan, "--json"]).stdout)
+        self.assertTrue(text.startswith("plan: rank 0 of 1\n"), text[:200])
+        self.assertIn("optimizer: sgd  lr=0.05  momentum=0.9", text)
+        # One line per instruction: index, pass, microbatch, op, label, typed operands.
+        self.assertRegex(text, r"\n +\d+ F  mb\d+  Gemm  \S+  \(\S+ f32\[32,32\], ", text)
+        self.assertRegex(text, r"\n +\d+ B  mb\d+  \S+", text)
+        self.assertRegex(text, r"\n +\d+ U  mb\S+  \S+", text)
+        self.assertEqual(dumped["header"]["world_size"], 1)
+        self.assertEqual(int(dumped["global_batch"]), GLOBAL_BATCH)
+        for stream in dumped["streams"]:
+            self.assertIn(f"stream '{stream['name']}' ({len(stream['instructions'])} "
+                          "instructions):", text)
+
+
+if __name__ == "__main__":
+    harness.main()
