@@ -1,0 +1,73 @@
+#include "planner/autodiff/gradient_builder.h"
+
+#include <cstring>
+
+#include "formats/error.h"
+
+namespace piper::planner {
+
+std::string GradientBuilder::fresh_name(const std::string& stem) {
+  return op().name + "/grad/" + stem + std::to_string(emitted_++);
+}
+
+ir::TensorId GradientBuilder::emit(const std::string& type, std::vector<ir::TensorId> inputs,
+                                   const ir::Shape& shape, ir::Attributes attributes) {
+  ir::Tensor tensor;
+  tensor.name = fresh_name(type + ":");
+  tensor.shape = shape;
+  const ir::TensorId output = graph_.add_tensor(std::move(tensor));
+  ir::Op op;
+  op.type = type;
+  op.name = graph_.tensor(output).name;
+  op.inputs = std::move(inputs);
+  op.outputs = {output};
+  op.attributes = std::move(attributes);
+  op.pass = ir::Pass::kBackward;
+  op.tags = forward_.tags;
+  graph_.add_op(std::move(op));
+  return output;
+}
+
+ir::TensorId GradientBuilder::constant(float value) {
+  ir::Tensor tensor;
+  tensor.name = fresh_name("const:");
+  tensor.role = ir::Role::kConstant;
+  tensor.data.resize(sizeof(float));
+  std::memcpy(tensor.data.data(), &value, sizeof(float));
+  return graph_.add_tensor(std::move(tensor));
+}
+
+ir::TensorId GradientBuilder::constant(const std::vector<int64_t>& values) {
+  ir::Tensor tensor;
+  tensor.name = fresh_name("const:");
+  tensor.dtype = ir::DType::kInt64;
+  tensor.shape = {static_cast<int64_t>(values.size())};
+  tensor.role = ir::Role::kConstant;
+  tensor.data.resize(values.size() * sizeof(int64_t));
+  std::memcpy(tensor.data.data(), values.data(), tensor.data.size());
+  return graph_.add_tensor(std::move(tensor));
+}
+
+std::vector<int64_t> GradientBuilder::constant_ints(ir::TensorId id) const {
+  const ir::Tensor& tensor = graph_.tensor(id);
+  if (tensor.role != ir::Role::kConstant || tensor.dtype != ir::DType::kInt64 ||
+      tensor.data.empty()) {
+    throw Error("node '" + op().name + "': input '" + tensor.name +
+                "' must be a constant int64 tensor (it is computed at run time)");
+  }
+  std::vector<int64_t> values(tensor.data.size() / sizeof(int64_t));
+  std::memcpy(values.data(), tensor.data.data(), tensor.data.size());
+  return values;
+}
+
+ir::TensorId GradientBuilder::sum_to_input(ir::TensorId gradient, size_t index) {
+  const ir::Shape target = input_shape(index);
+  if (shape(gradient) == target) return gradient;
+  return emit("piper.SumTo", {gradient}, target);
+}
+
+void GradientBuilder::contribute(size_t index, ir::TensorId gradient) {
+  if (wants(index)) contributions_.emplace_back(index, gradient);
+}
+
+}  // namespace piper::planner

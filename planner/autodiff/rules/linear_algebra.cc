@@ -1,0 +1,90 @@
+// Gemm and MatMul.
+#include <algorithm>
+
+#include "formats/error.h"
+#include "planner/autodiff/rules/rules.h"
+
+namespace piper::planner {
+namespace {
+
+ir::Shape transposed_last2(ir::Shape shape, bool transpose) {
+  if (transpose) std::swap(shape[shape.size() - 2], shape[shape.size() - 1]);
+  return shape;
+}
+
+// Output shape of piper.MatMul(a, b) with optional transposes of the last two dims.
+ir::Shape matmul_shape(const ir::Shape& a, bool trans_a, const ir::Shape& b, bool trans_b) {
+  const ir::Shape ta = transposed_last2(a, trans_a);
+  const ir::Shape tb = transposed_last2(b, trans_b);
+  const size_t batch_rank = std::max(ta.size(), tb.size()) - 2;
+  ir::Shape out(batch_rank, 1);
+  for (size_t i = 0; i < batch_rank; ++i) {
+    const auto dim = [&](const ir::Shape& s) {
+      const size_t offset = batch_rank - (s.size() - 2);
+      return i < offset ? int64_t{1} : s[i - offset];
+    };
+    out[i] = std::max(dim(ta), dim(tb));
+  }
+  out.push_back(ta[ta.size() - 2]);
+  out.push_back(tb.back());
+  return out;
+}
+
+void gemm_rule(GradientBuilder& g) {
+  const ir::Attributes& attrs = g.op().attributes;
+  const int64_t trans_a = ir::attr_int(attrs, "transA", 0);
+  const int64_t trans_b = ir::attr_int(attrs, "transB", 0);
+  const double alpha = ir::attr_float(attrs, "alpha", 1.0);
+  const double beta = ir::attr_float(attrs, "beta", 1.0);
+  const ir::TensorId dy = g.output_gradient(0);
+  const ir::TensorId a = g.op().inputs[0];
+  const ir::TensorId b = g.op().inputs[1];
+  const auto gemm = [&](ir::TensorId x, ir::TensorId y, int64_t tx, int64_t ty, size_t input) {
+    return g.emit("Gemm", {x, y}, g.input_shape(input),
+                  {{"transA", tx}, {"transB", ty}, {"alpha", alpha}});
+  };
+  // With A' = op(A), B' = op(B): dA' = alpha dY B'^T and dB' = alpha A'^T dY.
+  if (g.wants(0)) {
+    g.contribute(0, trans_a ? gemm(b, dy, trans_b, 1, 0) : gemm(dy, b, 0, 1 - trans_b, 0));
+  }
+  if (g.wants(1)) {
+    g.contribute(1, trans_b ? gemm(dy, a, 1, trans_a, 1) : gemm(a, dy, 1 - trans_a, 0, 1));
+  }
+  if (g.wants(2)) {
+    ir::TensorId dc = g.sum_to_input(dy, 2);
+    if (beta != 1.0) {
+      dc = g.emit("Mul", {dc, g.constant(static_cast<float>(beta))}, g.input_shape(2));
+    }
+    g.contribute(2, dc);
+  }
+}
+
+void matmul_rule(GradientBuilder& g) {
+  const ir::Shape a = g.input_shape(0);
+  const ir::Shape b = g.input_shape(1);
+  if (a.size() < 2 || b.size() < 2) {
+    throw Error("node '" + g.op().name +
+                "' (MatMul): gradients of MatMul with a 1-D operand are not implemented yet");
+  }
+  const ir::TensorId dy = g.output_gradient(0);
+  const ir::Shape dy_shape = g.shape(dy);
+  if (g.wants(0)) {
+    const ir::TensorId da = g.emit("piper.MatMul", {dy, g.op().inputs[1]},
+                                   matmul_shape(dy_shape, false, b, true), {{"transB", int64_t{1}}});
+    g.contribute(0, g.sum_to_input(da, 0));
+  }
+  if (g.wants(1)) {
+    const ir::TensorId db = g.emit("piper.MatMul", {g.op().inputs[0], dy},
+                                   matmul_shape(a, true, dy_shape, false), {{"transA", int64_t{1}}});
+    g.contribute(1, g.sum_to_input(db, 1));
+  }
+}
+
+}  // namespace
+
+void add_linear_algebra_rules(GradientRules& rules) {
+  rules["Gemm"] = gemm_rule;
+  rules["MatMul"] = matmul_rule;
+}
+
+}  // namespace piper::planner

@@ -1,0 +1,22 @@
+#include "planner/directives/directive.h"
+
+#include "formats/error.h"
+
+namespace piper::planner {
+
+std::string DirectiveContext::where(const std::string& field) const {
+  return source + ": " + directive.path + (field.empty() ? "" : "." + field) + " (" +
+         directive.op + ")";
+}
+
+DirectivePass directive_pass(const DirectiveContext& context) {
+  if (context.directive.op == "place") return apply_place;
+  throw Error(context.where() + ": directive '" + context.directive.op +
+              "' is not implemented yet; this version implements: place");
+}
+
+bool selects(const strategy::Filter& filter, const ir::Task& task) {
+  return strategy::matches(filter, task.tags, task.microbatch, ir::to_string(task.pass));
+}
+
+}  // namespace piper::planner

@@ -1,0 +1,31 @@
+// A directive is one transformation of the task DAG, applied in strategy-file
+// order. Each lives in its own file; this table maps "op" to it.
+#pragma once
+
+#include <string>
+
+#include "formats/strategy.h"
+#include "planner/ir/task_graph.h"
+
+namespace piper::planner {
+
+struct DirectiveContext {
+  const strategy::Directive& directive;
+  const std::string& source;  // the strategy file, for messages
+
+  // "strategy.json: $.directives[2] (place): <what>", for errors.
+  std::string where(const std::string& field = "") const;
+};
+
+using DirectivePass = void (*)(ir::TaskGraph& graph, const DirectiveContext& context);
+
+// Throws piper::Error naming the directive when its op is not implemented yet.
+DirectivePass directive_pass(const DirectiveContext& context);
+
+// Individual directives.
+void apply_place(ir::TaskGraph& graph, const DirectiveContext& context);
+
+// Whether a task is selected by a filter (tags, microbatch, pass).
+bool selects(const strategy::Filter& filter, const ir::Task& task);
+
+}  // namespace piper::planner

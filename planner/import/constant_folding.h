@@ -1,0 +1,26 @@
+// Folding of constant and shape subgraphs in an ONNX model whose input shapes
+// are fixed: Shape, Constant and the Gather/Unsqueeze/Concat/arithmetic chains
+// that exporters emit for dynamic batch sizes become initializers.
+#pragma once
+
+#include <functional>
+#include <set>
+#include <string>
+
+#include <onnx/onnx_pb.h>
+
+namespace piper::planner {
+
+// Initializers for which this returns false are trained and never folded through.
+using IsConstantInitializer = std::function<bool(const onnx::TensorProto&)>;
+
+// Runs shape inference and folding to a fixed point. Every folded value
+// becomes an initializer whose name is added to `folded`. Returns the number
+// of nodes folded away.
+int fold_constants(onnx::ModelProto& model, const IsConstantInitializer& is_constant,
+                   std::set<std::string>& folded);
+
+// Runs ONNX shape inference, replacing earlier value_info. Throws piper::Error.
+void infer_shapes(onnx::ModelProto& model);
+
+}  // namespace piper::planner

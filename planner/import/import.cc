@@ -1,0 +1,251 @@
+#include "planner/import/import.h"
+
+#include <map>
+#include <set>
+
+#include "formats/error.h"
+#include "formats/onnx_model.h"
+#include "planner/import/constant_folding.h"
+
+namespace piper::planner {
+namespace {
+
+std::optional<ir::DType> to_dtype(int32_t onnx_type) {
+  switch (onnx_type) {
+    case onnx::TensorProto::FLOAT:
+      return ir::DType::kFloat32;
+    case onnx::TensorProto::INT64:
+      return ir::DType::kInt64;
+    case onnx::TensorProto::BOOL:
+      return ir::DType::kBool;
+    default:
+      return std::nullopt;
+  }
+}
+
+std::set<std::string> initializer_names(const onnx::GraphProto& graph) {
+  std::set<std::string> names;
+  for (const auto& init : graph.initializer()) names.insert(init.name());
+  return names;
+}
+
+// Fixes the leading dimension of every graph input to the planned batch.
+void specialize_batch(onnx::GraphProto& graph, int64_t batch, const std::string& model_name) {
+  const auto initializers = initializer_names(graph);
+  for (auto& input : *graph.mutable_input()) {
+    if (initializers.count(input.name())) continue;
+    auto* shape = input.mutable_type()->mutable_tensor_type()->mutable_shape();
+    if (shape->dim_size() == 0) continue;
+    auto* dim = shape->mutable_dim(0);
+    if (dim->has_dim_value() && dim->dim_value() != batch) {
+      throw Error(model_name + ": input '" + input.name() + "' has its batch dimension fixed at " +
+                  std::to_string(dim->dim_value()) + " but the strategy plans batches of " +
+                  std::to_string(batch) +
+                  "; re-export with torch.onnx.export(..., dynamic_axes={'" + input.name() +
+                  "': {0: 'batch'}}) so the batch can be re-planned");
+    }
+    dim->clear_dim_param();
+    dim->set_dim_value(batch);
+  }
+  for (auto& output : *graph.mutable_output()) {
+    output.mutable_type()->mutable_tensor_type()->clear_shape();
+  }
+}
+
+ir::Attributes convert_attributes(const onnx::NodeProto& node, const std::string& where) {
+  ir::Attributes attributes;
+  for (const auto& attr : node.attribute()) {
+    switch (attr.type()) {
+      case onnx::AttributeProto::INT:
+        attributes[attr.name()] = static_cast<int64_t>(attr.i());
+        break;
+      case onnx::AttributeProto::FLOAT:
+        attributes[attr.name()] = static_cast<double>(attr.f());
+        break;
+      case onnx::AttributeProto::STRING:
+        attributes[attr.name()] = attr.s();
+        break;
+      case onnx::AttributeProto::INTS:
+        attributes[attr.name()] = std::vector<int64_t>(attr.ints().begin(), attr.ints().end());
+        break;
+      case onnx::AttributeProto::FLOATS:
+        attributes[attr.name()] = std::vector<double>(attr.floats().begin(), attr.floats().end());
+        break;
+      default:
+        throw Error(where + ": attribute '" + attr.name() + "' has a type Piper does not support");
+    }
+  }
+  return attributes;
+}
+
+class GraphBuilder {
+ public:
+  GraphBuilder(const onnx::GraphProto& graph, const std::set<std::string>& folded,
+               const ImportOptions& options, std::string model_name)
+      : graph_(graph), folded_(folded), options_(options), model_name_(std::move(model_name)) {
+    for (const auto& info : graph.input()) infos_[info.name()] = &info;
+    for (const auto& info : graph.value_info()) infos_[info.name()] = &info;
+    for (const auto& info : graph.output()) infos_[info.name()] = &info;
+    for (const auto& init : graph.initializer()) initializers_[init.name()] = &init;
+  }
+
+  ir::OpGraph build() {
+    for (const auto& input : graph_.input()) {
+      if (initializers_.count(input.name())) continue;
+      const ir::TensorId id = tensor_for(input.name(), "graph input");
+      ir_.tensor(id).role = ir::Role::kInput;
+      ir_.inputs.push_back(id);
+    }
+    for (int index = 0; index < graph_.node_size(); ++index) add_node(graph_.node(index), index);
+    find_loss();
+    return std::move(ir_);
+  }
+
+ private:
+  ir::TensorId tensor_for(const std::string& name, const std::string& where) {
+    if (name.empty()) return -1;
+    if (const auto found = ids_.find(name); found != ids_.end()) return found->second;
+    ir::Tensor tensor;
+    tensor.name = name;
+    if (const auto init = initializers_.find(name); init != initializers_.end()) {
+      describe_initializer(*init->second, tensor, where);
+    } else {
+      describe_value(name, tensor, where);
+    }
+    const ir::TensorId id = ir_.add_tensor(std::move(tensor));
+    ids_[name] = id;
+    return id;
+  }
+
+  void describe_initializer(const onnx::TensorProto& init, ir::Tensor& tensor,
+                            const std::string& where) {
+    const auto dtype = to_dtype(init.data_type());
+    if (!dtype) {
+      throw Error(model_name_ + ": " + where + " uses initializer '" + init.name() +
+                  "' of ONNX data type " + std::to_string(init.data_type()) +
+                  ", which Piper does not support (float32, int64, bool)");
+    }
+    tensor.dtype = *dtype;
+    tensor.shape.assign(init.dims().begin(), init.dims().end());
+    if (folded_.count(init.name())) {
+      tensor.role = ir::Role::kConstant;
+      tensor.data = formats::initializer_bytes(init);
+      if (tensor.dtype == ir::DType::kBool) narrow_bool(tensor.data);
+      return;
+    }
+    tensor.initializer = init.name();
+    const bool trained = tensor.dtype == ir::DType::kFloat32 && !options_.is_frozen(init.name());
+    tensor.role = trained ? ir::Role::kParameter : ir::Role::kConstant;
+  }
+
+  // Folded bools are stored one int32 per element by ONNX; the plan holds bytes.
+  static void narrow_bool(std::vector<uint8_t>& data) {
+    std::vector<uint8_t> bytes(data.size() / 4);
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = data[4 * i] != 0;
+    data = std::move(bytes);
+  }
+
+  void describe_value(const std::string& name, ir::Tensor& tensor, const std::string& where) {
+    const auto info = infos_.find(name);
+    const auto& type = info == infos_.end() ? onnx::TypeProto() : info->second->type();
+    const auto dtype = to_dtype(type.tensor_type().elem_type());
+    if (info == infos_.end() || !type.has_tensor_type() || !dtype) {
+      throw Error(model_name_ + ": " + where + ": the type of '" + name +
+                  "' is unknown or unsupported after shape inference (Piper supports float32, "
+                  "int64 and bool tensors)");
+    }
+    tensor.dtype = *dtype;
+    if (!type.tensor_type().has_shape()) {
+      throw Error(model_name_ + ": " + where + ": the shape of '" + name +
+                  "' could not be inferred for the planned batch size");
+    }
+    for (const auto& dim : type.tensor_type().shape().dim()) {
+      if (!dim.has_dim_value()) {
+        throw Error(model_name_ + ": " + where + ": '" + name + "' has a dynamic dimension '" +
+                    dim.dim_param() +
+                    "' that stays unknown with the batch fixed; only the batch dimension may be "
+                    "dynamic");
+      }
+      tensor.shape.push_back(dim.dim_value());
+    }
+    tensor.role = ir::Role::kActivation;
+  }
+
+  void add_node(const onnx::NodeProto& node, int index) {
+    ir::Op op;
+    op.type = node.domain().empty() || node.domain() == "ai.onnx" ? node.op_type()
+                                                                   : node.domain() + "." + node.op_type();
+    op.name = node.name().empty() ? node.op_type() + "_" + std::to_string(index) : node.name();
+    const std::string where = "node '" + op.name + "' (" + op.type + ")";
+    for (const auto& input : node.input()) op.inputs.push_back(tensor_for(input, where));
+    for (const auto& output : node.output()) op.outputs.push_back(tensor_for(output, where));
+    op.attributes = convert_attributes(node, model_name_ + ": " + where);
+    ir_.add_op(std::move(op));
+  }
+
+  void find_loss() {
+    for (const auto& output : graph_.output()) {
+      const auto found = ids_.find(output.name());
+      if (found == ids_.end()) continue;
+      const ir::Tensor& tensor = ir_.tensor(found->second);
+      if (tensor.dtype == ir::DType::kFloat32 && ir::num_elements(tensor.shape) == 1) {
+        ir_.loss = found->second;
+        ir_.tensor(found->second).role = ir::Role::kLoss;
+        return;
+      }
+    }
+    throw Error(model_name_ +
+                ": the model has no scalar float output to train on; compute the loss inside "
+                "forward() and export it as the first output");
+  }
+
+  const onnx::GraphProto& graph_;
+  const std::set<std::string>& folded_;
+  const ImportOptions& options_;
+  std::string model_name_;
+  std::map<std::string, const onnx::ValueInfoProto*> infos_;
+  std::map<std::string, const onnx::TensorProto*> initializers_;
+  std::map<std::string, ir::TensorId> ids_;
+  ir::OpGraph ir_;
+};
+
+// Integer batch inputs that index something get the range synthetic data draws from.
+void set_integer_ranges(ir::OpGraph& graph) {
+  for (ir::TensorId input : graph.inputs) {
+    for (ir::OpId consumer : graph.consumers(input)) {
+      const ir::Op& op = graph.op(consumer);
+      const bool labels = (op.type == "SoftmaxCrossEntropyLoss" ||
+                           op.type == "NegativeLogLikelihoodLoss") &&
+                          op.inputs.size() > 1 && op.inputs[1] == input;
+      const bool indices = op.type == "Gather" && op.inputs.size() > 1 && op.inputs[1] == input;
+      if (labels) graph.tensor(input).int_high = graph.tensor(op.inputs[0]).shape.at(1);
+      if (indices) {
+        const int64_t axis = ir::attr_int(op.attributes, "axis", 0);
+        const auto& data_shape = graph.tensor(op.inputs[0]).shape;
+        graph.tensor(input).int_high =
+            data_shape.at(axis < 0 ? axis + static_cast<int64_t>(data_shape.size()) : axis);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+ir::OpGraph import_model(onnx::ModelProto model, const ImportOptions& options,
+                         const std::string& model_name) {
+  specialize_batch(*model.mutable_graph(), options.batch, model_name);
+  std::set<std::string> folded;
+  const auto is_constant = [&](const onnx::TensorProto& init) {
+    return init.data_type() != onnx::TensorProto::FLOAT || options.is_frozen(init.name());
+  };
+  try {
+    fold_constants(model, is_constant, folded);
+  } catch (const Error& error) {
+    throw Error(model_name + ": " + error.what());
+  }
+  ir::OpGraph graph = GraphBuilder(model.graph(), folded, options, model_name).build();
+  set_integer_ranges(graph);
+  return graph;
+}
+
+}  // namespace piper::planner

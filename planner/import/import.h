@@ -1,0 +1,27 @@
+// ONNX model -> op graph: batch specialisation, constant folding, shapes.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <onnx/onnx_pb.h>
+
+#include "planner/ir/op_graph.h"
+
+namespace piper::planner {
+
+struct ImportOptions {
+  // The batch size every graph input's leading dimension is planned for.
+  int64_t batch = 1;
+  // Initializers for which this returns true are not trained (integer ones never are).
+  std::function<bool(const std::string& initializer)> is_frozen = [](const std::string&) {
+    return false;
+  };
+};
+
+// Builds the forward op graph. `model_name` is used in messages. Throws
+// piper::Error naming the input or node when the model cannot be planned.
+ir::OpGraph import_model(onnx::ModelProto model, const ImportOptions& options,
+                         const std::string& model_name);
+
+}  // namespace piper::planner

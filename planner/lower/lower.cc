@@ -1,0 +1,301 @@
+#include "planner/lower/lower.h"
+
+#include <algorithm>
+#include <map>
+
+#include "planner/lower/memory_plan.h"
+
+namespace piper::planner {
+namespace {
+
+plan::DType to_plan(ir::DType dtype) {
+  switch (dtype) {
+    case ir::DType::kFloat32:
+      return plan::FLOAT32;
+    case ir::DType::kInt64:
+      return plan::INT64;
+    case ir::DType::kBool:
+      return plan::BOOL;
+  }
+  return plan::DTYPE_UNSPECIFIED;
+}
+
+plan::Role to_plan(ir::Role role) {
+  switch (role) {
+    case ir::Role::kInput:
+      return plan::INPUT;
+    case ir::Role::kActivation:
+      return plan::ACTIVATION;
+    case ir::Role::kParameter:
+      return plan::PARAMETER;
+    case ir::Role::kGradient:
+      return plan::GRADIENT;
+    case ir::Role::kOptimizerState:
+      return plan::OPTIMIZER_STATE;
+    case ir::Role::kLoss:
+      return plan::LOSS;
+    case ir::Role::kConstant:
+      return plan::CONSTANT;
+  }
+  return plan::ROLE_UNSPECIFIED;
+}
+
+plan::Pass to_plan(ir::Pass pass) {
+  switch (pass) {
+    case ir::Pass::kForward:
+      return plan::FORWARD;
+    case ir::Pass::kBackward:
+      return plan::BACKWARD;
+    case ir::Pass::kBackwardInput:
+      return plan::BACKWARD_INPUT;
+    case ir::Pass::kBackwardWeight:
+      return plan::BACKWARD_WEIGHT;
+    case ir::Pass::kUpdate:
+      return plan::UPDATE;
+  }
+  return plan::PASS_UNSPECIFIED;
+}
+
+void add_attribute(plan::Kernel& kernel, const std::string& name, const ir::AttributeValue& value) {
+  plan::Attribute& attr = *kernel.add_attributes();
+  attr.set_name(name);
+  std::visit(
+      [&](const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, int64_t>) {
+          attr.set_i(v);
+        } else if constexpr (std::is_same_v<T, double>) {
+          attr.set_f(v);
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          attr.set_s(v);
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          attr.mutable_ints()->mutable_values()->Add(v.begin(), v.end());
+        } else {
+          attr.mutable_floats()->mutable_values()->Add(v.begin(), v.end());
+        }
+      },
+      value);
+}
+
+class Lowering {
+ public:
+  Lowering(const ir::TaskGraph& graph, int rank, const LowerContext& context)
+      : graph_(graph), ops_(graph.op_graph()), rank_(rank), context_(context) {}
+
+  plan::Plan run() {
+    write_header();
+    const std::vector<ir::TaskId> order = local_tasks();
+    for (ir::TaskId id : order) emit_task(id);
+    add_batch_inputs();
+    add_loss();
+    place_tensors();
+    return std::move(plan_);
+  }
+
+ private:
+  using Instance = std::pair<ir::TensorId, int>;  // tensor, microbatch (-1: shared)
+
+  void write_header() {
+    plan::Header& header = *plan_.mutable_header();
+    header.set_format_version(1);
+    header.set_rank(rank_);
+    header.set_world_size(graph_.world_size());
+    header.set_plan_id(context_.plan_id);
+    header.set_model_path(context_.model_path);
+    header.set_planner_version("piper 0.1.0");
+    plan_.set_global_batch(context_.global_batch);
+    plan::Optimizer& optimizer = *plan_.mutable_optimizer();
+    const strategy::Optimizer& from = context_.optimizer;
+    optimizer.set_type(from.type);
+    optimizer.set_lr(from.lr);
+    optimizer.set_momentum(from.momentum);
+    optimizer.set_dampening(from.dampening);
+    optimizer.set_nesterov(from.nesterov);
+    optimizer.set_beta1(from.beta1);
+    optimizer.set_beta2(from.beta2);
+    optimizer.set_eps(from.eps);
+    optimizer.set_weight_decay(from.weight_decay);
+  }
+
+  std::vector<ir::TaskId> local_tasks() const {
+    std::vector<ir::TaskId> local;
+    for (ir::TaskId id : graph_.topological_order()) {
+      const auto& devices = graph_.task(id).devices;
+      if (std::find(devices.begin(), devices.end(), rank_) != devices.end()) local.push_back(id);
+    }
+    return local;
+  }
+
+  plan::Stream& stream(const std::string& name) {
+    for (plan::Stream& s : *plan_.mutable_streams()) {
+      if (s.name() == name) return s;
+    }
+    plan::Stream& s = *plan_.add_streams();
+    s.set_name(name);
+    return s;
+  }
+
+  // Waits for events of predecessors on other streams, then the task's kernels,
+  // then records this task's event if a successor on another stream needs it.
+  void emit_task(ir::TaskId id) {
+    const ir::Task& task = graph_.task(id);
+    plan::Stream& out = stream(task.stream);
+    for (const ir::Edge& edge : graph_.edges()) {
+      if (edge.to != id) continue;
+      const auto event = events_.find(edge.from);
+      if (event != events_.end() && graph_.task(edge.from).stream != task.stream) {
+        instruction(out, task, id, "wait")->mutable_wait()->set_event(event->second);
+      }
+    }
+    for (ir::OpId op : task.ops) emit_op(out, task, id, ops_.op(op));
+    const bool needed_elsewhere = std::any_of(
+        graph_.edges().begin(), graph_.edges().end(), [&](const ir::Edge& edge) {
+          return edge.from == id && graph_.task(edge.to).stream != task.stream;
+        });
+    if (needed_elsewhere) {
+      const int event = plan_.num_events();
+      plan_.set_num_events(event + 1);
+      events_[id] = event;
+      instruction(out, task, id, "record")->mutable_record()->set_event(event);
+    }
+  }
+
+  plan::Instruction* instruction(plan::Stream& out, const ir::Task& task, ir::TaskId id,
+                                 const std::string& label) {
+    plan::Instruction* inst = out.add_instructions();
+    inst->set_pass(to_plan(task.pass));
+    inst->set_microbatch(task.microbatch);
+    inst->set_task(id);
+    inst->set_label(label);
+    ++position_;
+    return inst;
+  }
+
+  void emit_op(plan::Stream& out, const ir::Task& task, ir::TaskId id, const ir::Op& op) {
+    plan::Kernel& kernel = *instruction(out, task, id, op.name)->mutable_kernel();
+    kernel.set_op_type(op.type);
+    for (const auto& [name, value] : op.attributes) add_attribute(kernel, name, value);
+    for (ir::TensorId in : op.inputs) kernel.add_inputs(use(in, task.microbatch));
+    for (ir::TensorId out_id : op.outputs) kernel.add_outputs(use(out_id, task.microbatch));
+  }
+
+  // The plan index of a tensor instance, extending its lifetime to now.
+  int use(ir::TensorId tensor, int microbatch) {
+    if (tensor < 0) return -1;
+    const Instance key{tensor, ir::is_per_microbatch(ops_, tensor) ? microbatch : -1};
+    auto found = index_.find(key);
+    if (found == index_.end()) {
+      found = index_.emplace(key, add_tensor(key)).first;
+      lifetimes_.push_back({0, position_, position_, false});
+    }
+    lifetimes_[found->second].last = position_;
+    return found->second;
+  }
+
+  int add_tensor(const Instance& key) {
+    const ir::Tensor& tensor = ops_.tensor(key.first);
+    plan::Tensor& out = *plan_.add_tensors();
+    out.set_name(key.second > 0 ? tensor.name + "@mb" + std::to_string(key.second) : tensor.name);
+    out.set_dtype(to_plan(tensor.dtype));
+    out.mutable_shape()->Add(tensor.shape.begin(), tensor.shape.end());
+    out.set_role(to_plan(tensor.role));
+    out.set_microbatch(key.second);
+    out.set_bytes(ir::num_elements(tensor.shape) * ir::dtype_size(tensor.dtype));
+    const int index = plan_.tensors_size() - 1;
+    if (!tensor.initializer.empty()) {
+      plan::ParameterLoad& load = *plan_.add_parameters();
+      load.set_initializer(tensor.initializer);
+      load.set_tensor(index);
+    } else if (!tensor.data.empty()) {
+      plan::ConstantValue& constant = *plan_.add_constants();
+      constant.set_tensor(index);
+      constant.set_data(tensor.data.data(), tensor.data.size());
+    }
+    return index;
+  }
+
+  void add_batch_inputs() {
+    for (const auto& [key, index] : index_) {
+      const ir::Tensor& tensor = ops_.tensor(key.first);
+      if (tensor.role != ir::Role::kInput) continue;
+      plan::BatchInput& input = *plan_.add_inputs();
+      input.set_input(tensor.name);
+      input.set_tensor(index);
+      const int64_t samples = tensor.shape.empty() ? 1 : tensor.shape[0];
+      input.set_samples(samples);
+      input.set_sample_offset(std::max(key.second, 0) * samples);
+      input.set_int_high(tensor.int_high);
+    }
+  }
+
+  void add_loss() {
+    std::vector<int> terms;
+    for (const auto& [key, index] : index_) {
+      if (key.first == ops_.loss) terms.push_back(index);
+    }
+    for (int index : terms) {
+      plan::LossTerm& term = *plan_.add_loss();
+      term.set_tensor(index);
+      term.set_weight(1.0 / static_cast<double>(terms.size()));
+    }
+  }
+
+  // Inputs are fed before the step and the loss is read after it; state,
+  // parameters, their gradients and constants persist.
+  void place_tensors() {
+    plan::MemorySummary& memory = *plan_.mutable_memory();
+    for (int i = 0; i < plan_.tensors_size(); ++i) {
+      const plan::Tensor& tensor = plan_.tensors(i);
+      BufferRequest& request = lifetimes_[i];
+      request.bytes = tensor.bytes();
+      switch (tensor.role()) {
+        case plan::INPUT:
+          request.first = 0;
+          memory.set_input_bytes(memory.input_bytes() + tensor.bytes());
+          break;
+        case plan::LOSS:
+          request.last = position_;
+          break;
+        case plan::PARAMETER:
+          memory.set_parameter_bytes(memory.parameter_bytes() + tensor.bytes());
+          request.persistent = true;
+          break;
+        case plan::GRADIENT:
+          memory.set_gradient_bytes(memory.gradient_bytes() + tensor.bytes());
+          request.persistent = true;
+          break;
+        case plan::OPTIMIZER_STATE:
+          memory.set_optimizer_bytes(memory.optimizer_bytes() + tensor.bytes());
+          request.persistent = true;
+          break;
+        default:
+          request.persistent = tensor.role() == plan::CONSTANT;
+          break;
+      }
+    }
+    const MemoryPlan placed = plan_memory(lifetimes_);
+    for (int i = 0; i < plan_.tensors_size(); ++i) {
+      plan_.mutable_tensors(i)->set_offset(placed.offsets[i]);
+    }
+    memory.set_arena_bytes(placed.arena_bytes);
+    memory.set_activation_bytes(placed.peak_transient_bytes);
+  }
+
+  const ir::TaskGraph& graph_;
+  const ir::OpGraph& ops_;
+  const int rank_;
+  const LowerContext& context_;
+  plan::Plan plan_;
+  std::map<Instance, int> index_;
+  std::vector<BufferRequest> lifetimes_;
+  std::map<ir::TaskId, int> events_;
+  int position_ = 0;
+};
+
+}  // namespace
+
+plan::Plan lower(const ir::TaskGraph& graph, int rank, const LowerContext& context) {
+  return Lowering(graph, rank, context).run();
+}
+
+}  // namespace piper::planner

@@ -1,0 +1,25 @@
+// Lowering: the physical task DAG -> one plan per rank.
+#pragma once
+
+#include <string>
+
+#include "formats/strategy.h"
+#include "planner/ir/task_graph.h"
+#include "schemas/plan.pb.h"
+
+namespace piper::planner {
+
+struct LowerContext {
+  std::string plan_id;
+  std::string model_path;  // absolute
+  int64_t global_batch = 0;
+  strategy::Optimizer optimizer;
+};
+
+// The plan of `rank`: its tasks' ops as kernel instructions on their streams
+// in topological order, events wherever an edge crosses streams, tensors
+// placed by plan_memory, parameters to load, constants, batch inputs and the
+// loss terms.
+plan::Plan lower(const ir::TaskGraph& graph, int rank, const LowerContext& context);
+
+}  // namespace piper::planner

@@ -1,0 +1,31 @@
+// The planner's whole flow: ONNX model + strategy -> one plan per rank.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "formats/strategy.h"
+#include "schemas/plan.pb.h"
+
+namespace piper::planner {
+
+struct PlanningOptions {
+  // Run the IR verifier after every directive (cheap; on by default).
+  bool verify = true;
+};
+
+struct PlanningResult {
+  std::vector<plan::Plan> plans;  // index = rank
+  int num_tasks = 0;
+  int num_ops = 0;
+};
+
+// Throws piper::Error naming the file, JSON path or ONNX node at fault.
+PlanningResult plan_model(const std::string& model_path, const strategy::Strategy& strategy,
+                          const PlanningOptions& options = {});
+
+// Writes DIR/rank{r}.plan for every rank, atomically: into a temporary
+// directory renamed to `dir` once complete; an existing `dir` is replaced.
+void write_plans(const std::vector<plan::Plan>& plans, const std::string& dir);
+
+}  // namespace piper::planner

@@ -1,0 +1,74 @@
+// piper-plan MODEL.onnx STRATEGY.json -o DIR: plans training and writes one
+// plan per rank.
+#include <cstdio>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "formats/error.h"
+#include "formats/strategy.h"
+#include "planner/plan_model.h"
+
+namespace {
+
+std::string human_bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), unit ? "%.1f %s" : "%.0f %s", value, units[unit]);
+  return text;
+}
+
+void print_summary(const piper::planner::PlanningResult& result, const std::string& dir) {
+  std::cout << "planned " << result.plans.size() << " rank(s), " << result.num_ops << " ops in "
+            << result.num_tasks << " tasks -> " << dir << "\n";
+  for (const auto& plan : result.plans) {
+    const auto& memory = plan.memory();
+    size_t instructions = 0;
+    for (const auto& stream : plan.streams()) instructions += stream.instructions_size();
+    std::cout << "  rank " << plan.header().rank() << ": " << instructions
+              << " instructions, arena " << human_bytes(memory.arena_bytes()) << " (parameters "
+              << human_bytes(memory.parameter_bytes()) << ", gradients "
+              << human_bytes(memory.gradient_bytes()) << ", optimizer "
+              << human_bytes(memory.optimizer_bytes()) << ", activations peak "
+              << human_bytes(memory.activation_bytes()) << ")\n";
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Plans the training of an ONNX model under a strategy and writes one plan per rank "
+      "(DIR/rank{r}.plan) for piper-run."};
+  std::string model_path, strategy_path, output_dir;
+  bool expand = false;
+  app.add_option("model", model_path, "ONNX model exported with its loss as the first output")
+      ->required();
+  app.add_option("strategy", strategy_path, "strategy JSON file (docs/strategy.md)")->required();
+  app.add_option("-o,--output", output_dir,
+                 "directory for the plans; replaced atomically, left untouched on failure");
+  app.add_flag("--expand", expand,
+               "print the strategy with every default and generator expanded, as JSON, and exit");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const piper::strategy::Strategy strategy = piper::strategy::load_strategy(strategy_path);
+    if (expand) {
+      std::cout << piper::strategy::to_json(strategy).dump(2) << "\n";
+      return 0;
+    }
+    if (output_dir.empty()) throw piper::Error("no output directory: pass -o DIR");
+    const auto result = piper::planner::plan_model(model_path, strategy);
+    piper::planner::write_plans(result.plans, output_dir);
+    print_summary(result, output_dir);
+  } catch (const std::exception& error) {
+    std::cerr << "piper-plan: error: " << error.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
