@@ -1,7 +1,7 @@
 """samples/mlp trained by piper-plan + piper-run matches PyTorch training the same
 exported weights on the same data: every step's loss within 1e-4 relative, every
 final weight within 1e-3 relative (norm of the difference over norm of the
-reference), and each weight's update (final - initial) within 1e-2 relative.
+reference), and each weight's update (final - initial) within 1e-3 relative.
 PyTorch runs here; no reference numbers are stored."""
 import math
 import os
@@ -23,8 +23,10 @@ SAMPLES = 256
 LOSS_RTOL = 1e-4
 WEIGHT_RTOL = 1e-3
 # The weights move little in 20 steps, so a final-weight check alone would miss a
-# wrong optimizer detail; the update (final - initial) is compared as well.
-UPDATE_RTOL = 1e-2
+# wrong optimizer detail (AdamW without its weight decay stays within 3e-4); the
+# update (final - initial) is compared as well. float32 rounding alone puts it
+# within about 5e-6 of a float64 reference.
+UPDATE_RTOL = 1e-3
 
 # name -> (strategy optimizer object, PyTorch optimizer factory)
 OPTIMIZERS = {
@@ -126,7 +128,7 @@ class MlpMatchesPyTorch(unittest.TestCase):
         self.assertEqual(steps, list(range(steps[0], steps[0] + STEPS)),
                          f"metrics steps are not consecutive: {steps}")
 
-        worst = (0.0, None)
+        worst = (-1.0, -1)
         for step, (record, expected) in enumerate(zip(records, expected_losses)):
             error = abs(record["loss"] - expected) / abs(expected)
             worst = max(worst, (error, step))
