@@ -1,0 +1,73 @@
+#include "engine/cpu/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "formats/error.h"
+
+namespace piper::engine::cpu {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+}  // namespace
+
+CpuBackend::CpuBackend() {
+  register_elementwise_kernels(table_);
+  register_gemm_kernels(table_);
+  register_reduce_kernels(table_);
+  register_shape_kernels(table_);
+  register_loss_kernels(table_);
+  register_optimizer_kernels(table_);
+}
+
+void* CpuBackend::allocate(size_t bytes) {
+  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* data = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+  if (data == nullptr) {
+    throw Error("cpu backend: cannot allocate " + std::to_string(bytes) +
+                " bytes of host memory; use a plan with a smaller memory footprint");
+  }
+  std::memset(data, 0, rounded == 0 ? kAlignment : rounded);
+  return data;
+}
+
+void CpuBackend::release(void* data) { std::free(data); }
+
+void CpuBackend::upload(void* device_dst, const void* host_src, size_t bytes) {
+  if (bytes != 0) {
+    std::memcpy(device_dst, host_src, bytes);
+  }
+}
+
+void CpuBackend::download(void* host_dst, const void* device_src, size_t bytes) {
+  if (bytes != 0) {
+    std::memcpy(host_dst, device_src, bytes);
+  }
+}
+
+std::vector<std::string> CpuBackend::supported_ops() const {
+  std::vector<std::string> ops;
+  for (const auto& [op, factory] : table_) {
+    ops.push_back(op);
+  }
+  return ops;
+}
+
+std::unique_ptr<PreparedKernel> CpuBackend::prepare(const plan::Kernel& kernel,
+                                                    std::vector<TensorView> inputs,
+                                                    std::vector<TensorView> outputs) {
+  const auto found = table_.find(kernel.op_type());
+  if (found == table_.end()) {
+    std::string supported;
+    for (const auto& op : supported_ops()) {
+      supported += (supported.empty() ? "" : ", ") + op;
+    }
+    throw Error("op type '" + kernel.op_type() +
+                "' is not supported by the cpu backend; supported ops: " + supported);
+  }
+  const KernelArgs args(kernel, std::move(inputs), std::move(outputs));
+  return found->second(args);
+}
+
+}  // namespace piper::engine::cpu

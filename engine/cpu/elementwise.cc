@@ -1,0 +1,233 @@
+// Elementwise kernels: ONNX Add, Sub, Mul, Div, Sum (numpy broadcasting), Neg,
+// Relu, Tanh, Sigmoid; Piper's ReluGrad, TanhGrad, SigmoidGrad.
+#include <cmath>
+
+#include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/strided_loop.h"
+#include "formats/error.h"
+
+namespace piper::engine::cpu {
+namespace {
+
+struct AddOp {
+  template <typename T>
+  T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+struct SubOp {
+  template <typename T>
+  T operator()(T a, T b) const {
+    return a - b;
+  }
+};
+struct MulOp {
+  template <typename T>
+  T operator()(T a, T b) const {
+    return a * b;
+  }
+};
+struct DivOp {
+  template <typename T>
+  T operator()(T a, T b) const {
+    return a / b;
+  }
+};
+
+// Checks that every input shares the output's dtype and that the inputs broadcast to exactly
+// the output's shape.
+void check_broadcast(const KernelArgs& args, const std::vector<TensorView>& inputs,
+                     const TensorView& y) {
+  Shape shape = inputs[0].shape;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    args.expect_dtype(inputs[i], y.dtype, "input " + std::to_string(i));
+    if (i > 0) {
+      try {
+        shape = broadcast_shapes(shape, inputs[i].shape);
+      } catch (const Error& error) {
+        args.fail(std::string("inputs do not broadcast: ") + error.what());
+      }
+    }
+  }
+  if (shape != y.shape) {
+    args.fail("inputs broadcast to " + shape_string(shape) + " but the output has shape " +
+              shape_string(y.shape));
+  }
+}
+
+// y[i] = op(a[...], b[...]) with a and b broadcast to y.
+template <typename T, typename Op>
+void binary_rows(const StridedLoop& loop, const T* a, const T* b, T* y, Op op) {
+  const int64_t sa = loop.inner_stride(1);
+  const int64_t sb = loop.inner_stride(2);
+  loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+    T* out = y + offsets[0];
+    const T* x0 = a + offsets[1];
+    const T* x1 = b + offsets[2];
+    if (sa == 1 && sb == 1) {
+      for (int64_t i = 0; i < n; ++i) out[i] = op(x0[i], x1[i]);
+    } else if (sa == 0 && sb == 1) {
+      const T v = x0[0];
+      for (int64_t i = 0; i < n; ++i) out[i] = op(v, x1[i]);
+    } else if (sa == 1 && sb == 0) {
+      const T v = x1[0];
+      for (int64_t i = 0; i < n; ++i) out[i] = op(x0[i], v);
+    } else {
+      for (int64_t i = 0; i < n; ++i) out[i] = op(x0[i * sa], x1[i * sb]);
+    }
+  });
+}
+
+template <typename T, typename Op>
+std::unique_ptr<PreparedKernel> make_binary(const KernelArgs& args) {
+  const TensorView& a = args.input(0);
+  const TensorView& b = args.input(1);
+  const TensorView& y = args.output(0);
+  const StridedLoop loop(y.shape, {contiguous_strides(y.shape), broadcast_strides(a.shape, y.shape),
+                                   broadcast_strides(b.shape, y.shape)});
+  return make_kernel([loop, pa = a.as<const T>(), pb = b.as<const T>(),
+                      py = y.as<T>()](const StepContext&) { binary_rows(loop, pa, pb, py, Op{}); });
+}
+
+template <typename Op>
+KernelFactory binary_factory(bool allow_int64) {
+  return [allow_int64](const KernelArgs& args) {
+    args.expect_inputs(2, 2);
+    args.expect_outputs(1, 1);
+    const TensorView& y = args.output(0);
+    check_broadcast(args, {args.input(0), args.input(1)}, y);
+    if (y.dtype == plan::INT64 && allow_int64) {
+      return make_binary<int64_t, Op>(args);
+    }
+    args.expect_dtype(y, plan::FLOAT32, "output 0");
+    return make_binary<float, Op>(args);
+  };
+}
+
+// ONNX Sum: y = x0 + x1 + ... with every input broadcast to y.
+template <typename T>
+std::unique_ptr<PreparedKernel> make_sum(const KernelArgs& args) {
+  const TensorView& y = args.output(0);
+  std::vector<StridedLoop> loops;
+  std::vector<const T*> inputs;
+  for (size_t i = 0; i < args.num_inputs(); ++i) {
+    const TensorView& x = args.input(i);
+    loops.emplace_back(y.shape,
+                       std::vector<std::vector<int64_t>>{contiguous_strides(y.shape),
+                                                         broadcast_strides(x.shape, y.shape)});
+    inputs.push_back(x.as<const T>());
+  }
+  return make_kernel([loops, inputs, py = y.as<T>()](const StepContext&) {
+    for (size_t k = 0; k < loops.size(); ++k) {
+      const StridedLoop& loop = loops[k];
+      const int64_t s = loop.inner_stride(1);
+      const T* x = inputs[k];
+      loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+        T* out = py + offsets[0];
+        const T* in = x + offsets[1];
+        if (k == 0) {
+          for (int64_t i = 0; i < n; ++i) out[i] = in[i * s];
+        } else {
+          for (int64_t i = 0; i < n; ++i) out[i] += in[i * s];
+        }
+      });
+    }
+  });
+}
+
+std::unique_ptr<PreparedKernel> sum_factory(const KernelArgs& args) {
+  if (args.num_inputs() < 1) {
+    args.fail("takes at least one input, the plan gives none");
+  }
+  args.expect_outputs(1, 1);
+  std::vector<TensorView> inputs;
+  for (size_t i = 0; i < args.num_inputs(); ++i) {
+    inputs.push_back(args.input(i));
+  }
+  const TensorView& y = args.output(0);
+  check_broadcast(args, inputs, y);
+  if (y.dtype == plan::INT64) {
+    return make_sum<int64_t>(args);
+  }
+  args.expect_dtype(y, plan::FLOAT32, "output 0");
+  return make_sum<float>(args);
+}
+
+// A same-shape float32 map y[i] = f(x[i]); with kAllowInt64 also for int64 tensors.
+template <bool kAllowInt64, typename F>
+KernelFactory unary_factory(F f) {
+  return [f](const KernelArgs& args) -> std::unique_ptr<PreparedKernel> {
+    args.expect_inputs(1, 1);
+    args.expect_outputs(1, 1);
+    const TensorView& x = args.input(0);
+    const TensorView& y = args.output(0);
+    args.expect_same_shape(x, "input 0", y, "output 0");
+    args.expect_dtype(x, y.dtype, "input 0");
+    const int64_t n = y.elements();
+    if constexpr (kAllowInt64) {
+      if (y.dtype == plan::INT64) {
+        return make_kernel(
+            [f, n, px = x.as<const int64_t>(), py = y.as<int64_t>()](const StepContext&) {
+              for (int64_t i = 0; i < n; ++i) py[i] = f(px[i]);
+            });
+      }
+    }
+    args.expect_dtype(y, plan::FLOAT32, "output 0");
+    return make_kernel([f, n, px = x.as<const float>(), py = y.as<float>()](const StepContext&) {
+      for (int64_t i = 0; i < n; ++i) py[i] = f(px[i]);
+    });
+  };
+}
+
+// dX[i] = f(dY[i], Y[i]) for the activation gradients; all three tensors share one shape.
+template <typename F>
+KernelFactory activation_grad_factory(F f) {
+  return [f](const KernelArgs& args) -> std::unique_ptr<PreparedKernel> {
+    args.expect_inputs(2, 2);
+    args.expect_outputs(1, 1);
+    const TensorView& dy = args.input(0);
+    const TensorView& y = args.input(1);
+    const TensorView& dx = args.output(0);
+    args.expect_same_shape(dy, "dY (input 0)", dx, "dX (output 0)");
+    args.expect_same_shape(y, "Y (input 1)", dx, "dX (output 0)");
+    args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
+    args.expect_dtype(y, plan::FLOAT32, "Y (input 1)");
+    args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
+    const int64_t n = dx.elements();
+    return make_kernel([f, n, pdy = dy.as<const float>(), py = y.as<const float>(),
+                        pdx = dx.as<float>()](const StepContext&) {
+      for (int64_t i = 0; i < n; ++i) pdx[i] = f(pdy[i], py[i]);
+    });
+  };
+}
+
+float sigmoid(float x) {
+  if (x >= 0) {
+    return 1.0f / (1.0f + std::exp(-x));
+  }
+  const float e = std::exp(x);
+  return e / (1.0f + e);
+}
+
+}  // namespace
+
+void register_elementwise_kernels(KernelTable& table) {
+  table["Add"] = binary_factory<AddOp>(true);
+  table["Sub"] = binary_factory<SubOp>(true);
+  table["Mul"] = binary_factory<MulOp>(true);
+  table["Div"] = binary_factory<DivOp>(false);
+  table["Sum"] = sum_factory;
+  table["Neg"] = unary_factory<true>([](auto x) { return -x; });
+  // NaN propagates, as in ONNX and PyTorch.
+  table["Relu"] = unary_factory<false>([](float x) { return x < 0.0f ? 0.0f : x; });
+  table["Tanh"] = unary_factory<false>([](float x) { return std::tanh(x); });
+  table["Sigmoid"] = unary_factory<false>(sigmoid);
+  table["piper.ReluGrad"] =
+      activation_grad_factory([](float dy, float y) { return y > 0.0f ? dy : 0.0f; });
+  table["piper.TanhGrad"] =
+      activation_grad_factory([](float dy, float y) { return dy * (1.0f - y * y); });
+  table["piper.SigmoidGrad"] =
+      activation_grad_factory([](float dy, float y) { return dy * y * (1.0f - y); });
+}
+
+}  // namespace piper::engine::cpu

@@ -1,0 +1,199 @@
+// Matrix products through OpenBLAS: ONNX Gemm and MatMul, and piper.MatMul
+// (MatMul with transA/transB on the last two dimensions).
+#include <cblas.h>
+
+#include <climits>
+#include <cstring>
+
+#include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/strided_loop.h"
+#include "formats/error.h"
+
+namespace piper::engine::cpu {
+namespace {
+
+int blas_int(const KernelArgs& args, int64_t value, const char* what) {
+  if (value > INT_MAX) {
+    args.fail(std::string(what) + " = " + std::to_string(value) +
+              " exceeds the BLAS integer range; split the operation into smaller ones");
+  }
+  return static_cast<int>(value);
+}
+
+// One row-major sgemm per batch: Y[b] = alpha * op(A[b]) op(B[b]) + beta * Y[b].
+struct BatchedGemm {
+  bool trans_a = false;
+  bool trans_b = false;
+  int m = 0, n = 0, k = 0, lda = 1, ldb = 1;
+  float alpha = 1.0f;
+  std::vector<int64_t> a_offsets, b_offsets, y_offsets;
+
+  void run(const float* a, const float* b, float* y, float beta) const {
+    if (m == 0 || n == 0) {
+      return;
+    }
+    for (size_t i = 0; i < a_offsets.size(); ++i) {
+      float* out = y + y_offsets[i];
+      if (k == 0) {  // BLAS leaves this case loosely specified: Y = beta * Y.
+        for (int64_t e = 0; e < int64_t{m} * n; ++e) out[e] = beta == 0.0f ? 0.0f : beta * out[e];
+        continue;
+      }
+      cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                  trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a + a_offsets[i], lda,
+                  b + b_offsets[i], ldb, beta, out, n);
+    }
+  }
+};
+
+// Plans numpy-style matmul of A and B (transposing the last two dimensions first when asked)
+// into Y, checking every shape.
+BatchedGemm plan_matmul(const KernelArgs& args, const TensorView& a, const TensorView& b,
+                        const TensorView& y, bool trans_a, bool trans_b) {
+  if (a.rank() == 0 || b.rank() == 0) {
+    args.fail("operands must have at least one dimension, got A " + shape_string(a.shape) +
+              " and B " + shape_string(b.shape));
+  }
+  if ((a.rank() == 1 && trans_a) || (b.rank() == 1 && trans_b)) {
+    args.fail("transA/transB need a matrix operand (rank >= 2), got A " + shape_string(a.shape) +
+              " and B " + shape_string(b.shape));
+  }
+  // 1-D operands per numpy: A [K] -> [1, K], B [K] -> [K, 1], the extra dimension dropped.
+  const Shape a_mat =
+      a.rank() == 1 ? Shape{1, a.shape[0]} : Shape(a.shape.end() - 2, a.shape.end());
+  const Shape b_mat =
+      b.rank() == 1 ? Shape{b.shape[0], 1} : Shape(b.shape.end() - 2, b.shape.end());
+  const Shape a_batch = a.rank() <= 2 ? Shape{} : Shape(a.shape.begin(), a.shape.end() - 2);
+  const Shape b_batch = b.rank() <= 2 ? Shape{} : Shape(b.shape.begin(), b.shape.end() - 2);
+  const int64_t m = trans_a ? a_mat[1] : a_mat[0];
+  const int64_t k = trans_a ? a_mat[0] : a_mat[1];
+  const int64_t kb = trans_b ? b_mat[1] : b_mat[0];
+  const int64_t n = trans_b ? b_mat[0] : b_mat[1];
+  if (k != kb) {
+    args.fail("inner dimensions differ: A " + shape_string(a.shape) +
+              (trans_a ? " (transposed)" : "") + " has K = " + std::to_string(k) + ", B " +
+              shape_string(b.shape) + (trans_b ? " (transposed)" : "") +
+              " has K = " + std::to_string(kb));
+  }
+  Shape batch;
+  try {
+    batch = broadcast_shapes(a_batch, b_batch);
+  } catch (const Error& error) {
+    args.fail(std::string("batch dimensions do not broadcast: ") + error.what());
+  }
+  Shape expected = batch;
+  if (a.rank() > 1) expected.push_back(m);
+  if (b.rank() > 1) expected.push_back(n);
+  if (expected != y.shape) {
+    args.fail("A " + shape_string(a.shape) + " times B " + shape_string(b.shape) + " gives " +
+              shape_string(expected) + " but the output has shape " + shape_string(y.shape));
+  }
+
+  BatchedGemm gemm;
+  gemm.trans_a = trans_a;
+  gemm.trans_b = trans_b;
+  gemm.m = blas_int(args, m, "M");
+  gemm.n = blas_int(args, n, "N");
+  gemm.k = blas_int(args, k, "K");
+  gemm.lda = std::max(1, blas_int(args, a_mat[1], "lda"));
+  gemm.ldb = std::max(1, blas_int(args, b_mat[1], "ldb"));
+  std::vector<int64_t> a_strides = broadcast_strides(a_batch, batch);
+  std::vector<int64_t> b_strides = broadcast_strides(b_batch, batch);
+  for (auto& s : a_strides) s *= a_mat[0] * a_mat[1];
+  for (auto& s : b_strides) s *= b_mat[0] * b_mat[1];
+  const StridedLoop loop(batch, {a_strides, b_strides});
+  loop.for_each_row([&](const int64_t* offsets, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) {
+      gemm.a_offsets.push_back(offsets[0] + i * loop.inner_stride(0));
+      gemm.b_offsets.push_back(offsets[1] + i * loop.inner_stride(1));
+    }
+  });
+  const int64_t batches = static_cast<int64_t>(gemm.a_offsets.size());
+  for (int64_t i = 0; i < batches; ++i) {
+    gemm.y_offsets.push_back(i * m * n);
+  }
+  // One B for every batch and A's batches stacked contiguously: a single taller GEMM.
+  bool fold = batches > 1 && !trans_a;
+  for (int64_t i = 0; fold && i < batches; ++i) {
+    fold = gemm.b_offsets[i] == 0 && gemm.a_offsets[i] == i * m * k;
+  }
+  if (fold) {
+    gemm.m = blas_int(args, batches * m, "batch * M");
+    gemm.a_offsets = {0};
+    gemm.b_offsets = {0};
+    gemm.y_offsets = {0};
+  }
+  return gemm;
+}
+
+void check_float(const KernelArgs& args) {
+  for (size_t i = 0; i < args.num_inputs(); ++i) {
+    if (args.has_input(i))
+      args.expect_dtype(args.input(i), plan::FLOAT32, "input " + std::to_string(i));
+  }
+  args.expect_dtype(args.output(0), plan::FLOAT32, "output 0");
+}
+
+std::unique_ptr<PreparedKernel> matmul_factory(const KernelArgs& args, bool piper_op) {
+  args.expect_inputs(2, 2);
+  args.expect_outputs(1, 1);
+  check_float(args);
+  const bool trans_a = piper_op && args.attributes().get_int("transA", 0) != 0;
+  const bool trans_b = piper_op && args.attributes().get_int("transB", 0) != 0;
+  const TensorView& y = args.output(0);
+  const BatchedGemm gemm = plan_matmul(args, args.input(0), args.input(1), y, trans_a, trans_b);
+  return make_kernel([gemm, pa = args.input(0).as<const float>(),
+                      pb = args.input(1).as<const float>(),
+                      py = y.as<float>()](const StepContext&) { gemm.run(pa, pb, py, 0.0f); });
+}
+
+// ONNX Gemm: Y = alpha * A' B' + beta * C, C broadcast unidirectionally to [M, N].
+std::unique_ptr<PreparedKernel> gemm_factory(const KernelArgs& args) {
+  args.expect_inputs(2, 3);
+  args.expect_outputs(1, 1);
+  check_float(args);
+  const TensorView& a = args.input(0);
+  const TensorView& b = args.input(1);
+  const TensorView& y = args.output(0);
+  if (a.rank() != 2 || b.rank() != 2) {
+    args.fail("A and B must be matrices, got A " + shape_string(a.shape) + " and B " +
+              shape_string(b.shape));
+  }
+  const auto& attributes = args.attributes();
+  BatchedGemm gemm = plan_matmul(args, a, b, y, attributes.get_int("transA", 0) != 0,
+                                 attributes.get_int("transB", 0) != 0);
+  gemm.alpha = static_cast<float>(attributes.get_float("alpha", 1.0));
+  const float beta = static_cast<float>(attributes.get_float("beta", 1.0));
+  const bool has_c = args.has_input(2) && beta != 0.0f;
+  StridedLoop c_loop;
+  const float* pc = nullptr;
+  if (args.has_input(2)) {
+    const TensorView& c = args.input(2);
+    if (!broadcasts_to(c.shape, y.shape)) {
+      args.fail("C " + shape_string(c.shape) + " does not broadcast to the output " +
+                shape_string(y.shape));
+    }
+    c_loop =
+        StridedLoop(y.shape, {contiguous_strides(y.shape), broadcast_strides(c.shape, y.shape)});
+    pc = c.as<const float>();
+  }
+  return make_kernel([gemm, has_c, c_loop, beta, pc, pa = a.as<const float>(),
+                      pb = b.as<const float>(), py = y.as<float>()](const StepContext&) {
+    if (has_c) {
+      const int64_t s = c_loop.inner_stride(1);
+      c_loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) py[offsets[0] + i] = pc[offsets[1] + i * s];
+      });
+    }
+    gemm.run(pa, pb, py, has_c ? beta : 0.0f);
+  });
+}
+
+}  // namespace
+
+void register_gemm_kernels(KernelTable& table) {
+  table["Gemm"] = gemm_factory;
+  table["MatMul"] = [](const KernelArgs& args) { return matmul_factory(args, false); };
+  table["piper.MatMul"] = [](const KernelArgs& args) { return matmul_factory(args, true); };
+}
+
+}  // namespace piper::engine::cpu

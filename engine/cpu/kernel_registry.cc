@@ -1,0 +1,61 @@
+#include "engine/cpu/kernel_registry.h"
+
+#include "formats/error.h"
+
+namespace piper::engine::cpu {
+
+KernelArgs::KernelArgs(const plan::Kernel& kernel, std::vector<TensorView> inputs,
+                       std::vector<TensorView> outputs)
+    : kernel_(kernel),
+      attributes_(kernel),
+      inputs_(std::move(inputs)),
+      outputs_(std::move(outputs)) {}
+
+const TensorView& KernelArgs::input(size_t i) const {
+  if (!has_input(i)) {
+    fail("input " + std::to_string(i) + " is required but omitted");
+  }
+  return inputs_[i];
+}
+
+const TensorView& KernelArgs::output(size_t i) const {
+  if (!has_output(i)) {
+    fail("output " + std::to_string(i) + " is required but omitted");
+  }
+  return outputs_[i];
+}
+
+void KernelArgs::expect_inputs(size_t min, size_t max) const {
+  if (inputs_.size() < min || inputs_.size() > max) {
+    fail("takes " +
+         (min == max ? std::to_string(min) : std::to_string(min) + " to " + std::to_string(max)) +
+         " inputs, the plan gives " + std::to_string(inputs_.size()));
+  }
+}
+
+void KernelArgs::expect_outputs(size_t min, size_t max) const {
+  if (outputs_.size() < min || outputs_.size() > max) {
+    fail("produces " +
+         (min == max ? std::to_string(min) : std::to_string(min) + " to " + std::to_string(max)) +
+         " outputs, the plan gives " + std::to_string(outputs_.size()));
+  }
+}
+
+void KernelArgs::expect_dtype(const TensorView& view, plan::DType dtype,
+                              const std::string& what) const {
+  if (view.dtype != dtype) {
+    fail(what + " has dtype " + dtype_name(view.dtype) + ", expected " + dtype_name(dtype));
+  }
+}
+
+void KernelArgs::expect_same_shape(const TensorView& a, const std::string& a_what,
+                                   const TensorView& b, const std::string& b_what) const {
+  if (a.shape != b.shape) {
+    fail(a_what + " has shape " + shape_string(a.shape) + " but " + b_what + " has shape " +
+         shape_string(b.shape) + "; they must be equal");
+  }
+}
+
+void KernelArgs::fail(const std::string& message) const { throw Error(op() + ": " + message); }
+
+}  // namespace piper::engine::cpu

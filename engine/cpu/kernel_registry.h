@@ -1,0 +1,76 @@
+// The CPU kernel table: op type -> factory that validates a kernel's tensors and
+// attributes once and returns the prepared kernel. Each family file registers
+// its ops (register_*_kernels), and CpuBackend assembles the table.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/runtime/attributes.h"
+#include "engine/runtime/backend.h"
+
+namespace piper::engine::cpu {
+
+// A kernel's tensors and attributes with validation helpers whose errors name the op.
+class KernelArgs {
+ public:
+  KernelArgs(const plan::Kernel& kernel, std::vector<TensorView> inputs,
+             std::vector<TensorView> outputs);
+
+  const std::string& op() const { return kernel_.op_type(); }
+  const Attributes& attributes() const { return attributes_; }
+  size_t num_inputs() const { return inputs_.size(); }
+  size_t num_outputs() const { return outputs_.size(); }
+  bool has_input(size_t i) const { return i < inputs_.size() && inputs_[i].present(); }
+  bool has_output(size_t i) const { return i < outputs_.size() && outputs_[i].present(); }
+  // The i-th input/output; throws naming the op when it is omitted.
+  const TensorView& input(size_t i) const;
+  const TensorView& output(size_t i) const;
+
+  // Throws unless the number of inputs (outputs) lies in [min, max].
+  void expect_inputs(size_t min, size_t max) const;
+  void expect_outputs(size_t min, size_t max) const;
+  // Throws naming the tensor ("input 1") unless its dtype is `dtype`.
+  void expect_dtype(const TensorView& view, plan::DType dtype, const std::string& what) const;
+  // Throws naming both tensors unless their shapes are equal.
+  void expect_same_shape(const TensorView& a, const std::string& a_what, const TensorView& b,
+                         const std::string& b_what) const;
+  // A piper::Error "<op>: <message>".
+  [[noreturn]] void fail(const std::string& message) const;
+
+ private:
+  const plan::Kernel& kernel_;
+  Attributes attributes_;
+  std::vector<TensorView> inputs_;
+  std::vector<TensorView> outputs_;
+};
+
+using KernelFactory = std::function<std::unique_ptr<PreparedKernel>(const KernelArgs&)>;
+using KernelTable = std::map<std::string, KernelFactory>;
+
+// A prepared kernel from a closure over the precomputed state.
+template <typename F>
+std::unique_ptr<PreparedKernel> make_kernel(F body) {
+  class Closure : public PreparedKernel {
+   public:
+    explicit Closure(F f) : f_(std::move(f)) {}
+    void run(const StepContext& context) override { f_(context); }
+
+   private:
+    F f_;
+  };
+  return std::make_unique<Closure>(std::move(body));
+}
+
+void register_elementwise_kernels(KernelTable& table);  // elementwise.cc
+void register_gemm_kernels(KernelTable& table);         // gemm.cc
+void register_reduce_kernels(KernelTable& table);       // reduce.cc
+void register_shape_kernels(KernelTable& table);        // shape_ops.cc
+void register_loss_kernels(KernelTable& table);         // loss.cc
+void register_optimizer_kernels(KernelTable& table);    // optimizers.cc
+
+}  // namespace piper::engine::cpu

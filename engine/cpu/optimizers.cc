@@ -1,0 +1,97 @@
+// In-place optimizer updates with torch.optim semantics: piper.SGD (momentum,
+// dampening, Nesterov, L2 weight decay) and piper.AdamW (decoupled weight decay,
+// bias correction by the 1-based step number).
+#include <cmath>
+
+#include "engine/cpu/kernel_registry.h"
+
+namespace piper::engine::cpu {
+namespace {
+
+// Checks that every input is a float32 tensor shaped like the parameter (input 0).
+void check_state(const KernelArgs& args, const std::vector<const char*>& names) {
+  args.expect_outputs(0, 0);
+  const TensorView& p = args.input(0);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const TensorView& t = args.input(i);
+    args.expect_dtype(t, plan::FLOAT32, names[i]);
+    args.expect_same_shape(t, names[i], p, names[0]);
+  }
+}
+
+std::unique_ptr<PreparedKernel> sgd_factory(const KernelArgs& args) {
+  args.expect_inputs(2, 3);
+  const auto& attributes = args.attributes();
+  const double lr = attributes.require_float("lr");
+  const double momentum = attributes.get_float("momentum", 0.0);
+  const double dampening = attributes.get_float("dampening", 0.0);
+  const double weight_decay = attributes.get_float("weight_decay", 0.0);
+  const bool nesterov = attributes.get_int("nesterov", 0) != 0;
+  if (nesterov && (momentum <= 0.0 || dampening != 0.0)) {
+    args.fail("Nesterov momentum requires momentum > 0 and dampening = 0 (as torch.optim.SGD)");
+  }
+  if (momentum != 0.0) {
+    check_state(args, {"P (input 0)", "G (input 1)", "momentum buffer M (input 2)"});
+  } else {
+    check_state(args, {"P (input 0)", "G (input 1)"});
+  }
+  const TensorView& p = args.input(0);
+  float* m = momentum != 0.0 ? args.input(2).as<float>() : nullptr;
+  return make_kernel([n = p.elements(), pp = p.as<float>(), pg = args.input(1).as<const float>(), m,
+                      lr = static_cast<float>(lr), mu = static_cast<float>(momentum),
+                      keep = static_cast<float>(1.0 - dampening),
+                      wd = static_cast<float>(weight_decay), nesterov](const StepContext& context) {
+    const bool first = context.step == 1;
+    for (int64_t i = 0; i < n; ++i) {
+      float g = pg[i];
+      if (wd != 0.0f) g += wd * pp[i];
+      if (m != nullptr) {
+        m[i] = first ? g : mu * m[i] + keep * g;
+        g = nesterov ? g + mu * m[i] : m[i];
+      }
+      pp[i] -= lr * g;
+    }
+  });
+}
+
+std::unique_ptr<PreparedKernel> adamw_factory(const KernelArgs& args) {
+  args.expect_inputs(4, 4);
+  check_state(args, {"P (input 0)", "G (input 1)", "M (input 2)", "V (input 3)"});
+  const auto& attributes = args.attributes();
+  const double lr = attributes.require_float("lr");
+  const double beta1 = attributes.get_float("beta1", 0.9);
+  const double beta2 = attributes.get_float("beta2", 0.999);
+  const double eps = attributes.get_float("eps", 1e-8);
+  const double weight_decay = attributes.get_float("weight_decay", 1e-2);
+  const TensorView& p = args.input(0);
+  return make_kernel([n = p.elements(), pp = p.as<float>(), pg = args.input(1).as<const float>(),
+                      pm = args.input(2).as<float>(), pv = args.input(3).as<float>(), lr, beta1,
+                      beta2, eps, weight_decay](const StepContext& context) {
+    const double t = static_cast<double>(context.step);
+    const float decay = static_cast<float>(1.0 - lr * weight_decay);
+    const float b1 = static_cast<float>(beta1);
+    const float b2 = static_cast<float>(beta2);
+    const float one_minus_b1 = static_cast<float>(1.0 - beta1);
+    const float one_minus_b2 = static_cast<float>(1.0 - beta2);
+    const float step_size = static_cast<float>(lr / (1.0 - std::pow(beta1, t)));
+    const float bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, t)));
+    const float epsilon = static_cast<float>(eps);
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = pg[i];
+      pp[i] *= decay;
+      pm[i] = pm[i] * b1 + one_minus_b1 * g;
+      pv[i] = pv[i] * b2 + one_minus_b2 * g * g;
+      const float denom = std::sqrt(pv[i]) / bias_correction2_sqrt + epsilon;
+      pp[i] -= step_size * (pm[i] / denom);
+    }
+  });
+}
+
+}  // namespace
+
+void register_optimizer_kernels(KernelTable& table) {
+  table["piper.SGD"] = sgd_factory;
+  table["piper.AdamW"] = adamw_factory;
+}
+
+}  // namespace piper::engine::cpu

@@ -1,0 +1,195 @@
+// Reductions and their adjoints: ONNX ReduceMean and ReduceSum, piper.SumTo
+// (sum down to a broadcast shape) and piper.BroadcastTo.
+#include <algorithm>
+#include <set>
+
+#include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/strided_loop.h"
+#include "formats/error.h"
+
+namespace piper::engine::cpu {
+namespace {
+
+// y = scale * (x summed over the dimensions where `kept` is 1 and x's is not), with `kept`
+// (x's shape with 1 at reduced axes) broadcasting to x's shape. Accumulates in double.
+std::unique_ptr<PreparedKernel> make_reduction(const TensorView& x, const Shape& kept,
+                                               const TensorView& y, double scale) {
+  const StridedLoop loop(x.shape, {contiguous_strides(x.shape), broadcast_strides(kept, x.shape)});
+  std::vector<double> acc(static_cast<size_t>(num_elements(kept)));
+  return make_kernel(
+      [loop, acc, scale, px = x.as<const float>(), py = y.as<float>()](const StepContext&) mutable {
+        std::fill(acc.begin(), acc.end(), 0.0);
+        const int64_t s = loop.inner_stride(1);
+        loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+          const float* in = px + offsets[0];
+          double* out = acc.data() + offsets[1];
+          if (s == 0) {
+            double sum = 0.0;
+            for (int64_t i = 0; i < n; ++i) sum += in[i];
+            out[0] += sum;
+          } else {
+            for (int64_t i = 0; i < n; ++i) out[i * s] += in[i];
+          }
+        });
+        for (size_t i = 0; i < acc.size(); ++i) py[i] = static_cast<float>(acc[i] * scale);
+      });
+}
+
+// Normalizes ONNX axes (negative count from the end), checking range and duplicates.
+std::set<int64_t> normalize_axes(const KernelArgs& args, const std::vector<int64_t>& axes,
+                                 int64_t rank) {
+  std::set<int64_t> normalized;
+  for (int64_t axis : axes) {
+    const int64_t a = axis < 0 ? axis + rank : axis;
+    if (a < 0 || a >= rank) {
+      args.fail("axis " + std::to_string(axis) + " is out of range for rank " +
+                std::to_string(rank));
+    }
+    if (!normalized.insert(a).second) {
+      args.fail("axis " + std::to_string(axis) + " appears twice");
+    }
+  }
+  return normalized;
+}
+
+// ReduceMean/ReduceSum over `axes` (all axes when empty) with keepdims.
+std::unique_ptr<PreparedKernel> reduce(const KernelArgs& args, const std::vector<int64_t>& axes,
+                                       bool mean) {
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(x, plan::FLOAT32, "input 0");
+  args.expect_dtype(y, plan::FLOAT32, "output 0");
+  std::set<int64_t> reduced = normalize_axes(args, axes, x.rank());
+  if (axes.empty()) {
+    for (int64_t a = 0; a < x.rank(); ++a) reduced.insert(a);
+  }
+  const bool keepdims = args.attributes().get_int("keepdims", 1) != 0;
+  Shape kept = x.shape;
+  Shape expected;
+  int64_t count = 1;
+  for (int64_t a = 0; a < x.rank(); ++a) {
+    if (reduced.count(a)) {
+      count *= x.shape[a];
+      kept[a] = 1;
+      if (keepdims) expected.push_back(1);
+    } else {
+      expected.push_back(x.shape[a]);
+    }
+  }
+  if (expected != y.shape) {
+    args.fail("reducing " + shape_string(x.shape) + " with keepdims=" + std::to_string(keepdims) +
+              " gives " + shape_string(expected) + " but the output has shape " +
+              shape_string(y.shape));
+  }
+  const double scale = mean ? 1.0 / static_cast<double>(count) : 1.0;
+  return make_reduction(x, kept, y, scale);
+}
+
+// The optional axes input (a plan constant, already written when kernels are prepared).
+std::vector<int64_t> axes_input(const KernelArgs& args) {
+  if (!args.has_input(1)) {
+    return {};
+  }
+  const TensorView& t = args.input(1);
+  args.expect_dtype(t, plan::INT64, "axes (input 1)");
+  if (t.rank() != 1) {
+    args.fail("axes (input 1) must be 1-D, got shape " + shape_string(t.shape));
+  }
+  return {t.as<const int64_t>(), t.as<const int64_t>() + t.elements()};
+}
+
+// Opset 17 ReduceMean takes axes as an attribute; an axes input (opset 18) is accepted too.
+std::unique_ptr<PreparedKernel> reduce_mean_factory(const KernelArgs& args) {
+  args.expect_inputs(1, 2);
+  args.expect_outputs(1, 1);
+  const auto axes = args.has_input(1) ? axes_input(args) : args.attributes().get_ints("axes", {});
+  return reduce(args, axes, true);
+}
+
+// Opset 13+ ReduceSum: axes come as an optional int64 input.
+std::unique_ptr<PreparedKernel> reduce_sum_factory(const KernelArgs& args) {
+  args.expect_inputs(1, 2);
+  args.expect_outputs(1, 1);
+  const std::vector<int64_t> axes = axes_input(args);
+  if (axes.empty() && args.attributes().get_int("noop_with_empty_axes", 0) != 0) {
+    const TensorView& x = args.input(0);
+    const TensorView& y = args.output(0);
+    args.expect_same_shape(x, "input 0", y, "output 0 (noop_with_empty_axes)");
+    args.expect_dtype(x, plan::FLOAT32, "input 0");
+    args.expect_dtype(y, plan::FLOAT32, "output 0");
+    return make_kernel([n = x.bytes(), px = x.as<const float>(), py = y.as<float>()](
+                           const StepContext&) { std::copy(px, px + n / sizeof(float), py); });
+  }
+  return reduce(args, axes, false);
+}
+
+// piper.SumTo: X summed over its broadcast dimensions down to Y's shape.
+std::unique_ptr<PreparedKernel> sum_to_factory(const KernelArgs& args) {
+  args.expect_inputs(1, 1);
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(x, plan::FLOAT32, "input 0");
+  args.expect_dtype(y, plan::FLOAT32, "output 0");
+  if (!broadcasts_to(y.shape, x.shape)) {
+    args.fail("output shape " + shape_string(y.shape) + " does not broadcast to the input shape " +
+              shape_string(x.shape) + ", so X cannot be summed down to it");
+  }
+  return make_reduction(x, y.shape, y, 1.0);
+}
+
+// piper.BroadcastTo: X with size-1 dimensions inserted at `axes` (Y's numbering), broadcast to
+// Y's shape, times `scale`.
+std::unique_ptr<PreparedKernel> broadcast_to_factory(const KernelArgs& args) {
+  args.expect_inputs(1, 1);
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(x, plan::FLOAT32, "input 0");
+  args.expect_dtype(y, plan::FLOAT32, "output 0");
+  const auto axes = args.attributes().get_ints("axes", {});
+  const int64_t rank = x.rank() + static_cast<int64_t>(axes.size());
+  if (rank > y.rank()) {
+    args.fail("X " + shape_string(x.shape) + " with " + std::to_string(axes.size()) +
+              " inserted axes has more dimensions than Y " + shape_string(y.shape));
+  }
+  const std::set<int64_t> inserted = normalize_axes(args, axes, y.rank());
+  Shape expanded;
+  size_t next = 0;
+  for (int64_t a = 0; a < rank; ++a) {
+    if (inserted.count(a + (y.rank() - rank))) {
+      expanded.push_back(1);
+    } else if (next < x.shape.size()) {
+      expanded.push_back(x.shape[next++]);
+    } else {
+      args.fail("axes do not fit X " + shape_string(x.shape) + " into Y " + shape_string(y.shape));
+    }
+  }
+  if (next != x.shape.size() || !broadcasts_to(expanded, y.shape)) {
+    args.fail("X " + shape_string(x.shape) + " with size-1 axes inserted (" +
+              shape_string(expanded) + ") does not broadcast to Y " + shape_string(y.shape));
+  }
+  const float scale = static_cast<float>(args.attributes().get_float("scale", 1.0));
+  const StridedLoop loop(y.shape,
+                         {contiguous_strides(y.shape), broadcast_strides(expanded, y.shape)});
+  return make_kernel(
+      [loop, scale, px = x.as<const float>(), py = y.as<float>()](const StepContext&) {
+        const int64_t s = loop.inner_stride(1);
+        loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+          float* out = py + offsets[0];
+          const float* in = px + offsets[1];
+          for (int64_t i = 0; i < n; ++i) out[i] = scale * in[i * s];
+        });
+      });
+}
+
+}  // namespace
+
+void register_reduce_kernels(KernelTable& table) {
+  table["ReduceMean"] = reduce_mean_factory;
+  table["ReduceSum"] = reduce_sum_factory;
+  table["piper.SumTo"] = sum_to_factory;
+  table["piper.BroadcastTo"] = broadcast_to_factory;
+}
+
+}  // namespace piper::engine::cpu

@@ -1,0 +1,181 @@
+#include "engine/runtime/executor.h"
+
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <system_error>
+#include <thread>
+
+#include "formats/error.h"
+
+namespace piper::engine {
+namespace {
+
+// Events of one step across stream threads; a failure wakes every waiter.
+class StepEvents {
+ public:
+  explicit StepEvents(int count) : recorded_(static_cast<size_t>(count), false) {}
+
+  void record(int event) {
+    {
+      std::lock_guard lock(mutex_);
+      recorded_[event] = true;
+    }
+    changed_.notify_all();
+  }
+  // Returns false when the step failed elsewhere before the event was recorded.
+  bool wait(int event) {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return recorded_[event] || failure_ != nullptr; });
+    return recorded_[event] && failure_ == nullptr;
+  }
+  void fail(std::exception_ptr failure) {
+    {
+      std::lock_guard lock(mutex_);
+      if (failure_ == nullptr) failure_ = std::move(failure);
+    }
+    changed_.notify_all();
+  }
+  bool failed() {
+    std::lock_guard lock(mutex_);
+    return failure_ != nullptr;
+  }
+  std::exception_ptr failure() {
+    std::lock_guard lock(mutex_);
+    return failure_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<bool> recorded_;
+  std::exception_ptr failure_;
+};
+
+void run_kernel(const ExecInstruction& instruction, const StepContext& context) {
+  try {
+    instruction.kernel->run(context);
+  } catch (const std::exception& error) {
+    throw Error(instruction.where + ": " + error.what());
+  }
+}
+
+void run_stream(const ExecStream& stream, const StepContext& context, StepEvents& events) {
+  try {
+    for (const ExecInstruction& instruction : stream.instructions) {
+      switch (instruction.kind) {
+        case ExecInstruction::Kind::kKernel:
+          if (events.failed()) return;
+          run_kernel(instruction, context);
+          break;
+        case ExecInstruction::Kind::kRecord:
+          events.record(instruction.event);
+          break;
+        case ExecInstruction::Kind::kWait:
+          if (!events.wait(instruction.event)) return;
+          break;
+      }
+    }
+  } catch (...) {
+    events.fail(std::current_exception());
+  }
+}
+
+}  // namespace
+
+Executor::Executor(std::vector<ExecStream> streams, int num_events)
+    : streams_(std::move(streams)), num_events_(num_events) {
+  check_events();
+}
+
+size_t Executor::num_kernels() const {
+  size_t count = 0;
+  for (const auto& stream : streams_) {
+    for (const auto& instruction : stream.instructions) {
+      count += instruction.kind == ExecInstruction::Kind::kKernel;
+    }
+  }
+  return count;
+}
+
+void Executor::check_events() const {
+  if (num_events_ < 0) {
+    throw Error("the plan has a negative event count (" + std::to_string(num_events_) + ")");
+  }
+  std::vector<std::string> recorder(static_cast<size_t>(num_events_));
+  for (const auto& stream : streams_) {
+    for (const auto& instruction : stream.instructions) {
+      if (instruction.kind == ExecInstruction::Kind::kKernel) continue;
+      if (instruction.event < 0 || instruction.event >= num_events_) {
+        throw Error(instruction.where + " uses event " + std::to_string(instruction.event) +
+                    " but the plan has " + std::to_string(num_events_) + " events");
+      }
+      if (instruction.kind == ExecInstruction::Kind::kRecord) {
+        if (!recorder[instruction.event].empty()) {
+          throw Error(instruction.where + " records event " + std::to_string(instruction.event) +
+                      ", already recorded by " + recorder[instruction.event] +
+                      "; each event is recorded once per step");
+        }
+        recorder[instruction.event] = instruction.where;
+      }
+    }
+  }
+  // Simulate the step: advance any stream whose next instruction is not a wait on an unrecorded
+  // event. Streams left unfinished wait forever.
+  std::vector<size_t> next(streams_.size(), 0);
+  std::vector<bool> recorded(static_cast<size_t>(num_events_), false);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (size_t s = 0; s < streams_.size(); ++s) {
+      const auto& instructions = streams_[s].instructions;
+      while (next[s] < instructions.size()) {
+        const ExecInstruction& instruction = instructions[next[s]];
+        if (instruction.kind == ExecInstruction::Kind::kWait && !recorded[instruction.event]) {
+          break;
+        }
+        if (instruction.kind == ExecInstruction::Kind::kRecord) {
+          recorded[instruction.event] = true;
+        }
+        ++next[s];
+        progress = true;
+      }
+    }
+  }
+  std::string stuck;
+  for (size_t s = 0; s < streams_.size(); ++s) {
+    if (next[s] == streams_[s].instructions.size()) continue;
+    const ExecInstruction& instruction = streams_[s].instructions[next[s]];
+    const std::string& by = recorder[instruction.event];
+    stuck += (stuck.empty() ? "" : "; ") + instruction.where + " waits for event " +
+             std::to_string(instruction.event) +
+             (by.empty() ? ", which no instruction records"
+                         : ", recorded by " + by + ", which cannot run before it");
+  }
+  if (!stuck.empty()) {
+    throw Error("the plan's streams deadlock: " + stuck + "; re-plan with a matching piper-plan");
+  }
+}
+
+void Executor::run_step(const StepContext& context) {
+  StepEvents events(num_events_);
+  if (streams_.size() == 1) {
+    run_stream(streams_[0], context, events);
+  } else {
+    std::vector<std::thread> threads;
+    threads.reserve(streams_.size());
+    try {
+      for (const auto& stream : streams_) {
+        threads.emplace_back([&stream, &context, &events] { run_stream(stream, context, events); });
+      }
+    } catch (const std::system_error& error) {
+      events.fail(std::make_exception_ptr(
+          Error(std::string("cannot start a thread per stream: ") + error.what())));
+    }
+    for (auto& thread : threads) thread.join();
+  }
+  if (std::exception_ptr failure = events.failure()) {
+    std::rethrow_exception(failure);
+  }
+}
+
+}  // namespace piper::engine

@@ -1,0 +1,48 @@
+// Runs a rank's instruction streams for one step: kernels in stream order, with
+// record/wait events ordering work across streams. Several streams run on one
+// thread each; a single stream runs inline on the caller's thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/runtime/backend.h"
+
+namespace piper::engine {
+
+struct ExecInstruction {
+  enum class Kind { kKernel, kRecord, kWait };
+  Kind kind = Kind::kKernel;
+  std::unique_ptr<PreparedKernel> kernel;  // for kKernel
+  int event = -1;                          // for kRecord and kWait
+  std::string where;  // "stream 'main' instruction 3 (Gemm '/fc1/Gemm')", for errors
+};
+
+struct ExecStream {
+  std::string name;
+  std::vector<ExecInstruction> instructions;
+};
+
+class Executor {
+ public:
+  // Checks the events: each in [0, num_events), recorded at most once per step, every waited
+  // event recorded, and the streams free of deadlock. Throws piper::Error naming the stream,
+  // instruction and event otherwise.
+  Executor(std::vector<ExecStream> streams, int num_events);
+
+  // Runs every stream once. A kernel's failure stops all streams and is rethrown, prefixed
+  // with the failing instruction's `where`.
+  void run_step(const StepContext& context);
+
+  size_t num_streams() const { return streams_.size(); }
+  size_t num_kernels() const;
+
+ private:
+  void check_events() const;
+
+  std::vector<ExecStream> streams_;
+  int num_events_;
+};
+
+}  // namespace piper::engine

@@ -1,0 +1,330 @@
+#include "engine/runtime/session.h"
+
+#include <cstring>
+#include <unordered_map>
+
+#include "formats/error.h"
+#include "formats/onnx_model.h"
+
+namespace piper::engine {
+namespace {
+
+std::string tensor_label(const plan::Plan& plan, int index) {
+  return "tensor " + std::to_string(index) + " '" + plan.tensors(index).name() + "'";
+}
+
+plan::DType onnx_to_plan_dtype(int onnx_type) {
+  switch (onnx_type) {
+    case onnx::TensorProto::FLOAT:
+      return plan::FLOAT32;
+    case onnx::TensorProto::INT64:
+      return plan::INT64;
+    case onnx::TensorProto::BOOL:
+      return plan::BOOL;
+    default:
+      return plan::DTYPE_UNSPECIFIED;
+  }
+}
+
+std::string instruction_where(const plan::Stream& stream, int index,
+                              const plan::Instruction& instruction) {
+  std::string where = "stream '" + stream.name() + "' instruction " + std::to_string(index);
+  if (instruction.has_kernel()) {
+    where += " (" + instruction.kernel().op_type();
+    if (!instruction.label().empty()) where += " '" + instruction.label() + "'";
+    where += ")";
+  } else if (!instruction.label().empty()) {
+    where += " ('" + instruction.label() + "')";
+  }
+  return where;
+}
+
+}  // namespace
+
+Session::Session(plan::Plan plan, std::unique_ptr<Backend> backend, SessionOptions options)
+    : plan_(std::move(plan)), backend_(std::move(backend)), options_(options) {
+  if (plan_.header().world_size() > 1) {
+    throw Error("this plan is rank " + std::to_string(plan_.header().rank()) + " of " +
+                std::to_string(plan_.header().world_size()) +
+                ": multi-rank execution needs a communicator (not implemented yet); plan for "
+                "a single device to run with this piper-run");
+  }
+  check_tensors();
+  arena_bytes_ = plan_.memory().arena_bytes();
+  arena_ = static_cast<uint8_t*>(backend_->allocate(arena_bytes_));
+  try {
+    write_constants();
+    load_parameters();
+    executor_ = prepare_streams();
+  } catch (...) {
+    backend_->release(arena_);
+    throw;
+  }
+}
+
+Session::~Session() { backend_->release(arena_); }
+
+void Session::check_tensors() {
+  const uint64_t arena = plan_.memory().arena_bytes();
+  for (int i = 0; i < plan_.tensors_size(); ++i) {
+    const plan::Tensor& tensor = plan_.tensors(i);
+    uint64_t bytes = 0;
+    try {
+      bytes =
+          static_cast<uint64_t>(num_elements(Shape(tensor.shape().begin(), tensor.shape().end()))) *
+          dtype_size(tensor.dtype());
+    } catch (const Error& error) {
+      throw Error(tensor_label(plan_, i) + ": " + error.what());
+    }
+    if (tensor.bytes() != bytes) {
+      throw Error(tensor_label(plan_, i) + " has " + std::to_string(tensor.bytes()) +
+                  " bytes but its shape and dtype need " + std::to_string(bytes));
+    }
+    if (tensor.offset() > arena || bytes > arena - tensor.offset()) {
+      throw Error(tensor_label(plan_, i) + " at offset " + std::to_string(tensor.offset()) +
+                  " with " + std::to_string(bytes) + " bytes lies outside the " +
+                  std::to_string(arena) + "-byte arena");
+    }
+  }
+  auto check_index = [&](int index, const std::string& what) {
+    if (index < 0 || index >= plan_.tensors_size()) {
+      throw Error(what + " refers to tensor " + std::to_string(index) + " but the plan has " +
+                  std::to_string(plan_.tensors_size()) + " tensors");
+    }
+  };
+  for (const auto& input : plan_.inputs()) {
+    const std::string what = "batch input '" + input.input() + "'";
+    check_index(input.tensor(), what);
+    const plan::Tensor& tensor = plan_.tensors(input.tensor());
+    if (tensor.shape_size() == 0 || tensor.shape(0) != input.samples()) {
+      throw Error(what + " feeds " + std::to_string(input.samples()) + " samples into " +
+                  tensor_label(plan_, input.tensor()) + " whose leading dimension is " +
+                  (tensor.shape_size() ? std::to_string(tensor.shape(0)) : "missing"));
+    }
+    if (input.sample_offset() < 0 ||
+        input.sample_offset() + input.samples() > plan_.global_batch()) {
+      throw Error(what + " takes rows [" + std::to_string(input.sample_offset()) + ", " +
+                  std::to_string(input.sample_offset() + input.samples()) +
+                  ") outside the global batch of " + std::to_string(plan_.global_batch()));
+    }
+  }
+  for (const auto& term : plan_.loss()) {
+    check_index(term.tensor(), "a loss term");
+    const plan::Tensor& tensor = plan_.tensors(term.tensor());
+    if (tensor.dtype() != plan::FLOAT32 || tensor.bytes() != sizeof(float)) {
+      throw Error("loss term " + tensor_label(plan_, term.tensor()) +
+                  " must be a float32 scalar, but is " + dtype_name(tensor.dtype()) + " " +
+                  shape_string(Shape(tensor.shape().begin(), tensor.shape().end())));
+    }
+  }
+  for (const auto& constant : plan_.constants()) check_index(constant.tensor(), "a constant");
+  for (const auto& load : plan_.parameters()) {
+    check_index(load.tensor(), "parameter '" + load.initializer() + "'");
+  }
+}
+
+TensorView Session::view(int index) const {
+  const plan::Tensor& tensor = plan_.tensors(index);
+  return TensorView{arena_ + tensor.offset(), tensor.dtype(),
+                    Shape(tensor.shape().begin(), tensor.shape().end())};
+}
+
+void Session::write_constants() {
+  for (const auto& constant : plan_.constants()) {
+    const plan::Tensor& tensor = plan_.tensors(constant.tensor());
+    if (constant.data().size() != tensor.bytes()) {
+      throw Error("constant for " + tensor_label(plan_, constant.tensor()) + " has " +
+                  std::to_string(constant.data().size()) + " bytes, the tensor " +
+                  std::to_string(tensor.bytes()));
+    }
+    backend_->upload(arena_ + tensor.offset(), constant.data().data(), constant.data().size());
+  }
+}
+
+void Session::load_parameters() {
+  if (plan_.parameters_size() == 0) {
+    return;
+  }
+  const std::string& path = plan_.header().model_path();
+  if (path.empty()) {
+    throw Error("the plan loads " + std::to_string(plan_.parameters_size()) +
+                " parameters but its header names no model_path");
+  }
+  const onnx::ModelProto model = formats::load_onnx_model(path);
+  std::unordered_map<std::string, const onnx::TensorProto*> initializers;
+  for (const auto& initializer : model.graph().initializer()) {
+    initializers.emplace(initializer.name(), &initializer);
+  }
+  for (const auto& load : plan_.parameters()) {
+    const plan::Tensor& tensor = plan_.tensors(load.tensor());
+    const std::string what = "initializer '" + load.initializer() + "' of model '" + path + "'";
+    const auto found = initializers.find(load.initializer());
+    if (found == initializers.end()) {
+      throw Error(what + " does not exist (the plan loads it into " +
+                  tensor_label(plan_, load.tensor()) +
+                  "); the plan was made for another model, re-plan");
+    }
+    const onnx::TensorProto& initializer = *found->second;
+    const Shape dims(initializer.dims().begin(), initializer.dims().end());
+    const Shape shape(tensor.shape().begin(), tensor.shape().end());
+    const plan::DType dtype = onnx_to_plan_dtype(initializer.data_type());
+    if (dtype != tensor.dtype() || dims != shape) {
+      throw Error(what + " is " +
+                  (dtype == plan::DTYPE_UNSPECIFIED
+                       ? "ONNX type " + std::to_string(initializer.data_type())
+                       : dtype_name(dtype)) +
+                  " " + shape_string(dims) + " but the plan's " +
+                  tensor_label(plan_, load.tensor()) + " is " + dtype_name(tensor.dtype()) + " " +
+                  shape_string(shape) + "; re-plan for this model");
+    }
+    const std::vector<uint8_t> bytes = formats::initializer_bytes(initializer);
+    if (bytes.size() != tensor.bytes()) {
+      throw Error(what + " holds " + std::to_string(bytes.size()) + " bytes of data, its shape " +
+                  shape_string(dims) + " needs " + std::to_string(tensor.bytes()));
+    }
+    backend_->upload(arena_ + tensor.offset(), bytes.data(), bytes.size());
+  }
+}
+
+std::unique_ptr<Executor> Session::prepare_streams() {
+  std::vector<ExecStream> streams;
+  for (const auto& stream : plan_.streams()) {
+    ExecStream exec{stream.name(), {}};
+    for (int i = 0; i < stream.instructions_size(); ++i) {
+      const plan::Instruction& instruction = stream.instructions(i);
+      ExecInstruction exec_instruction;
+      exec_instruction.where = instruction_where(stream, i, instruction);
+      switch (instruction.body_case()) {
+        case plan::Instruction::kKernel: {
+          const plan::Kernel& kernel = instruction.kernel();
+          auto views = [&](const auto& indices, const char* kind) {
+            std::vector<TensorView> result;
+            for (int index : indices) {
+              if (index == -1) {
+                result.emplace_back();
+              } else if (index < 0 || index >= plan_.tensors_size()) {
+                throw Error(exec_instruction.where + ": " + kind + " tensor index " +
+                            std::to_string(index) + " is out of range (the plan has " +
+                            std::to_string(plan_.tensors_size()) + " tensors)");
+              } else {
+                result.push_back(view(index));
+              }
+            }
+            return result;
+          };
+          std::vector<TensorView> inputs = views(kernel.inputs(), "input");
+          std::vector<TensorView> outputs = views(kernel.outputs(), "output");
+          try {
+            exec_instruction.kernel =
+                backend_->prepare(kernel, std::move(inputs), std::move(outputs));
+          } catch (const std::exception& error) {
+            throw Error(exec_instruction.where + ": " + error.what());
+          }
+          break;
+        }
+        case plan::Instruction::kRecord:
+          exec_instruction.kind = ExecInstruction::Kind::kRecord;
+          exec_instruction.event = instruction.record().event();
+          break;
+        case plan::Instruction::kWait:
+          exec_instruction.kind = ExecInstruction::Kind::kWait;
+          exec_instruction.event = instruction.wait().event();
+          break;
+        default:
+          throw Error(exec_instruction.where + " is empty (no kernel, record or wait)");
+      }
+      exec.instructions.push_back(std::move(exec_instruction));
+    }
+    streams.push_back(std::move(exec));
+  }
+  return std::make_unique<Executor>(std::move(streams), plan_.num_events());
+}
+
+void Session::upload_input(const plan::BatchInput& input, const Batch& batch) {
+  const auto found = batch.find(input.input());
+  if (found == batch.end()) {
+    throw Error("the batch has no input '" + input.input() + "', which the plan feeds into " +
+                tensor_label(plan_, input.tensor()));
+  }
+  const HostTensor& host = found->second;
+  const plan::Tensor& tensor = plan_.tensors(input.tensor());
+  const Shape rows(tensor.shape().begin() + 1, tensor.shape().end());
+  if (host.dtype != tensor.dtype() || host.shape.empty() ||
+      Shape(host.shape.begin() + 1, host.shape.end()) != rows ||
+      host.shape[0] < input.sample_offset() + input.samples()) {
+    throw Error("batch input '" + input.input() + "' is " + dtype_name(host.dtype) + " " +
+                shape_string(host.shape) + " but the plan needs " + dtype_name(tensor.dtype()) +
+                " with at least " + std::to_string(input.sample_offset() + input.samples()) +
+                " rows of shape " + shape_string(rows));
+  }
+  const size_t row_bytes =
+      tensor.bytes() / static_cast<size_t>(std::max<int64_t>(input.samples(), 1));
+  if (host.data.size() < (input.sample_offset() + input.samples()) * row_bytes) {
+    throw Error("batch input '" + input.input() + "' holds fewer bytes than its shape " +
+                shape_string(host.shape) + " needs");
+  }
+  backend_->upload(arena_ + tensor.offset(), host.data.data() + input.sample_offset() * row_bytes,
+                   tensor.bytes());
+}
+
+double Session::step(const Batch& batch) {
+  for (const auto& input : plan_.inputs()) {
+    upload_input(input, batch);
+  }
+  executor_->run_step(StepContext{steps_done_ + 1, options_.seed});
+  ++steps_done_;
+  double loss = 0.0;
+  for (const auto& term : plan_.loss()) {
+    float value = 0.0f;
+    backend_->download(&value, arena_ + plan_.tensors(term.tensor()).offset(), sizeof value);
+    loss += term.weight() * static_cast<double>(value);
+  }
+  return loss;
+}
+
+const plan::Tensor& Session::tensor_named(const std::string& name) const {
+  for (const auto& tensor : plan_.tensors()) {
+    if (tensor.name() == name) return tensor;
+  }
+  throw Error("the plan has no tensor named '" + name + "'");
+}
+
+std::vector<uint8_t> Session::read_tensor(const std::string& name) const {
+  const plan::Tensor& tensor = tensor_named(name);
+  std::vector<uint8_t> bytes(tensor.bytes());
+  backend_->download(bytes.data(), arena_ + tensor.offset(), bytes.size());
+  return bytes;
+}
+
+std::vector<float> Session::read_floats(const std::string& name) const {
+  const plan::Tensor& tensor = tensor_named(name);
+  if (tensor.dtype() != plan::FLOAT32) {
+    throw Error("tensor '" + name + "' is " + dtype_name(tensor.dtype()) + ", not float32");
+  }
+  std::vector<float> values(tensor.bytes() / sizeof(float));
+  backend_->download(values.data(), arena_ + tensor.offset(), tensor.bytes());
+  return values;
+}
+
+void Session::write_tensor(const std::string& name, const void* data, size_t bytes) {
+  const plan::Tensor& tensor = tensor_named(name);
+  if (bytes != tensor.bytes()) {
+    throw Error("tensor '" + name + "' has " + std::to_string(tensor.bytes()) +
+                " bytes; cannot write " + std::to_string(bytes));
+  }
+  backend_->upload(arena_ + tensor.offset(), data, bytes);
+}
+
+std::map<std::string, std::vector<uint8_t>> Session::trained_parameters() const {
+  std::map<std::string, std::vector<uint8_t>> values;
+  for (const auto& load : plan_.parameters()) {
+    const plan::Tensor& tensor = plan_.tensors(load.tensor());
+    if (tensor.role() != plan::PARAMETER || values.count(load.initializer())) continue;
+    std::vector<uint8_t> bytes(tensor.bytes());
+    backend_->download(bytes.data(), arena_ + tensor.offset(), bytes.size());
+    values.emplace(load.initializer(), std::move(bytes));
+  }
+  return values;
+}
+
+}  // namespace piper::engine

@@ -1,0 +1,78 @@
+// A loaded plan ready to train: the arena with every tensor placed, parameters
+// loaded from the ONNX model, plan constants written, every kernel prepared,
+// and the streams ready to run one step at a time.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/runtime/backend.h"
+#include "engine/runtime/batch.h"
+#include "engine/runtime/executor.h"
+#include "schemas/plan.pb.h"
+
+namespace piper::engine {
+
+struct SessionOptions {
+  uint64_t seed = 0;  // handed to kernels through StepContext
+};
+
+class Session {
+ public:
+  // Validates the plan (tensor indices, offsets within the arena, events), allocates the arena,
+  // writes constants, loads parameters from header.model_path and prepares every kernel.
+  // Throws piper::Error naming the tensor, initializer or instruction at fault, and for plans
+  // with world_size > 1 (multi-rank execution needs a communicator).
+  Session(plan::Plan plan, std::unique_ptr<Backend> backend, SessionOptions options = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Runs one training step: feeds every plan input its rows of `batch` (the step's global
+  // batch, see data.h), runs the streams and returns the loss, the sum of weight * value over
+  // plan.loss(). Throws piper::Error naming a missing or mismatched input.
+  double step(const Batch& batch);
+  // Steps run so far; the next step's 1-based optimizer step number is steps_done() + 1.
+  int64_t steps_done() const { return steps_done_; }
+
+  const plan::Plan& plan() const { return plan_; }
+  Backend& backend() { return *backend_; }
+
+  // The bytes of the (first) tensor named `name`; throws naming it when the plan has none.
+  std::vector<uint8_t> read_tensor(const std::string& name) const;
+  std::vector<float> read_floats(const std::string& name) const;
+  // Overwrites the tensor named `name`; `bytes` must match its size.
+  void write_tensor(const std::string& name, const void* data, size_t bytes);
+  // Initializer name -> current bytes of its tensor, for every loaded parameter (role
+  // PARAMETER): what --save-onnx writes back into the model.
+  std::map<std::string, std::vector<uint8_t>> trained_parameters() const;
+
+  // Bytes this session holds on the device (the arena): its peak memory.
+  uint64_t peak_bytes() const { return arena_bytes_; }
+  // The planner's estimate of memory by role.
+  const plan::MemorySummary& planned_memory() const { return plan_.memory(); }
+  size_t num_streams() const { return executor_->num_streams(); }
+  size_t num_kernels() const { return executor_->num_kernels(); }
+
+ private:
+  void check_tensors();
+  void write_constants();
+  void load_parameters();
+  std::unique_ptr<Executor> prepare_streams();
+  TensorView view(int index) const;
+  const plan::Tensor& tensor_named(const std::string& name) const;
+  void upload_input(const plan::BatchInput& input, const Batch& batch);
+
+  plan::Plan plan_;
+  std::unique_ptr<Backend> backend_;
+  SessionOptions options_;
+  uint64_t arena_bytes_ = 0;
+  uint8_t* arena_ = nullptr;
+  std::unique_ptr<Executor> executor_;
+  int64_t steps_done_ = 0;
+};
+
+}  // namespace piper::engine

@@ -1,0 +1,56 @@
+#include "engine/runtime/tensor.h"
+
+#include "formats/error.h"
+
+namespace piper::engine {
+
+size_t dtype_size(plan::DType dtype) {
+  switch (dtype) {
+    case plan::FLOAT32:
+      return 4;
+    case plan::INT64:
+      return 8;
+    case plan::BOOL:
+      return 1;
+    default:
+      throw Error("tensor dtype " + dtype_name(dtype) +
+                  " has no element size; the plan must give every tensor a dtype "
+                  "(float32, int64 or bool)");
+  }
+}
+
+std::string dtype_name(plan::DType dtype) {
+  switch (dtype) {
+    case plan::FLOAT32:
+      return "float32";
+    case plan::INT64:
+      return "int64";
+    case plan::BOOL:
+      return "bool";
+    case plan::DTYPE_UNSPECIFIED:
+      return "unspecified";
+    default:
+      return "dtype#" + std::to_string(static_cast<int>(dtype));
+  }
+}
+
+int64_t num_elements(const Shape& shape) {
+  int64_t count = 1;
+  for (int64_t dim : shape) {
+    if (dim < 0) {
+      throw Error("shape " + shape_string(shape) + " has a negative dimension");
+    }
+    count *= dim;
+  }
+  return count;
+}
+
+std::string shape_string(const Shape& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    text += (i ? ", " : "") + std::to_string(shape[i]);
+  }
+  return text + "]";
+}
+
+}  // namespace piper::engine

@@ -1,0 +1,39 @@
+// NumPy .npy files (format versions 1.0 and 2.0): little-endian float32 ('<f4') and int64
+// ('<i8') arrays in C order, the formats piper-run reads training data from.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace piper::formats {
+
+enum class NpyDType { kFloat32, kInt64 };
+
+struct NpyArray {
+  NpyDType dtype = NpyDType::kFloat32;
+  std::vector<int64_t> shape;  // empty for a scalar
+  std::vector<uint8_t> data;   // little-endian, C order
+
+  int64_t elements() const;
+};
+
+// '<f4' or '<i8'.
+std::string npy_descr(NpyDType dtype);
+// 4 or 8.
+size_t npy_dtype_size(NpyDType dtype);
+
+// Parses .npy bytes; `source` names the file in errors. Throws piper::Error when the bytes are
+// not .npy, the array is in Fortran order, the dtype is unsupported (naming it) or the data
+// is truncated.
+NpyArray parse_npy(std::string_view bytes, const std::string& source);
+// Reads and parses `path`; errors name the path.
+NpyArray read_npy(const std::string& path);
+
+// The .npy bytes of `array` (version 1.0, or 2.0 when the header needs it).
+std::string serialize_npy(const NpyArray& array);
+// Writes `array` to `path` atomically. Throws piper::Error when data and shape disagree.
+void write_npy(const std::string& path, const NpyArray& array);
+
+}  // namespace piper::formats

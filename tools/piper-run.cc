@@ -1,0 +1,50 @@
+// piper-run: executes one rank's plan (written by piper-plan) for some training steps.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "engine/runtime/run.h"
+
+int main(int argc, char** argv) {
+  piper::engine::RunOptions options;
+  CLI::App app{
+      "Executes a Piper plan: trains the planned model for some steps on this rank, printing "
+      "one line per step (loss, step time, samples/s)."};
+  app.add_option("--plan", options.plan_path, "Plan file of this rank, written by piper-plan")
+      ->required();
+  app.add_option("--steps", options.steps, "Training steps to run")
+      ->default_val(10)
+      ->check(CLI::Validator(
+          [](std::string& value) {
+            return !value.empty() && value[0] == '-' ? "must be 0 or more, got " + value
+                                                     : std::string();
+          },
+          "N>=0"));
+  app.add_option(
+         "--data", options.data_dir,
+         "Directory with NAME.npy per graph input (float32 or int64, C order, leading "
+         "dimension = samples); step s uses rows (s*G + i) mod samples of each, G the "
+         "global batch. Without it, synthetic data from --seed: floats standard normal, "
+         "int64 inputs uniform in [0, int_high) of the plan's batch input (0 where it gives none)")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--metrics", options.metrics_path,
+                 "Write per-step metrics as JSON lines (step, loss, seconds, samples_per_s, "
+                 "peak_bytes) to this file; written as FILE.tmp and renamed when the run ends");
+  app.add_option("--save-onnx", options.save_onnx_path,
+                 "After training, write the model (the plan's header.model_path) with the trained "
+                 "weights to this ONNX file (atomically)");
+  app.add_option("--seed", options.seed, "Seed of synthetic data and of seeded kernels")
+      ->default_val(0);
+  app.add_option("--device", options.device, "Compute device")
+      ->default_val("cpu")
+      ->check(CLI::IsMember({"cpu"}));
+  CLI11_PARSE(app, argc, argv);
+  try {
+    piper::engine::run_training(options, std::cout);
+  } catch (const std::exception& error) {
+    std::cout.flush();
+    std::fprintf(stderr, "piper-run: error: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}
