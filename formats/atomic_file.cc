@@ -1,11 +1,12 @@
 #include "formats/atomic_file.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
 
 #include "formats/error.h"
 

@@ -1,8 +1,8 @@
 #include "formats/onnx_model.h"
 
-#include <cstring>
-
 #include <onnx/checker.h>
+
+#include <cstring>
 
 #include "formats/atomic_file.h"
 #include "formats/error.h"

@@ -1,11 +1,11 @@
 // Reading and writing ONNX models: the planner's input and --save-onnx's output.
 #pragma once
 
+#include <onnx/onnx_pb.h>
+
 #include <map>
 #include <string>
 #include <vector>
-
-#include <onnx/onnx_pb.h>
 
 namespace piper::formats {
 

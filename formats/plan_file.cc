@@ -71,9 +71,8 @@ plan::Plan read_plan_file(const std::string& path) {
   const auto checksum = read_le<uint64_t>(view, 20);
   const std::string_view payload = view.substr(kHeaderBytes);
   if (payload.size() != length) {
-    throw Error("plan '" + path + "' is truncated: payload has " +
-                std::to_string(payload.size()) + " bytes, header says " +
-                std::to_string(length));
+    throw Error("plan '" + path + "' is truncated: payload has " + std::to_string(payload.size()) +
+                " bytes, header says " + std::to_string(length));
   }
   if (fnv1a64(payload) != checksum) {
     throw Error("plan '" + path + "' is corrupted: checksum mismatch");

@@ -47,8 +47,7 @@ void annotate(ir::OpGraph& graph, const std::vector<strategy::Annotation>& annot
     }
     if (!matched) {
       throw Error(source + ": $.annotations[" + std::to_string(index) + "].match: '" +
-                  annotation.match +
-                  "' matches no ONNX node; node names look like '" +
+                  annotation.match + "' matches no ONNX node; node names look like '" +
                   (graph.num_ops() ? graph.op(0).name : std::string()) + "'");
     }
   }

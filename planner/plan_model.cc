@@ -1,10 +1,11 @@
 #include "planner/plan_model.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <filesystem>
 #include <random>
 #include <sstream>
-#include <unistd.h>
 
 #include "formats/error.h"
 #include "formats/onnx_model.h"
@@ -22,8 +23,9 @@ namespace {
 
 std::string new_plan_id() {
   std::random_device device;
-  std::mt19937_64 generator(device() ^ static_cast<uint64_t>(
-                                           std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::mt19937_64 generator(
+      device() ^
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
   std::ostringstream id;
   id << std::hex << generator();
   return id.str();

@@ -1,9 +1,8 @@
 // piper-plan MODEL.onnx STRATEGY.json -o DIR: plans training and writes one
 // plan per rank.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
-
-#include <CLI/CLI.hpp>
 
 #include "formats/error.h"
 #include "formats/strategy.h"

@@ -29,7 +29,9 @@ std::vector<bool> requiring_gradients(const ir::OpGraph& graph) {
 class Differentiator {
  public:
   explicit Differentiator(ir::OpGraph& graph)
-      : graph_(graph), needs_gradient_(requiring_gradients(graph)), contributions_(graph.num_tensors()) {}
+      : graph_(graph),
+        needs_gradient_(requiring_gradients(graph)),
+        contributions_(graph.num_tensors()) {}
 
   void run() {
     const ir::TensorId loss = graph_.loss;
@@ -67,8 +69,8 @@ class Differentiator {
       flows = flows || gradient >= 0;
     }
     for (ir::TensorId in : op.inputs) builder.wanted_.push_back(in >= 0 && needs_gradient_[in]);
-    const bool wanted = std::find(builder.wanted_.begin(), builder.wanted_.end(), true) !=
-                        builder.wanted_.end();
+    const bool wanted =
+        std::find(builder.wanted_.begin(), builder.wanted_.end(), true) != builder.wanted_.end();
     if (!flows || !wanted) return;
     const auto rule = gradient_rules().find(op.type);
     if (rule == gradient_rules().end()) {
@@ -158,7 +160,8 @@ void check_supported_ops(const ir::OpGraph& graph, const std::string& model_name
   for (const ir::Op& op : graph.ops()) {
     if (rules.count(op.type)) continue;
     std::string supported;
-    for (const auto& type : supported_op_types()) supported += (supported.empty() ? "" : ", ") + type;
+    for (const auto& type : supported_op_types())
+      supported += (supported.empty() ? "" : ", ") + type;
     throw Error(model_name + ": node '" + op.name + "' has op type " + op.type +
                 ", which Piper does not implement; supported op types: " + supported);
   }

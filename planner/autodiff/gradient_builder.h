@@ -16,9 +16,7 @@ class GradientBuilder {
 
   const ir::Op& op() const { return forward_; }
   ir::Shape input_shape(size_t index) const { return graph_.tensor(op().inputs.at(index)).shape; }
-  ir::Shape output_shape(size_t index) const {
-    return graph_.tensor(op().outputs.at(index)).shape;
-  }
+  ir::Shape output_shape(size_t index) const { return graph_.tensor(op().outputs.at(index)).shape; }
   ir::Shape shape(ir::TensorId id) const { return graph_.tensor(id).shape; }
   bool has_input(size_t index) const {
     return index < op().inputs.size() && op().inputs[index] >= 0;

@@ -5,8 +5,8 @@
 namespace piper::planner {
 
 std::string DirectiveContext::where(const std::string& field) const {
-  return source + ": " + directive.path + (field.empty() ? "" : "." + field) + " (" +
-         directive.op + ")";
+  return source + ": " + directive.path + (field.empty() ? "" : "." + field) + " (" + directive.op +
+         ")";
 }
 
 DirectivePass directive_pass(const DirectiveContext& context) {

@@ -1,11 +1,12 @@
 #include "planner/import/constant_folding.h"
 
+#include <onnx/defs/schema.h>
+#include <onnx/shape_inference/implementation.h>
+
 #include <cmath>
 #include <map>
 #include <numeric>
 #include <optional>
-#include <onnx/defs/schema.h>
-#include <onnx/shape_inference/implementation.h>
 
 #include "formats/error.h"
 #include "planner/import/constant_value.h"
@@ -71,8 +72,8 @@ ConstantValue fold_gather(const onnx::NodeProto& node, const Inputs& in) {
   const int64_t axis = normalize_axis(int_attr(node, "axis", 0), data.shape.size());
   const int64_t outer = std::accumulate(data.shape.begin(), data.shape.begin() + axis, int64_t{1},
                                         std::multiplies<>());
-  const int64_t inner = std::accumulate(data.shape.begin() + axis + 1, data.shape.end(),
-                                        int64_t{1}, std::multiplies<>());
+  const int64_t inner = std::accumulate(data.shape.begin() + axis + 1, data.shape.end(), int64_t{1},
+                                        std::multiplies<>());
   ConstantValue out;
   out.data_type = data.data_type;
   out.shape.assign(data.shape.begin(), data.shape.begin() + axis);
@@ -106,10 +107,9 @@ ConstantValue fold_squeeze(const onnx::NodeProto&, const Inputs& in) {
   std::vector<int64_t> shape;
   for (size_t d = 0; d < out.shape.size(); ++d) {
     const bool listed =
-        axes.empty() ? out.shape[d] == 1
-                     : std::any_of(axes.begin(), axes.end(), [&](int64_t a) {
-                         return normalize_axis(a, out.shape.size()) == static_cast<int64_t>(d);
-                       });
+        axes.empty() ? out.shape[d] == 1 : std::any_of(axes.begin(), axes.end(), [&](int64_t a) {
+          return normalize_axis(a, out.shape.size()) == static_cast<int64_t>(d);
+        });
     if (!listed) shape.push_back(out.shape[d]);
   }
   out.shape = shape;
@@ -123,8 +123,8 @@ ConstantValue fold_concat(const onnx::NodeProto& node, const Inputs& in) {
   out.shape = in[0]->shape;
   out.shape[axis] = 0;
   for (const auto* part : in) out.shape[axis] += part->shape[axis];
-  const int64_t outer = std::accumulate(out.shape.begin(), out.shape.begin() + axis, int64_t{1},
-                                        std::multiplies<>());
+  const int64_t outer =
+      std::accumulate(out.shape.begin(), out.shape.begin() + axis, int64_t{1}, std::multiplies<>());
   for (int64_t o = 0; o < outer; ++o) {
     for (const auto* part : in) {
       const int64_t chunk = part->size() / std::max<int64_t>(outer, 1);
@@ -176,7 +176,8 @@ ConstantValue fold_constant_of_shape(const onnx::NodeProto& node, const Inputs& 
 ConstantValue fold_range(const onnx::NodeProto&, const Inputs& in) {
   ConstantValue out;
   out.data_type = in[0]->data_type;
-  const double start = in[0]->values.at(0), limit = in[1]->values.at(0), delta = in[2]->values.at(0);
+  const double start = in[0]->values.at(0), limit = in[1]->values.at(0),
+               delta = in[2]->values.at(0);
   const auto n = std::max<int64_t>(static_cast<int64_t>(std::ceil((limit - start) / delta)), 0);
   out.shape = {n};
   for (int64_t i = 0; i < n; ++i) out.values.push_back(start + i * delta);
@@ -219,7 +220,8 @@ ConstantValue fold_slice(const onnx::NodeProto&, const Inputs& in) {
   std::vector<int64_t> index(rank, 0);
   for (int64_t flat = 0; flat < n; ++flat) {
     int64_t source = 0;
-    for (size_t d = 0; d < rank; ++d) source = source * data.shape[d] + begin[d] + index[d] * step[d];
+    for (size_t d = 0; d < rank; ++d)
+      source = source * data.shape[d] + begin[d] + index[d] * step[d];
     out.values.push_back(data.values[source]);
     for (size_t d = rank; d-- > 0;) {
       if (++index[d] < count[d]) break;
@@ -247,8 +249,8 @@ ConstantValue fold_arithmetic(const onnx::NodeProto& node, const Inputs& in) {
       {"Less", [](double a, double b) { return a < b ? 1.0 : 0.0; }},
       {"Greater", [](double a, double b) { return a > b ? 1.0 : 0.0; }},
   };
-  const bool comparison = node.op_type() == "Equal" || node.op_type() == "Less" ||
-                          node.op_type() == "Greater";
+  const bool comparison =
+      node.op_type() == "Equal" || node.op_type() == "Less" || node.op_type() == "Greater";
   ConstantValue out =
       broadcast_binary(*in[0], *in[1], comparison ? onnx::TensorProto::BOOL : in[0]->data_type,
                        kFunctions.at(node.op_type()));
@@ -341,8 +343,9 @@ int fold_once(onnx::ModelProto& model, const IsConstantInitializer& is_constant,
   int count = 0;
   for (const auto& node : graph.node()) {
     std::optional<std::vector<ConstantValue>> outputs;
-    const bool to_graph_output = std::any_of(node.output().begin(), node.output().end(),
-                                             [&](const auto& o) { return is_graph_output(graph, o); });
+    const bool to_graph_output =
+        std::any_of(node.output().begin(), node.output().end(),
+                    [&](const auto& o) { return is_graph_output(graph, o); });
     if (node.domain().empty() && !to_graph_output && node.output_size() == 1) {
       if (node.op_type() == "Shape") {
         if (auto value = fold_shape(node, shapes)) outputs = std::vector{*value};

@@ -3,11 +3,11 @@
 // that exporters emit for dynamic batch sizes become initializers.
 #pragma once
 
+#include <onnx/onnx_pb.h>
+
 #include <functional>
 #include <set>
 #include <string>
-
-#include <onnx/onnx_pb.h>
 
 namespace piper::planner {
 

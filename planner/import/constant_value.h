@@ -2,10 +2,10 @@
 // tiny, so every element is held as a double (exact for |int| < 2^53).
 #pragma once
 
+#include <onnx/onnx_pb.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <onnx/onnx_pb.h>
 
 namespace piper::planner {
 

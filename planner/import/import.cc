@@ -173,8 +173,9 @@ class GraphBuilder {
 
   void add_node(const onnx::NodeProto& node, int index) {
     ir::Op op;
-    op.type = node.domain().empty() || node.domain() == "ai.onnx" ? node.op_type()
-                                                                   : node.domain() + "." + node.op_type();
+    op.type = node.domain().empty() || node.domain() == "ai.onnx"
+                  ? node.op_type()
+                  : node.domain() + "." + node.op_type();
     op.name = node.name().empty() ? node.op_type() + "_" + std::to_string(index) : node.name();
     const std::string where = "node '" + op.name + "' (" + op.type + ")";
     for (const auto& input : node.input()) op.inputs.push_back(tensor_for(input, where));
@@ -214,9 +215,9 @@ void set_integer_ranges(ir::OpGraph& graph) {
   for (ir::TensorId input : graph.inputs) {
     for (ir::OpId consumer : graph.consumers(input)) {
       const ir::Op& op = graph.op(consumer);
-      const bool labels = (op.type == "SoftmaxCrossEntropyLoss" ||
-                           op.type == "NegativeLogLikelihoodLoss") &&
-                          op.inputs.size() > 1 && op.inputs[1] == input;
+      const bool labels =
+          (op.type == "SoftmaxCrossEntropyLoss" || op.type == "NegativeLogLikelihoodLoss") &&
+          op.inputs.size() > 1 && op.inputs[1] == input;
       const bool indices = op.type == "Gather" && op.inputs.size() > 1 && op.inputs[1] == input;
       if (labels) graph.tensor(input).int_high = graph.tensor(op.inputs[0]).shape.at(1);
       if (indices) {

@@ -1,10 +1,10 @@
 // ONNX model -> op graph: batch specialisation, constant folding, shapes.
 #pragma once
 
+#include <onnx/onnx_pb.h>
+
 #include <functional>
 #include <string>
-
-#include <onnx/onnx_pb.h>
 
 #include "planner/ir/op_graph.h"
 

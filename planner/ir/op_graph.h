@@ -27,8 +27,8 @@ struct Tensor {
 };
 
 struct Op {
-  std::string type;  // ONNX op type, or "piper.<Name>" for Piper's own ops
-  std::string name;  // ONNX node name, or derived from it for gradient ops
+  std::string type;              // ONNX op type, or "piper.<Name>" for Piper's own ops
+  std::string name;              // ONNX node name, or derived from it for gradient ops
   std::vector<TensorId> inputs;  // -1 marks an omitted optional input
   std::vector<TensorId> outputs;
   Attributes attributes;

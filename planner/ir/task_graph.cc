@@ -8,9 +8,9 @@
 namespace piper::ir {
 namespace {
 
-constexpr const char* kTaskKindNames[] = {"compute",        "send",      "recv",
-                                          "all_reduce",     "reduce_scatter", "all_gather",
-                                          "all_to_all",     "broadcast"};
+constexpr const char* kTaskKindNames[] = {"compute",    "send",           "recv",
+                                          "all_reduce", "reduce_scatter", "all_gather",
+                                          "all_to_all", "broadcast"};
 
 }  // namespace
 

@@ -14,8 +14,8 @@ Enum parse_enum(const std::string& text, const char* const (&names)[N], const ch
 }
 
 constexpr const char* kDTypeNames[] = {"f32", "i64", "bool"};
-constexpr const char* kRoleNames[] = {"input",    "activation",      "parameter", "gradient",
-                                      "optimizer_state", "loss", "constant"};
+constexpr const char* kRoleNames[] = {"input",           "activation", "parameter", "gradient",
+                                      "optimizer_state", "loss",       "constant"};
 constexpr const char* kPassNames[] = {"F", "B", "BI", "BW", "U"};
 
 template <typename T>

@@ -148,8 +148,8 @@ class Lowering {
       }
     }
     for (ir::OpId op : task.ops) emit_op(out, task, id, ops_.op(op));
-    const bool needed_elsewhere = std::any_of(
-        graph_.edges().begin(), graph_.edges().end(), [&](const ir::Edge& edge) {
+    const bool needed_elsewhere =
+        std::any_of(graph_.edges().begin(), graph_.edges().end(), [&](const ir::Edge& edge) {
           return edge.from == id && graph_.task(edge.to).stream != task.stream;
         });
     if (needed_elsewhere) {

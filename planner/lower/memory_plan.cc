@@ -45,9 +45,8 @@ MemoryPlan plan_memory(const std::vector<BufferRequest>& requests) {
       transient.push_back(i);
     }
   }
-  std::stable_sort(transient.begin(), transient.end(), [&](size_t a, size_t b) {
-    return requests[a].bytes > requests[b].bytes;
-  });
+  std::stable_sort(transient.begin(), transient.end(),
+                   [&](size_t a, size_t b) { return requests[a].bytes > requests[b].bytes; });
   std::vector<size_t> placed;
   uint64_t end = persistent_end;
   for (size_t index : transient) {

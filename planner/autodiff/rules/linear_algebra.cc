@@ -69,13 +69,15 @@ void matmul_rule(GradientBuilder& g) {
   const ir::TensorId dy = g.output_gradient(0);
   const ir::Shape dy_shape = g.shape(dy);
   if (g.wants(0)) {
-    const ir::TensorId da = g.emit("piper.MatMul", {dy, g.op().inputs[1]},
-                                   matmul_shape(dy_shape, false, b, true), {{"transB", int64_t{1}}});
+    const ir::TensorId da =
+        g.emit("piper.MatMul", {dy, g.op().inputs[1]}, matmul_shape(dy_shape, false, b, true),
+               {{"transB", int64_t{1}}});
     g.contribute(0, g.sum_to_input(da, 0));
   }
   if (g.wants(1)) {
-    const ir::TensorId db = g.emit("piper.MatMul", {g.op().inputs[0], dy},
-                                   matmul_shape(a, true, dy_shape, false), {{"transA", int64_t{1}}});
+    const ir::TensorId db =
+        g.emit("piper.MatMul", {g.op().inputs[0], dy}, matmul_shape(a, true, dy_shape, false),
+               {{"transA", int64_t{1}}});
     g.contribute(1, g.sum_to_input(db, 1));
   }
 }

@@ -13,8 +13,8 @@ void softmax_cross_entropy_rule(GradientBuilder& g) {
   }
   std::vector<ir::TensorId> inputs = {g.output_gradient(0), g.op().inputs[0], g.op().inputs[1]};
   if (g.has_input(2)) inputs.push_back(g.op().inputs[2]);
-  g.contribute(0, g.emit("piper.SoftmaxCrossEntropyLossGrad", inputs, g.input_shape(0),
-                         g.op().attributes));
+  g.contribute(
+      0, g.emit("piper.SoftmaxCrossEntropyLossGrad", inputs, g.input_shape(0), g.op().attributes));
 }
 
 }  // namespace

@@ -1,0 +1,365 @@
+#include "planner/ir/verify.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <tuple>
+
+namespace piper::ir {
+namespace {
+
+using DeviceSet = std::set<int>;
+
+std::string devices_text(const DeviceSet& devices) {
+  std::string text = "[";
+  for (int device : devices) text += (text.size() > 1 ? "," : "") + std::to_string(device);
+  return text + "]";
+}
+
+bool is_collective(TaskKind kind) {
+  return kind != TaskKind::kCompute && kind != TaskKind::kSend && kind != TaskKind::kRecv;
+}
+
+bool is_always_available(Role role) {
+  return role == Role::kParameter || role == Role::kConstant || role == Role::kInput ||
+         role == Role::kOptimizerState;
+}
+
+bool contains(const std::vector<int>& items, int item) {
+  return std::find(items.begin(), items.end(), item) != items.end();
+}
+
+// Checks one task graph; each check appends its messages. Later checks skip
+// what earlier ones reported (edges to missing tasks, unknown ops and
+// tensors), so a broken graph yields messages rather than exceptions.
+class Verifier {
+ public:
+  explicit Verifier(const TaskGraph& graph) : graph_(graph), ops_(graph.op_graph()) {}
+
+  std::vector<std::string> run() {
+    index_op_graph();
+    check_tasks();
+    check_edges();
+    check_acyclic();
+    check_op_assignment();
+    for (TaskId id = 0; id < graph_.num_tasks(); ++id) {
+      if (graph_.task(id).kind == TaskKind::kCompute) check_inputs(id);
+    }
+    check_sends_and_recvs();
+    check_collectives();
+    return std::move(messages_);
+  }
+
+ private:
+  void report(std::string message) { messages_.push_back(std::move(message)); }
+
+  std::string describe(TaskId id) const { return graph_.describe(id); }
+  std::string describe_op(OpId id) const {
+    return "op " + std::to_string(id) + " (" + ops_.op(id).type + " \"" + ops_.op(id).name + "\")";
+  }
+  bool valid_task(TaskId id) const { return id >= 0 && id < graph_.num_tasks(); }
+  bool valid_op(OpId id) const { return id >= 0 && id < ops_.num_ops(); }
+  bool valid_tensor(TensorId id) const { return id >= 0 && id < ops_.num_tensors(); }
+  std::string tensor_name(TensorId id) const {
+    return valid_tensor(id) ? ops_.tensor(id).name : "#" + std::to_string(id);
+  }
+
+  // Producers of every tensor, and tensor ids that exist.
+  void index_op_graph() {
+    producer_.assign(ops_.num_tensors(), -1);
+    for (OpId id = 0; id < ops_.num_ops(); ++id) {
+      const Op& op = ops_.op(id);
+      for (TensorId tensor : op.inputs) {
+        if (tensor >= ops_.num_tensors() || tensor < -1) {
+          report(describe_op(id) + " reads tensor id " + std::to_string(tensor) +
+                 ", which does not exist");
+        }
+      }
+      for (TensorId tensor : op.outputs) {
+        if (valid_tensor(tensor)) {
+          if (producer_[tensor] < 0) producer_[tensor] = id;
+        } else if (tensor != -1) {
+          report(describe_op(id) + " writes tensor id " + std::to_string(tensor) +
+                 ", which does not exist");
+        }
+      }
+    }
+  }
+
+  void check_tasks() {
+    for (TaskId id = 0; id < graph_.num_tasks(); ++id) {
+      const Task& task = graph_.task(id);
+      if (task.devices.empty()) report(describe(id) + " has no devices");
+      DeviceSet seen;
+      for (int device : task.devices) {
+        if (device < 0) report(describe(id) + " lists device " + std::to_string(device));
+        if (!seen.insert(device).second) {
+          report(describe(id) + " lists device " + std::to_string(device) + " twice");
+        }
+      }
+      if (task.stream.empty()) report(describe(id) + " has no stream");
+      for (OpId op : task.ops) {
+        if (!valid_op(op)) {
+          report(describe(id) + " lists op " + std::to_string(op) + ", which does not exist");
+        }
+      }
+      for (TensorId tensor : task.tensors) {
+        if (!valid_tensor(tensor)) {
+          report(describe(id) + " moves tensor id " + std::to_string(tensor) +
+                 ", which does not exist");
+        }
+      }
+    }
+  }
+
+  void check_edges() {
+    data_predecessors_.assign(graph_.num_tasks(), {});
+    const auto& edges = graph_.edges();
+    for (size_t i = 0; i < edges.size(); ++i) {
+      const Edge& edge = edges[i];
+      if (!valid_task(edge.from) || !valid_task(edge.to)) {
+        report("edge " + std::to_string(i) + " (" + std::to_string(edge.from) + " -> " +
+               std::to_string(edge.to) + ") names task " +
+               std::to_string(valid_task(edge.from) ? edge.to : edge.from) +
+               ", which does not exist");
+        continue;
+      }
+      if (edge.kind == EdgeKind::kData) {
+        data_predecessors_[edge.to].push_back(edge.from);
+      } else if (device_set(edge.from) != device_set(edge.to)) {
+        report("temporal edge from " + describe(edge.from) + " on devices " +
+               devices_text(device_set(edge.from)) + " to " + describe(edge.to) + " on devices " +
+               devices_text(device_set(edge.to)) + " crosses devices");
+      }
+    }
+  }
+
+  DeviceSet device_set(TaskId id) const {
+    const auto& devices = graph_.task(id).devices;
+    return DeviceSet(devices.begin(), devices.end());
+  }
+
+  // Kahn's algorithm over every edge; what remains holds a cycle, which is
+  // reported by walking back along predecessors that remain until one repeats.
+  void check_acyclic() {
+    const int n = graph_.num_tasks();
+    std::vector<int> indegree(n, 0);
+    std::vector<std::vector<TaskId>> successors(n);
+    std::vector<std::vector<TaskId>> predecessors(n);
+    for (const Edge& edge : graph_.edges()) {
+      if (!valid_task(edge.from) || !valid_task(edge.to)) continue;
+      successors[edge.from].push_back(edge.to);
+      predecessors[edge.to].push_back(edge.from);
+      ++indegree[edge.to];
+    }
+    std::vector<TaskId> ready;
+    for (TaskId id = 0; id < n; ++id) {
+      if (indegree[id] == 0) ready.push_back(id);
+    }
+    while (!ready.empty()) {
+      const TaskId id = ready.back();
+      ready.pop_back();
+      for (TaskId next : successors[id]) {
+        if (--indegree[next] == 0) ready.push_back(next);
+      }
+    }
+    const auto start = std::find_if(indegree.begin(), indegree.end(), [](int d) { return d > 0; });
+    if (start == indegree.end()) return;
+    // Every remaining task has a remaining predecessor, so walking back must repeat.
+    std::vector<TaskId> walk = {static_cast<TaskId>(start - indegree.begin())};
+    std::map<TaskId, size_t> position = {{walk.back(), 0}};
+    while (true) {
+      const auto& preds = predecessors[walk.back()];
+      const TaskId back =
+          *std::find_if(preds.begin(), preds.end(), [&](TaskId p) { return indegree[p] > 0; });
+      if (position.count(back)) {
+        std::vector<TaskId> cycle(walk.begin() + position[back], walk.end());
+        std::reverse(cycle.begin(), cycle.end());
+        std::rotate(cycle.begin(), std::min_element(cycle.begin(), cycle.end()), cycle.end());
+        std::string text;
+        for (TaskId id : cycle) text += describe(id) + " -> ";
+        report("the task DAG has a cycle: " + text + describe(cycle.front()));
+        return;
+      }
+      position[back] = walk.size();
+      walk.push_back(back);
+    }
+  }
+
+  void check_op_assignment() {
+    std::map<std::pair<OpId, int>, TaskId> owner;
+    for (TaskId id = 0; id < graph_.num_tasks(); ++id) {
+      const Task& task = graph_.task(id);
+      for (OpId op : task.ops) {
+        if (!valid_op(op)) continue;
+        const auto [found, inserted] = owner.emplace(std::make_pair(op, task.microbatch), id);
+        if (!inserted && found->second != id) {
+          report(describe_op(op) + " is in both " + describe(found->second) + " and " +
+                 describe(id) + " for mb " + std::to_string(task.microbatch));
+        } else if (!inserted) {
+          report(describe(id) + " lists " + describe_op(op) + " twice");
+        }
+      }
+    }
+  }
+
+  // Whether `source`, a data-edge predecessor of a task on `devices` in
+  // microbatch `mb`, provides `tensor` there.
+  bool provides(TaskId source, TensorId tensor, const DeviceSet& devices, int mb) const {
+    const Task& task = graph_.task(source);
+    if (is_per_microbatch(ops_, tensor) && task.microbatch != mb) return false;
+    const DeviceSet where = device_set(source);
+    if (!std::includes(where.begin(), where.end(), devices.begin(), devices.end())) return false;
+    if (task.kind == TaskKind::kCompute) {
+      return producer_[tensor] >= 0 && contains(task.ops, producer_[tensor]);
+    }
+    // A recv brings the tensor; a collective leaves its result on its devices.
+    return task.kind != TaskKind::kSend && contains(task.tensors, tensor);
+  }
+
+  // The tensors task `id` reads that none of its own earlier ops write.
+  void check_inputs(TaskId id) {
+    const Task& task = graph_.task(id);
+    const DeviceSet devices = device_set(id);
+    std::set<TensorId> written;
+    std::set<TensorId> checked;
+    for (OpId op : task.ops) {
+      if (!valid_op(op)) continue;
+      for (TensorId tensor : ops_.op(op).inputs) {
+        if (!valid_tensor(tensor) || written.count(tensor) || !checked.insert(tensor).second) {
+          continue;
+        }
+        check_input(id, devices, tensor);
+      }
+      for (TensorId tensor : ops_.op(op).outputs) written.insert(tensor);
+    }
+  }
+
+  void check_input(TaskId id, const DeviceSet& devices, TensorId tensor) {
+    const Task& task = graph_.task(id);
+    const OpId producer = producer_[tensor];
+    if (producer < 0 && is_always_available(ops_.tensor(tensor).role)) return;
+    for (TaskId source : data_predecessors_[id]) {
+      if (provides(source, tensor, devices, task.microbatch)) return;
+    }
+    const std::string reads = describe(id) + " on devices " + devices_text(devices) + " reads '" +
+                              tensor_name(tensor) + "'";
+    if (contains(task.ops, producer)) {
+      report(reads + " before " + describe_op(producer) + " of the same task writes it");
+      return;
+    }
+    std::string where;
+    for (TaskId other = 0; other < graph_.num_tasks(); ++other) {
+      const Task& candidate = graph_.task(other);
+      const bool same_mb =
+          !is_per_microbatch(ops_, tensor) || candidate.microbatch == task.microbatch;
+      if (producer >= 0 && candidate.kind == TaskKind::kCompute && same_mb &&
+          contains(candidate.ops, producer)) {
+        where += (where.empty() ? "; it is written by " : " and by ") + describe(other) +
+                 " on devices " + devices_text(device_set(other));
+      }
+    }
+    if (where.empty()) {
+      where = producer < 0 ? "; no op writes it" : "; no task runs " + describe_op(producer);
+    }
+    report(reads + " that no task joined to it by a data edge writes or receives there" + where);
+  }
+
+  // Send on device a to peer b of tensors T in mb m <=> exactly one recv on
+  // b from peer a of T in m, joined to it by a data edge.
+  void check_sends_and_recvs() {
+    std::vector<TaskId> sends;
+    std::vector<TaskId> recvs;
+    for (TaskId id = 0; id < graph_.num_tasks(); ++id) {
+      const Task& task = graph_.task(id);
+      if (task.kind != TaskKind::kSend && task.kind != TaskKind::kRecv) continue;
+      if (task.devices.size() != 1 || task.peer < 0) {
+        report(describe(id) + " must list one device and a peer, but lists devices " +
+               devices_text(device_set(id)) + " and peer " + std::to_string(task.peer));
+        continue;
+      }
+      (task.kind == TaskKind::kSend ? sends : recvs).push_back(id);
+    }
+    const auto matches = [&](TaskId send, TaskId recv) {
+      const Task& s = graph_.task(send);
+      const Task& r = graph_.task(recv);
+      return r.devices[0] == s.peer && r.peer == s.devices[0] && r.tensors == s.tensors &&
+             r.microbatch == s.microbatch;
+    };
+    for (TaskId send : sends) {
+      std::vector<TaskId> found;
+      for (TaskId recv : recvs) {
+        if (matches(send, recv)) found.push_back(recv);
+      }
+      report_matches(send, found, "recv");
+      if (found.size() == 1 && !contains(data_predecessors_[found[0]], send)) {
+        report("no data edge joins " + describe(send) + " to its recv " + describe(found[0]));
+      }
+    }
+    for (TaskId recv : recvs) {
+      std::vector<TaskId> found;
+      for (TaskId send : sends) {
+        if (matches(send, recv)) found.push_back(send);
+      }
+      report_matches(recv, found, "send");
+    }
+  }
+
+  void report_matches(TaskId id, const std::vector<TaskId>& found, const std::string& other) {
+    if (found.size() == 1) return;
+    const Task& task = graph_.task(id);
+    std::string tensors;
+    for (TensorId tensor : task.tensors) {
+      tensors += (tensors.empty() ? "'" : ", '") + tensor_name(tensor) + "'";
+    }
+    std::string text = describe(id) + " of [" + tensors + "] on device " +
+                       std::to_string(task.devices[0]) + " with peer " + std::to_string(task.peer) +
+                       " has ";
+    if (found.empty()) {
+      report(text + "no matching " + other);
+      return;
+    }
+    text += std::to_string(found.size()) + " matching " + other + "s: ";
+    for (size_t i = 0; i < found.size(); ++i) text += (i ? ", " : "") + describe(found[i]);
+    report(text);
+  }
+
+  // Tasks with the same kind, tensors, microbatch and stream form one
+  // collective; they must agree on its device set.
+  void check_collectives() {
+    using Key = std::tuple<TaskKind, std::vector<TensorId>, int, std::string>;
+    std::map<Key, TaskId> first;
+    for (TaskId id = 0; id < graph_.num_tasks(); ++id) {
+      const Task& task = graph_.task(id);
+      if (!is_collective(task.kind)) continue;
+      const auto [found, inserted] =
+          first.emplace(Key(task.kind, task.tensors, task.microbatch, task.stream), id);
+      if (!inserted && device_set(found->second) != device_set(id)) {
+        report("the " + to_string(task.kind) + " of " + describe(found->second) + " on devices " +
+               devices_text(device_set(found->second)) + " and " + describe(id) + " on devices " +
+               devices_text(device_set(id)) + " disagree on its devices");
+      }
+    }
+  }
+
+  const TaskGraph& graph_;
+  const OpGraph& ops_;
+  std::vector<OpId> producer_;
+  std::vector<std::vector<TaskId>> data_predecessors_;
+  std::vector<std::string> messages_;
+};
+
+}  // namespace
+
+std::vector<std::string> verify(const TaskGraph& graph) { return Verifier(graph).run(); }
+
+void verify_or_throw(const TaskGraph& graph, const std::string& after) {
+  const std::vector<std::string> messages = verify(graph);
+  if (messages.empty()) return;
+  std::string text = after + ": ";
+  for (size_t i = 0; i < messages.size(); ++i) text += (i ? "; " : "") + messages[i];
+  throw std::logic_error(text);
+}
+
+}  // namespace piper::ir
