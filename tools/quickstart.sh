@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # From nothing to a trained sample: installs what is missing, builds Piper into
-# build/, plans samples/mlp for one CPU rank, trains it for 20 steps (printing
-# the loss per step) and shows the start of the plan's dump.
+# build/, plans samples/mlp for one CPU rank, trains it for 20 steps on the
+# sample's data (printing the loss per step) and shows the start of the plan's
+# dump.
 #
 #   tools/quickstart.sh        # as root on Debian 12, from anywhere
 set -euo pipefail
@@ -16,8 +17,8 @@ cmake --build build -j"$(nproc)" --target piper-plan piper-run piper-dump
 echo "== plan: samples/mlp/model.onnx with samples/strategies/single.json"
 build/tools/piper-plan samples/mlp/model.onnx samples/strategies/single.json -o build/plans/mlp
 
-echo "== train 20 steps"
-build/tools/piper-run --plan build/plans/mlp/rank0.plan --steps 20
+echo "== train 20 steps on samples/mlp/data"
+build/tools/piper-run --plan build/plans/mlp/rank0.plan --steps 20 --data samples/mlp/data
 
 echo "== the plan (full dump: build/plans/mlp/rank0.txt)"
 build/tools/piper-dump build/plans/mlp/rank0.plan > build/plans/mlp/rank0.txt
