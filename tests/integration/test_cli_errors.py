@@ -306,6 +306,20 @@ class RunErrors(ErrorTest):
         self.assertRegex(result.output, r"x\.npy|['\"`]x['\"`]", result.describe())
         self.assertRegex(result.output, r"31|shape", result.describe())
 
+    def test_data_sample_counts_differ(self):
+        # x and y rows pair up as samples; arrays of different lengths cannot.
+        data = self.data_dir(self.good_x(64), self.good_y(60))
+        result = self.run_fails(self.plan_file(self.plan_bytes), data=data)
+        self.assertRegex(result.output, r"64", result.describe())
+        self.assertRegex(result.output, r"60", result.describe())
+
+    def test_labels_out_of_range(self):
+        # Fails during the first step: still no metrics or saved model.
+        y = self.good_y()
+        y[5] = 12
+        data = self.data_dir(self.good_x(), y)
+        self.run_fails(self.plan_file(self.plan_bytes), "12", data=data)
+
     def test_data_not_npy(self):
         data = self.data_dir(y=self.good_y())
         with open(os.path.join(data, "x.npy"), "w") as f:
