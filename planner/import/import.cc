@@ -136,6 +136,9 @@ class GraphBuilder {
     tensor.initializer = init.name();
     const bool trained = tensor.dtype == ir::DType::kFloat32 && !options_.is_frozen(init.name());
     tensor.role = trained ? ir::Role::kParameter : ir::Role::kConstant;
+    // Integer initializers are axes, shapes and indices that gradient rules
+    // read at planning time; the engine still loads them from the model.
+    if (tensor.dtype == ir::DType::kInt64) tensor.data = formats::initializer_bytes(init);
   }
 
   // Folded bools are stored one int32 per element by ONNX; the plan holds bytes.
