@@ -31,13 +31,14 @@ namespace {
 
 // ---------------------------------------------------------------- printing
 
+constexpr char kHexDigits[] = "0123456789abcdef";
+
 bool is_bare_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
          c == '.' || c == '/';
 }
 
 std::string quote(const std::string& text) {
-  static constexpr char kHex[] = "0123456789abcdef";
   std::string quoted = "\"";
   for (char c : text) {
     const auto byte = static_cast<unsigned char>(c);
@@ -48,7 +49,7 @@ std::string quote(const std::string& text) {
     } else if (c == '\t') {
       quoted += "\\t";
     } else if (byte < 0x20 || byte == 0x7f) {
-      quoted += {'\\', 'x', kHex[byte >> 4], kHex[byte & 15]};
+      quoted += {'\\', 'x', kHexDigits[byte >> 4], kHexDigits[byte & 15]};
     } else {
       quoted += c;
     }
@@ -135,9 +136,8 @@ std::string data_text(const Tensor& tensor) {
   if (numbers.size() * size == data.size()) {
     return list_text(numbers, [](const std::string& number) { return number; });
   }
-  static constexpr char kHex[] = "0123456789abcdef";
   std::string hex = "0x";
-  for (uint8_t byte : data) hex += {kHex[byte >> 4], kHex[byte & 15]};
+  for (uint8_t byte : data) hex += {kHexDigits[byte >> 4], kHexDigits[byte & 15]};
   return hex;
 }
 
@@ -164,8 +164,11 @@ class Printer {
   }
 
  private:
+  // Ids that name no tensor print as a quoted "#id", which parse() rejects.
   std::string tensor_ref(TensorId id) const {
-    return id < 0 ? "_" : name_text(ops_.tensor(id).name);
+    if (id == -1) return "_";
+    if (id < 0 || id >= ops_.num_tensors()) return quote("#" + std::to_string(id));
+    return name_text(ops_.tensor(id).name);
   }
 
   std::string tensor_refs(const std::vector<TensorId>& ids, const char* separator) const {
@@ -602,7 +605,8 @@ class Parser {
       if (key == "high") tensor.int_high = in.integer("an integer");
       if (key == "data") tensor.data = parse_data(in, tensor.dtype);
     });
-    names_[tensor.name] = ops().add_tensor(std::move(tensor));
+    const std::string name = tensor.name;
+    names_[name] = ops().add_tensor(std::move(tensor));
   }
 
   void parse_op(LineReader& in) {
