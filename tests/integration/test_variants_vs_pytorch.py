@@ -1,0 +1,164 @@
+"""Models beyond the sample, exported here from PyTorch and trained by Piper and
+by PyTorch from the same weights on the same data: 3-D inputs (MatMul + Add),
+sigmoid and mean pooling, a weight used twice (tied), a frozen buffer, Flatten,
+an MSE loss built from Sub/Mul/ReduceMean, Div by a learned scale, and an
+annotated strategy. Every step's loss within 1e-4 relative, final weights
+within 1e-3 relative. PyTorch runs here; no reference numbers are stored."""
+import os
+import tempfile
+import unittest
+
+import numpy as np
+import onnx
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from onnx import numpy_helper
+
+import harness
+from harness import Tools
+
+STEPS = 8
+GLOBAL_BATCH = 8
+SAMPLES = 24
+LOSS_RTOL = 1e-4
+WEIGHT_RTOL = 1e-3
+
+
+class Pooled3d(nn.Module):
+    """[B, 4, 8] -> Linear on the last dim (MatMul + Add) -> sigmoid -> mean over
+    the sequence -> Linear -> cross-entropy."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 16)
+        self.head = nn.Linear(16, 5)
+
+    def forward(self, x, y):
+        h = torch.sigmoid(self.proj(x)).mean(dim=1)
+        return F.cross_entropy(self.head(h), y)
+
+
+class TiedWithBuffer(nn.Module):
+    """Flatten, a weight used by two layers, a frozen buffer, Div and Sub."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(16, 16) * 0.2)
+        self.scale = nn.Parameter(torch.full((16,), 2.0))
+        self.register_buffer("mask", (torch.arange(16) % 3 != 0).float())
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x, y):
+        h = torch.flatten(x, 1)
+        h = torch.tanh(h @ self.w.t()) * self.mask
+        h = F.relu(h @ self.w) / self.scale - 0.1
+        return F.cross_entropy(self.head(h), y, reduction="sum") / x.shape[0]
+
+
+class Regression(nn.Module):
+    """Mean squared error from Sub, Mul and ReduceMean, with a float target."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(6, 12)
+        self.fc2 = nn.Linear(12, 3)
+
+    def forward(self, x, t):
+        d = self.fc2(torch.relu(self.fc1(x))) - t
+        return (d * d).mean()
+
+
+def inputs_for(name, rng):
+    if name == "pooled3d":
+        return (rng.standard_normal((SAMPLES, 4, 8)).astype(np.float32),
+                rng.integers(0, 5, SAMPLES).astype(np.int64))
+    if name == "tied":
+        return (rng.standard_normal((SAMPLES, 2, 8)).astype(np.float32),
+                rng.integers(0, 4, SAMPLES).astype(np.int64))
+    return (rng.standard_normal((SAMPLES, 6)).astype(np.float32),
+            rng.standard_normal((SAMPLES, 3)).astype(np.float32))
+
+
+MODELS = {"pooled3d": Pooled3d, "tied": TiedWithBuffer, "regression": Regression}
+
+
+class VariantsMatchPyTorch(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        torch.set_num_threads(1)
+        cls.tmp = tempfile.TemporaryDirectory(prefix="piper_variants_")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def check(self, name, optimizer, make_optimizer, **strategy_extra):
+        work = os.path.join(self.tmp.name, name + "_" + optimizer["type"])
+        os.makedirs(os.path.join(work, "data"))
+        torch.manual_seed(7)
+        model = MODELS[name]()
+        x, t = inputs_for(name, np.random.default_rng(5))
+        np.save(os.path.join(work, "data", "a.npy"), x)
+        np.save(os.path.join(work, "data", "b.npy"), t)
+        model_path = os.path.join(work, "model.onnx")
+        torch.onnx.export(model, (torch.from_numpy(x[:2]), torch.from_numpy(t[:2])), model_path,
+                          opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False, input_names=["a", "b"],
+                          output_names=["loss"],
+                          dynamic_axes={"a": {0: "batch"}, "b": {0: "batch"}})
+
+        strategy = harness.write_json(os.path.join(work, "strategy.json"),
+                                      harness.strategy(GLOBAL_BATCH, optimizer, **strategy_extra))
+        plans = os.path.join(work, "plans")
+        harness.run_ok([Tools.plan, model_path, strategy, "-o", plans])
+        metrics = os.path.join(work, "metrics.jsonl")
+        trained = os.path.join(work, "trained.onnx")
+        harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan"), "--steps", STEPS,
+                        "--data", os.path.join(work, "data"), "--metrics", metrics,
+                        "--save-onnx", trained])
+        losses = [record["loss"] for record in harness.read_metrics(metrics)]
+
+        reference = make_optimizer(model.parameters())
+        expected = []
+        for step in range(STEPS):
+            rows = (step * GLOBAL_BATCH + np.arange(GLOBAL_BATCH)) % SAMPLES
+            loss = model(torch.from_numpy(x[rows]), torch.from_numpy(t[rows]))
+            expected.append(loss.item())
+            reference.zero_grad()
+            loss.backward()
+            reference.step()
+
+        self.assertEqual(len(losses), STEPS)
+        for step, (got, want) in enumerate(zip(losses, expected)):
+            self.assertLessEqual(abs(got - want) / abs(want), LOSS_RTOL,
+                                 f"[{name}] step {step}: piper {got!r}, pytorch {want!r}")
+        saved = {t.name: numpy_helper.to_array(t) for t in onnx.load(trained).graph.initializer}
+        for param, value in model.named_parameters():
+            want = value.detach().numpy()
+            error = np.linalg.norm(saved[param] - want) / np.linalg.norm(want)
+            print(f"[{name}] {param}: relative error {error:.2e}")
+            self.assertLessEqual(error, WEIGHT_RTOL, f"[{name}] final {param}")
+        for buffer, value in model.named_buffers():
+            np.testing.assert_array_equal(saved[buffer], value.numpy(),
+                                          f"[{name}] frozen buffer {buffer} changed")
+
+    def test_pooled3d_adamw(self):
+        self.check("pooled3d", {"type": "adamw", "lr": 0.01},
+                   lambda p: torch.optim.AdamW(p, lr=0.01))
+
+    def test_tied_weights_and_frozen_buffer_sgd(self):
+        self.check("tied", {"type": "sgd", "lr": 0.1, "momentum": 0.5, "dampening": 0.1},
+                   lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.5, dampening=0.1),
+                   frozen=["mask"])
+
+    def test_regression_with_annotations(self):
+        self.check("regression", {"type": "adamw", "lr": 0.02, "weight_decay": 0.1},
+                   lambda p: torch.optim.AdamW(p, lr=0.02, weight_decay=0.1),
+                   annotations=[{"match": "/fc1/*", "tags": {"LAYER": 0}},
+                                {"match": "/fc2/*", "tags": {"LAYER": 1}}],
+                   directives=[{"op": "place", "filter": {"LAYER": 1}, "devices": [0]}])
+
+
+if __name__ == "__main__":
+    harness.main()
