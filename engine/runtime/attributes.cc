@@ -85,6 +85,9 @@ std::vector<int64_t> Attributes::get_ints(const std::string& name,
   if (attribute == nullptr) {
     return fallback;
   }
+  if (attribute->value_case() == plan::Attribute::VALUE_NOT_SET) {
+    return {};  // an empty list written without its (empty) Ints message
+  }
   if (attribute->value_case() != plan::Attribute::kInts) {
     wrong_type(*attribute, "ints");
   }

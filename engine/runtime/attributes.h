@@ -19,7 +19,7 @@ class Attributes {
   // A float attribute (an int is accepted and converted), or `fallback` when absent.
   double get_float(const std::string& name, double fallback) const;
   std::string get_string(const std::string& name, const std::string& fallback) const;
-  // An ints attribute, or `fallback` when absent.
+  // An ints attribute (empty when present without a value), or `fallback` when absent.
   std::vector<int64_t> get_ints(const std::string& name,
                                 const std::vector<int64_t>& fallback) const;
   // Throws naming the attribute when it is absent.

@@ -1,0 +1,145 @@
+// CPU reductions: ReduceMean, ReduceSum (axes input, keepdims, noop_with_empty_axes),
+// piper.SumTo and piper.BroadcastTo.
+#include <gmock/gmock.h>
+
+#include "engine_test_util.h"
+#include "formats/error.h"
+
+namespace piper::engine::testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// x[i, j, k] = 100 i + 10 j + k for shape [2, 3, 4].
+std::vector<float> Iota3() {
+  std::vector<float> values;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) values.push_back(100 * i + 10 * j + k);
+  return values;
+}
+
+TEST(CpuReduce, ReduceMeanKeepdims) {
+  KernelRunner r;
+  const int x = r.Input({2, 3, 4}, Iota3());
+  const int keep = r.Output({2, 1, 4});
+  const int drop = r.Output({2, 4});
+  r.Run("ReduceMean", {x}, {keep}, {Ints("axes", {1})});
+  r.Run("ReduceMean", {x}, {drop}, {Ints("axes", {-2}), Int("keepdims", 0)});
+  EXPECT_THAT(r.Floats(keep), ElementsAre(10, 11, 12, 13, 110, 111, 112, 113));
+  EXPECT_THAT(r.Floats(drop), ElementsAre(10, 11, 12, 13, 110, 111, 112, 113));
+}
+
+TEST(CpuReduce, ReduceMeanAllAxesByDefault) {
+  KernelRunner r;
+  const int x = r.Input({2, 3, 4}, Iota3());
+  const int keep = r.Output({1, 1, 1});
+  const int scalar = r.Output({});
+  r.Run("ReduceMean", {x}, {keep});
+  r.Run("ReduceMean", {x}, {scalar}, {Int("keepdims", 0)});
+  EXPECT_THAT(r.Floats(keep), ElementsAre(61.5));
+  EXPECT_THAT(r.Floats(scalar), ElementsAre(61.5));
+}
+
+TEST(CpuReduce, ReduceSumWithAxesInput) {
+  KernelRunner r;
+  const int x = r.Input({2, 3, 4}, Iota3());
+  const int axes = r.IntInput({2}, {0, 2});
+  const int keep = r.Output({1, 3, 1});
+  const int drop = r.Output({3});
+  r.Run("ReduceSum", {x, axes}, {keep});
+  r.Run("ReduceSum", {x, axes}, {drop}, {Int("keepdims", 0)});
+  // Sum over i and k of 100 i + 10 j + k: 400 + 80 j + 12.
+  EXPECT_THAT(r.Floats(keep), ElementsAre(412, 492, 572));
+  EXPECT_THAT(r.Floats(drop), ElementsAre(412, 492, 572));
+}
+
+TEST(CpuReduce, ReduceSumEmptyAxes) {
+  KernelRunner r;
+  const int x = r.Input({2, 2}, {1, 2, 3, 4});
+  const int empty = r.IntInput({0}, {});
+  const int all = r.Output({1, 1});
+  const int same = r.Output({2, 2});
+  const int omitted = r.Output({});
+  r.Run("ReduceSum", {x, empty}, {all});
+  r.Run("ReduceSum", {x, empty}, {same}, {Int("noop_with_empty_axes", 1)});
+  r.Run("ReduceSum", {x}, {omitted}, {Int("keepdims", 0)});
+  EXPECT_THAT(r.Floats(all), ElementsAre(10));
+  EXPECT_THAT(r.Floats(same), ElementsAre(1, 2, 3, 4));
+  EXPECT_THAT(r.Floats(omitted), ElementsAre(10));
+}
+
+TEST(CpuReduce, RejectsWrongReducedShape) {
+  KernelRunner r;
+  const int x = r.Input({2, 3, 4}, Iota3());
+  const int y = r.Output({2, 4});
+  try {
+    r.Prepare("ReduceMean", {x}, {y}, {Ints("axes", {1})});
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("gives [2, 1, 4] but the output has shape [2, 4]"));
+  }
+  EXPECT_THROW(r.Prepare("ReduceMean", {x}, {y}, {Ints("axes", {3})}), Error);
+}
+
+TEST(CpuReduce, SumToBroadcastShapes) {
+  KernelRunner r;
+  const int x = r.Input({2, 3, 4}, Iota3());
+  const int row = r.Output({4});
+  const int col = r.Output({3, 1});
+  const int scalar = r.Output({});
+  const int same = r.Output({2, 3, 4});
+  r.Run("piper.SumTo", {x}, {row});
+  r.Run("piper.SumTo", {x}, {col});
+  r.Run("piper.SumTo", {x}, {scalar});
+  r.Run("piper.SumTo", {x}, {same});
+  // Over i, j: 300 + 60 + 6 k; over i, k: 400 + 80 j + 12.
+  EXPECT_THAT(r.Floats(row), ElementsAre(360, 366, 372, 378));
+  EXPECT_THAT(r.Floats(col), ElementsAre(412, 492, 572));
+  EXPECT_THAT(r.Floats(scalar), ElementsAre(1476));
+  EXPECT_EQ(r.Floats(same), Iota3());
+}
+
+TEST(CpuReduce, SumToRejectsNonBroadcastShape) {
+  KernelRunner r;
+  const int x = r.Input({2, 3, 4}, Iota3());
+  const int y = r.Output({2});
+  EXPECT_THROW(r.Prepare("piper.SumTo", {x}, {y}), Error);
+}
+
+TEST(CpuReduce, BroadcastToInsertsAxesAndScales) {
+  KernelRunner r;
+  const int x = r.Input({2, 2}, {1, 2, 3, 4});
+  const int y = r.Output({2, 3, 2});
+  r.Run("piper.BroadcastTo", {x}, {y}, {Ints("axes", {1}), Float("scale", 0.5)});
+  EXPECT_THAT(r.Floats(y), ElementsAre(0.5, 1, 0.5, 1, 0.5, 1, 1.5, 2, 1.5, 2, 1.5, 2));
+}
+
+TEST(CpuReduce, BroadcastToWithoutAxesIsNumpyBroadcast) {
+  KernelRunner r;
+  const int x = r.Input({3}, {1, 2, 3});
+  const int s = r.Input({}, {7});
+  const int y = r.Output({2, 3});
+  const int z = r.Output({2, 2});
+  r.Run("piper.BroadcastTo", {x}, {y});
+  r.Run("piper.BroadcastTo", {s}, {z}, {Ints("axes", {}), Float("scale", 2)});
+  EXPECT_THAT(r.Floats(y), ElementsAre(1, 2, 3, 1, 2, 3));
+  EXPECT_THAT(r.Floats(z), ElementsAre(14, 14, 14, 14));
+}
+
+// BroadcastTo with the reduced axes and 1/n is the adjoint of ReduceMean with keepdims=0.
+TEST(CpuReduce, BroadcastToUndoesReduceMeanShape) {
+  KernelRunner r;
+  const int dy = r.Input({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8});
+  const int dx = r.Output({2, 3, 4});
+  r.Run("piper.BroadcastTo", {dy}, {dx}, {Ints("axes", {1}), Float("scale", 1.0 / 3)});
+  const auto values = r.Floats(dx);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k)
+        EXPECT_FLOAT_EQ(values[i * 12 + j * 4 + k], (i * 4 + k + 1) / 3.0f);
+}
+
+}  // namespace
+}  // namespace piper::engine::testing

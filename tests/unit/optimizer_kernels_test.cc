@@ -1,0 +1,121 @@
+// piper.SGD and piper.AdamW against torch.optim's update rules written out in double,
+// over three steps with changing gradients.
+#include <gmock/gmock.h>
+
+#include "engine_test_util.h"
+#include "formats/error.h"
+
+namespace piper::engine::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kSteps = 3;
+constexpr int64_t kSize = 6;
+
+std::vector<float> Gradient(int step) { return TestValues(kSize, 100 + step); }
+
+struct SgdCase {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov;
+};
+
+void CheckSgd(const SgdCase& c) {
+  const std::vector<float> p0 = TestValues(kSize, 7);
+  KernelRunner r;
+  const int p = r.Input({2, 3}, p0);
+  const int g = r.Input({2, 3}, Gradient(1));
+  const bool has_buffer = c.momentum != 0;
+  const int m = has_buffer ? r.Output({2, 3}) : KernelRunner::kOmitted;
+  auto kernel =
+      r.Prepare("piper.SGD", has_buffer ? std::vector<int>{p, g, m} : std::vector<int>{p, g}, {},
+                {Float("lr", c.lr), Float("momentum", c.momentum), Float("dampening", c.dampening),
+                 Float("weight_decay", c.weight_decay), Int("nesterov", c.nesterov)});
+  std::vector<double> param(p0.begin(), p0.end()), buf(kSize, 0.0);
+  for (int step = 1; step <= kSteps; ++step) {
+    const auto grad = Gradient(step);
+    r.Set(g, grad);
+    kernel->run(StepContext{step, 0});
+    for (int64_t i = 0; i < kSize; ++i) {
+      double d = grad[i] + c.weight_decay * param[i];
+      if (c.momentum != 0) {
+        buf[i] = step == 1 ? d : c.momentum * buf[i] + (1 - c.dampening) * d;
+        d = c.nesterov ? d + c.momentum * buf[i] : buf[i];
+      }
+      param[i] -= c.lr * d;
+    }
+    const std::string label = "SGD step " + std::to_string(step);
+    ExpectNear(r.Floats(p), param, 1e-6, label + " parameter");
+    if (has_buffer) ExpectNear(r.Floats(m), buf, 1e-6, label + " momentum buffer");
+  }
+}
+
+TEST(OptimizerKernels, SgdPlain) { CheckSgd({0.1, 0, 0, 0, false}); }
+TEST(OptimizerKernels, SgdWeightDecay) { CheckSgd({0.1, 0, 0, 0.01, false}); }
+TEST(OptimizerKernels, SgdMomentumDampening) { CheckSgd({0.05, 0.9, 0.3, 0, false}); }
+TEST(OptimizerKernels, SgdNesterovWeightDecay) { CheckSgd({0.05, 0.8, 0, 0.02, true}); }
+
+TEST(OptimizerKernels, AdamW) {
+  const double lr = 0.01, b1 = 0.8, b2 = 0.95, eps = 1e-6, wd = 0.1;
+  const std::vector<float> p0 = TestValues(kSize, 8);
+  KernelRunner r;
+  const int p = r.Input({kSize}, p0);
+  const int g = r.Input({kSize}, Gradient(1));
+  const int m = r.Output({kSize});
+  const int v = r.Output({kSize});
+  auto kernel = r.Prepare("piper.AdamW", {p, g, m, v}, {},
+                          {Float("lr", lr), Float("beta1", b1), Float("beta2", b2),
+                           Float("eps", eps), Float("weight_decay", wd)});
+  std::vector<double> param(p0.begin(), p0.end()), mm(kSize, 0.0), vv(kSize, 0.0);
+  for (int step = 1; step <= kSteps; ++step) {
+    const auto grad = Gradient(step);
+    r.Set(g, grad);
+    kernel->run(StepContext{step, 0});
+    for (int64_t i = 0; i < kSize; ++i) {
+      param[i] *= 1 - lr * wd;
+      mm[i] = b1 * mm[i] + (1 - b1) * grad[i];
+      vv[i] = b2 * vv[i] + (1 - b2) * grad[i] * grad[i];
+      const double step_size = lr / (1 - std::pow(b1, step));
+      const double denom = std::sqrt(vv[i]) / std::sqrt(1 - std::pow(b2, step)) + eps;
+      param[i] -= step_size * mm[i] / denom;
+    }
+    const std::string label = "AdamW step " + std::to_string(step);
+    ExpectNear(r.Floats(p), param, 1e-6, label + " parameter");
+    ExpectNear(r.Floats(m), mm, 1e-7, label + " first moment");
+    ExpectNear(r.Floats(v), vv, 1e-7, label + " second moment");
+  }
+}
+
+TEST(OptimizerKernels, SgdRejectsNesterovWithDampening) {
+  KernelRunner r;
+  const int p = r.Input({2}, {1, 2});
+  const int g = r.Input({2}, {1, 2});
+  const int m = r.Output({2});
+  try {
+    r.Prepare(
+        "piper.SGD", {p, g, m}, {},
+        {Float("lr", 0.1), Float("momentum", 0.9), Float("dampening", 0.1), Int("nesterov", 1)});
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("Nesterov momentum requires"));
+  }
+}
+
+TEST(OptimizerKernels, RejectsMissingLrAndMismatchedState) {
+  KernelRunner r;
+  const int p = r.Input({2}, {1, 2});
+  const int g = r.Input({2}, {1, 2});
+  const int m = r.Output({3});
+  try {
+    r.Prepare("piper.SGD", {p, g}, {});
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("piper.SGD: required attribute 'lr' is missing"));
+  }
+  EXPECT_THROW(r.Prepare("piper.AdamW", {p, g, m, m}, {}, {Float("lr", 0.1)}), Error);
+  EXPECT_THROW(r.Prepare("piper.SGD", {p, g}, {}, {Float("lr", 0.1), Float("momentum", 0.9)}),
+               Error);
+}
+
+}  // namespace
+}  // namespace piper::engine::testing
