@@ -161,12 +161,19 @@ void write_memory(std::ostringstream& out, const plan::Plan& plan) {
   field(out, "batch inputs", sized(memory.input_bytes()));
 }
 
+// "TENSOR TYPE" when the tensor carries the source's name, else "SOURCE -> TENSOR TYPE".
+std::string source_to_text(const plan::Plan& plan, const std::string& source, int32_t tensor) {
+  const bool same =
+      tensor >= 0 && tensor < plan.tensors_size() && plan.tensors(tensor).name() == source;
+  return (same ? "" : source + " -> ") + operand_to_text(plan, tensor);
+}
+
 void write_inputs(std::ostringstream& out, const plan::Plan& plan) {
   out << "\nbatch inputs (" << plan.inputs_size() << "):\n";
   for (const plan::BatchInput& input : plan.inputs()) {
-    out << "  " << input.input() << "  rows [" << input.sample_offset() << ", "
-        << input.sample_offset() + input.samples() << ") of each step's " << plan.global_batch()
-        << "  -> " << operand_to_text(plan, input.tensor());
+    out << "  " << source_to_text(plan, input.input(), input.tensor()) << "  rows ["
+        << input.sample_offset() << ", " << input.sample_offset() + input.samples()
+        << ") of each step's " << plan.global_batch();
     if (input.int_high() > 0) {
       out << "  synthetic values in [0, " << input.int_high() << ")";
     }
@@ -177,7 +184,7 @@ void write_inputs(std::ostringstream& out, const plan::Plan& plan) {
 void write_parameters(std::ostringstream& out, const plan::Plan& plan) {
   out << "\nparameters loaded from the model (" << plan.parameters_size() << "):\n";
   for (const plan::ParameterLoad& parameter : plan.parameters()) {
-    out << "  " << parameter.initializer() << "  -> " << operand_to_text(plan, parameter.tensor());
+    out << "  " << source_to_text(plan, parameter.initializer(), parameter.tensor());
     if (parameter.tensor() >= 0 && parameter.tensor() < plan.tensors_size()) {
       out << "  " << role_to_text(plan.tensors(parameter.tensor()).role());
     }

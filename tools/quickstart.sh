@@ -20,6 +20,9 @@ build/tools/piper-plan samples/mlp/model.onnx samples/strategies/single.json -o 
 echo "== train 20 steps on samples/mlp/data"
 build/tools/piper-run --plan build/plans/mlp/rank0.plan --steps 20 --data samples/mlp/data
 
-echo "== the plan (full dump: build/plans/mlp/rank0.txt)"
+echo "== the plan: its summary and first instructions (all of it: build/plans/mlp/rank0.txt)"
 build/tools/piper-dump build/plans/mlp/rank0.plan > build/plans/mlp/rank0.txt
-head -n 40 build/plans/mlp/rank0.txt
+sed -n '1,/^loss:/p' build/plans/mlp/rank0.txt
+echo
+awk '/^stream /{shown=1} shown && n++ < 12' build/plans/mlp/rank0.txt
+echo "  ..."

@@ -157,8 +157,8 @@ TEST(PlanTextTest, HeaderMemoryAndSettings) {
   EXPECT_TRUE(has_line(text, "memory: arena 1.50 MiB (1572864 B)")) << text;
   EXPECT_TRUE(has_line(text, "  parameters       16.0 KiB (16384 B)")) << text;
   EXPECT_TRUE(has_line(text, "  activations peak 512 B")) << text;
-  EXPECT_TRUE(has_line(text, "  x  rows [0, 32) of each step's 32  -> x f32[32,64]")) << text;
-  EXPECT_TRUE(has_line(text, "  fc2.weight  -> W f32[64,64]  parameter")) << text;
+  EXPECT_TRUE(has_line(text, "  x f32[32,64]  rows [0, 32) of each step's 32")) << text;
+  EXPECT_TRUE(has_line(text, "  fc2.weight -> W f32[64,64]  parameter")) << text;
   EXPECT_TRUE(has_line(text,
                        "optimizer: sgd  lr=0.05  momentum=0.9  dampening=0  "
                        "nesterov=false  weight_decay=0"))
