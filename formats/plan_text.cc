@@ -110,6 +110,41 @@ std::string attribute_to_text(const plan::Attribute& attribute) {
   }
 }
 
+std::string collective_kind_to_text(plan::Collective::Kind kind) {
+  switch (kind) {
+    case plan::Collective::ALL_REDUCE:
+      return "all-reduce";
+    case plan::Collective::REDUCE_SCATTER:
+      return "reduce-scatter";
+    case plan::Collective::ALL_GATHER:
+      return "all-gather";
+    case plan::Collective::BROADCAST:
+      return "broadcast";
+    case plan::Collective::ALL_TO_ALL:
+      return "all-to-all";
+    default:
+      return "collective(" + std::to_string(static_cast<int>(kind)) + ")";
+  }
+}
+
+std::string ranks_to_text(const plan::CommGroup& group) {
+  std::string text = "[";
+  for (int i = 0; i < group.ranks_size(); ++i) {
+    text += (i ? "," : "") + std::to_string(group.ranks(i));
+  }
+  return text + "]";
+}
+
+// "group 2 ranks [0,1]"; "group 2 <unknown>" when the plan does not define it.
+std::string group_to_text(const plan::Plan& plan, int32_t id) {
+  for (const plan::CommGroup& group : plan.groups()) {
+    if (group.id() == id) {
+      return "group " + std::to_string(id) + " ranks " + ranks_to_text(group);
+    }
+  }
+  return "group " + std::to_string(id) + " <unknown>";
+}
+
 std::string pad(std::string text, size_t width) {
   if (text.size() < width) {
     text.append(width - text.size(), ' ');
@@ -344,6 +379,27 @@ std::string instruction_to_text(const plan::Plan& plan, const plan::Instruction&
       return with_label("record") + "  event " + std::to_string(instruction.record().event());
     case plan::Instruction::kWait:
       return with_label("wait") + "  event " + std::to_string(instruction.wait().event());
+    case plan::Instruction::kCollective: {
+      const plan::Collective& collective = instruction.collective();
+      std::string line = with_label(collective_kind_to_text(collective.kind())) + "  " +
+                         group_to_text(plan, collective.group()) + "  " +
+                         operands_to_text(plan, collective.inputs()) + " -> " +
+                         operands_to_text(plan, collective.outputs());
+      if (collective.kind() == plan::Collective::BROADCAST) {
+        line += "  {root=" + std::to_string(collective.root()) + "}";
+      } else if (collective.average()) {
+        line += "  {average}";
+      }
+      return line;
+    }
+    case plan::Instruction::kSend:
+      return with_label("send") + "  " + operand_to_text(plan, instruction.send().tensor()) +
+             " -> rank " + std::to_string(instruction.send().peer()) +
+             "  {tag=" + std::to_string(instruction.send().tag()) + "}";
+    case plan::Instruction::kRecv:
+      return with_label("recv") + "  " + operand_to_text(plan, instruction.recv().tensor()) +
+             " <- rank " + std::to_string(instruction.recv().peer()) +
+             "  {tag=" + std::to_string(instruction.recv().tag()) + "}";
     default:
       return with_label("<empty instruction>");
   }
@@ -356,6 +412,12 @@ std::string plan_to_text(const plan::Plan& plan) {
   write_inputs(out, plan);
   write_parameters(out, plan);
   write_optimizer(out, plan);
+  if (plan.groups_size() > 0) {
+    out << "\ncommunicator groups (" << plan.groups_size() << "):\n";
+    for (const plan::CommGroup& group : plan.groups()) {
+      out << "  " << group.id() << ": ranks " << ranks_to_text(group) << '\n';
+    }
+  }
   write_tensors(out, plan);
   for (const plan::Stream& stream : plan.streams()) {
     write_stream(out, plan, stream);

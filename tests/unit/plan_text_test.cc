@@ -166,6 +166,54 @@ TEST(PlanTextTest, HeaderMemoryAndSettings) {
   EXPECT_TRUE(has_line(text, "loss: 1 * loss f32[]")) << text;
 }
 
+TEST(PlanTextTest, CommunicationLines) {
+  plan::Plan plan = small_plan();
+  plan::CommGroup* group = plan.add_groups();
+  group->set_id(1);
+  group->add_ranks(0);
+  group->add_ranks(2);
+  plan::Stream* stream = plan.add_streams();
+  stream->set_name("dp_reduce");
+  plan::Instruction* reduce = stream->add_instructions();
+  reduce->set_pass(plan::BACKWARD);
+  reduce->set_microbatch(-1);
+  reduce->set_label("bucket0");
+  plan::Collective* collective = reduce->mutable_collective();
+  collective->set_kind(plan::Collective::ALL_REDUCE);
+  collective->set_group(1);
+  collective->add_inputs(5);
+  collective->add_outputs(5);
+  collective->set_average(true);
+  plan::Instruction* send = stream->add_instructions();
+  send->set_pass(plan::FORWARD);
+  send->set_microbatch(2);
+  send->mutable_send()->set_tensor(2);
+  send->mutable_send()->set_peer(3);
+  send->mutable_send()->set_tag(7);
+  plan::Instruction* recv = stream->add_instructions();
+  recv->set_pass(plan::BACKWARD);
+  recv->set_microbatch(2);
+  recv->mutable_recv()->set_tensor(3);
+  recv->mutable_recv()->set_peer(3);
+  recv->mutable_recv()->set_tag(8);
+  plan::Instruction* gather = stream->add_instructions();
+  gather->set_pass(plan::FORWARD);
+  gather->set_microbatch(0);
+  gather->mutable_collective()->set_kind(plan::Collective::ALL_GATHER);
+  gather->mutable_collective()->set_group(4);
+
+  const std::string text = plan_to_text(plan);
+  EXPECT_TRUE(has_line(text, "communicator groups (1):")) << text;
+  EXPECT_TRUE(has_line(text, "  1: ranks [0,2]")) << text;
+  EXPECT_TRUE(has_line(text,
+                       "  0 B  mb*  all-reduce  bucket0  group 1 ranks [0,2]  "
+                       "(dW f32[64,64]) -> (dW f32[64,64])  {average}"))
+      << text;
+  EXPECT_TRUE(has_line(text, "  1 F  mb2  send  Y f32[32,64] -> rank 3  {tag=7}")) << text;
+  EXPECT_TRUE(has_line(text, "  2 B  mb2  recv  dY f32[32,64] <- rank 3  {tag=8}")) << text;
+  EXPECT_TRUE(has_line(text, "  3 F  mb0  all-gather  group 4 <unknown>  () -> ()")) << text;
+}
+
 TEST(PlanTextTest, DanglingTensorIndexIsShownNotFatal) {
   plan::Plan plan = small_plan();
   plan.mutable_streams(0)->mutable_instructions(10)->mutable_kernel()->set_inputs(1, 99);
