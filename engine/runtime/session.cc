@@ -230,14 +230,78 @@ std::unique_ptr<Executor> Session::prepare_streams() {
           exec_instruction.kind = ExecInstruction::Kind::kWait;
           exec_instruction.event = instruction.wait().event();
           break;
+        case plan::Instruction::kCollective:
+          exec_instruction.kernel =
+              prepare_collective(instruction.collective(), exec_instruction.where);
+          break;
+        case plan::Instruction::kSend:
+        case plan::Instruction::kRecv:
+          throw Error(exec_instruction.where + ": a " +
+                      (instruction.has_send() ? "send to" : "receive from") + " rank " +
+                      std::to_string(instruction.has_send() ? instruction.send().peer()
+                                                            : instruction.recv().peer()) +
+                      " needs a communicator (not implemented yet)");
         default:
-          throw Error(exec_instruction.where + " is empty (no kernel, record or wait)");
+          throw Error(exec_instruction.where + " is empty (no kernel, event or transfer)");
       }
       exec.instructions.push_back(std::move(exec_instruction));
     }
     streams.push_back(std::move(exec));
   }
   return std::make_unique<Executor>(std::move(streams), plan_.num_events());
+}
+
+// A collective over a group of this rank alone is a copy of each input to its output
+// (an average over one member changes nothing); larger groups need a communicator.
+std::unique_ptr<PreparedKernel> Session::prepare_collective(const plan::Collective& collective,
+                                                            const std::string& where) {
+  const plan::CommGroup* group = nullptr;
+  for (const auto& candidate : plan_.groups()) {
+    if (candidate.id() == collective.group()) group = &candidate;
+  }
+  if (group == nullptr) {
+    throw Error(where + ": collective over group " + std::to_string(collective.group()) +
+                ", which the plan does not define");
+  }
+  if (group->ranks_size() != 1) {
+    throw Error(where + ": a collective over " + std::to_string(group->ranks_size()) +
+                " ranks needs a communicator (not implemented yet)");
+  }
+  if (collective.inputs_size() != collective.outputs_size()) {
+    throw Error(where + ": collective has " + std::to_string(collective.inputs_size()) +
+                " inputs but " + std::to_string(collective.outputs_size()) + " outputs");
+  }
+  std::vector<std::unique_ptr<PreparedKernel>> copies;
+  for (int i = 0; i < collective.inputs_size(); ++i) {
+    plan::Kernel copy;
+    copy.set_op_type("Identity");
+    copy.add_inputs(collective.inputs(i));
+    copy.add_outputs(collective.outputs(i));
+    for (int index : {collective.inputs(i), collective.outputs(i)}) {
+      if (index < 0 || index >= plan_.tensors_size()) {
+        throw Error(where + ": collective tensor index " + std::to_string(index) +
+                    " is out of range");
+      }
+    }
+    try {
+      copies.push_back(
+          backend_->prepare(copy, {view(collective.inputs(i))}, {view(collective.outputs(i))}));
+    } catch (const std::exception& error) {
+      throw Error(where + ": collective: " + error.what());
+    }
+  }
+  class Sequence : public PreparedKernel {
+   public:
+    explicit Sequence(std::vector<std::unique_ptr<PreparedKernel>> kernels)
+        : kernels_(std::move(kernels)) {}
+    void run(const StepContext& context) override {
+      for (auto& kernel : kernels_) kernel->run(context);
+    }
+
+   private:
+    std::vector<std::unique_ptr<PreparedKernel>> kernels_;
+  };
+  return std::make_unique<Sequence>(std::move(copies));
 }
 
 void Session::upload_input(const plan::BatchInput& input, const Batch& batch) {

@@ -62,6 +62,8 @@ class Session {
   void write_constants();
   void load_parameters();
   std::unique_ptr<Executor> prepare_streams();
+  std::unique_ptr<PreparedKernel> prepare_collective(const plan::Collective& collective,
+                                                     const std::string& where);
   TensorView view(int index) const;
   const plan::Tensor& tensor_named(const std::string& name) const;
   void upload_input(const plan::BatchInput& input, const Batch& batch);

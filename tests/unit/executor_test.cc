@@ -181,5 +181,36 @@ TEST(Executor, RejectsTensorIndexOutOfRange) {
                         "of range"));
 }
 
+// On one rank a collective over a group of one is a copy; larger groups and point-to-point
+// transfers need a communicator.
+TEST(Executor, SingleRankCollectiveCopiesAndTransfersAreRefused) {
+  PlanBuilder b;
+  const int g = b.Tensor("g", {3});
+  const int r = b.Tensor("r", {3});
+  b.Kernel("main", "Neg", {g}, {g});
+  plan::Plan plan = b.Build();
+  plan::CommGroup* group = plan.add_groups();
+  group->set_id(4);
+  group->add_ranks(0);
+  plan::Collective* collective = plan.mutable_streams(0)->add_instructions()->mutable_collective();
+  collective->set_kind(plan::Collective::ALL_REDUCE);
+  collective->set_group(4);
+  collective->set_average(true);
+  collective->add_inputs(g);
+  collective->add_outputs(r);
+  {
+    Session session(plan, std::make_unique<cpu::CpuBackend>());
+    const std::vector<float> values = {1, 2, 3};
+    session.write_tensor("g", values.data(), sizeof(float) * 3);
+    session.step({});
+    ExpectNear(session.read_floats("r"), {-1, -2, -3}, 0, "all-reduce over one rank");
+  }
+  group->add_ranks(1);
+  EXPECT_THAT(LoadError(plan), HasSubstr("stream 'main' instruction 1: a collective over 2 ranks "
+                                         "needs a communicator (not implemented yet)"));
+  plan.mutable_streams(0)->mutable_instructions(1)->mutable_send()->set_peer(1);
+  EXPECT_THAT(LoadError(plan), HasSubstr("a send to rank 1 needs a communicator"));
+}
+
 }  // namespace
 }  // namespace piper::engine::testing
