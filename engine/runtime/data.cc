@@ -98,6 +98,13 @@ class NpySource : public BatchSource {
       if (array.shape[0] == 0) {
         throw Error("'" + path + "' holds no samples");
       }
+      if (!arrays_.empty() && array.shape[0] != arrays_.front().second.shape[0]) {
+        throw Error("'" + path + "' holds " + std::to_string(array.shape[0]) + " samples but '" +
+                    first_path_ + "' holds " + std::to_string(arrays_.front().second.shape[0]) +
+                    "; the files of --data pair up row by row, so they need the same number "
+                    "of samples");
+      }
+      if (arrays_.empty()) first_path_ = path;
       arrays_.emplace_back(spec, std::move(array));
     }
   }
@@ -123,6 +130,7 @@ class NpySource : public BatchSource {
 
  private:
   std::string directory_;
+  std::string first_path_;
   int64_t global_batch_;
   std::vector<std::pair<InputSpec, formats::NpyArray>> arrays_;
 };

@@ -23,7 +23,8 @@ class BatchSource {
 // Reads DIR/NAME.npy for every graph input NAME of the plan (float32 or int64, C order,
 // leading dimension = samples). Step s takes rows (s * G + i) mod samples, i < G, with
 // G = plan.global_batch(). Throws piper::Error naming the file when one is missing or its
-// dtype or trailing dimensions differ from the plan's tensor (expected vs actual).
+// dtype or trailing dimensions differ from the plan's tensor (expected vs actual), and
+// when the files hold different numbers of samples.
 std::unique_ptr<BatchSource> make_npy_source(const plan::Plan& plan, const std::string& directory);
 
 // Deterministic data from `seed`, the same in every run for a given seed and step: float

@@ -111,6 +111,13 @@ TEST_F(DataDir, TrailingDimensionMismatchIsNamed) {
       HasSubstr("x.npy' has shape [5, 3] but the plan's input 'x' needs shape [samples, 2]"));
 }
 
+TEST_F(DataDir, SampleCountsMustAgree) {
+  WriteGood();
+  Write<int64_t>("y", formats::NpyDType::kInt64, {4}, {0, 1, 2, 3});
+  EXPECT_THAT(SourceError(), HasSubstr("y.npy' holds 4 samples but '"));
+  EXPECT_THAT(SourceError(), HasSubstr("x.npy' holds 5; the files of --data pair up row by row"));
+}
+
 TEST_F(DataDir, NotADirectory) {
   try {
     make_npy_source(TwoInputPlan(), dir_ + "/nope");
