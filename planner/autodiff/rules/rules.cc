@@ -1,6 +1,17 @@
 #include "planner/autodiff/rules/rules.h"
 
+#include "formats/error.h"
+
 namespace piper::planner {
+
+void no_gradient(GradientBuilder& g) {
+  for (size_t i = 0; i < g.op().inputs.size(); ++i) {
+    if (g.wants(i)) {
+      throw Error("node '" + g.op().name + "' (" + g.op().type + "): Piper has no gradient for " +
+                  "input " + std::to_string(i) + ", but the loss depends on it through this op");
+    }
+  }
+}
 
 const GradientRules& gradient_rules() {
   static const GradientRules kRules = [] {

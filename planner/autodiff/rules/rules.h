@@ -12,6 +12,11 @@ namespace piper::planner {
 using GradientRule = void (*)(GradientBuilder&);
 using GradientRules = std::map<std::string, GradientRule>;
 
+// The rule of ops without a gradient (integer outputs such as ArgMax's, index and
+// shape inputs): registering it lets the planner accept the op. It contributes
+// nothing, and throws naming the node if a float input actually wants a gradient.
+void no_gradient(GradientBuilder& g);
+
 void add_linear_algebra_rules(GradientRules& rules);
 void add_elementwise_rules(GradientRules& rules);
 void add_shape_rules(GradientRules& rules);
