@@ -59,6 +59,32 @@ TEST(Executor, TwoStreamsAlternateThroughEvents) {
   }
 }
 
+// Independent streams calling BLAS at the same time get the same results as one stream.
+TEST(Executor, ConcurrentGemmsOnSeveralStreams) {
+  constexpr int64_t kDim = 96;
+  constexpr int kRepeats = 20;
+  PlanBuilder b;
+  const int a = b.Tensor("a", {kDim, kDim}, plan::FLOAT32, plan::CONSTANT);
+  b.Constant<float>(a, TestValues(kDim * kDim, 31));
+  std::vector<int> outputs;
+  for (int s = 0; s < 3; ++s) {
+    const int y = b.Tensor("y" + std::to_string(s), {kDim, kDim});
+    outputs.push_back(y);
+    for (int r = 0; r < kRepeats; ++r) {
+      b.Kernel("s" + std::to_string(s), "Gemm", {a, a}, {y}, {Float("alpha", 1.0 + s)});
+    }
+  }
+  auto session = Load(b.Build());
+  session->step({});
+  const auto base = session->read_floats("y0");
+  for (int s = 1; s < 3; ++s) {
+    std::vector<double> expected;
+    for (float v : base) expected.push_back(v * (1.0 + s));
+    ExpectNear(session->read_floats("y" + std::to_string(s)), expected, 1e-5,
+               "stream s" + std::to_string(s), 1e-6);
+  }
+}
+
 // A fork and join: s1 and s2 each wait for s0's input, s0 waits for both results.
 TEST(Executor, ForkJoinAcrossThreeStreams) {
   PlanBuilder b;
