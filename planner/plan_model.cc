@@ -14,6 +14,7 @@
 #include "planner/autodiff/autodiff.h"
 #include "planner/autodiff/optimizer.h"
 #include "planner/directives/directive.h"
+#include "planner/directives/expand.h"
 #include "planner/import/import.h"
 #include "planner/ir/verify.h"
 #include "planner/lower/lower.h"
@@ -38,9 +39,41 @@ void check_strategy(const strategy::Strategy& strategy) {
   }
 }
 
+// The batch one task instance processes: the global batch over microbatches
+// and replicas. Replicas made by `place` must be kept in sync by `replicate`.
+int64_t planned_batch(const strategy::Strategy& strategy) {
+  int64_t microbatches = 1;
+  size_t replicas = 1;
+  std::vector<int64_t> placed;
+  for (const strategy::Directive& directive : strategy.directives) {
+    if (const auto* split = std::get_if<strategy::SplitDirective>(&directive.spec)) {
+      microbatches *= split->num_microbatches;
+    } else if (const auto* replicate = std::get_if<strategy::ReplicateDirective>(&directive.spec)) {
+      replicas = std::max(replicas, replicate->devices.size());
+      placed.clear();
+    } else if (const auto* place = std::get_if<strategy::PlaceDirective>(&directive.spec)) {
+      if (place->devices.size() > 1) placed = place->devices;
+    }
+  }
+  if (!placed.empty() && placed.size() > replicas) {
+    throw Error(strategy.source + ": $.directives: tasks placed on " +
+                std::to_string(placed.size()) +
+                " devices are replicas; add a replicate directive over the same devices so "
+                "they train as one model");
+  }
+  const int64_t parts = microbatches * static_cast<int64_t>(replicas);
+  if (strategy.global_batch % parts != 0) {
+    throw Error(strategy.source + ": $.batch.global: " + std::to_string(strategy.global_batch) +
+                " samples do not divide into " + std::to_string(microbatches) +
+                " microbatch(es) x " + std::to_string(replicas) +
+                " replica(s); choose a multiple of " + std::to_string(parts));
+  }
+  return strategy.global_batch / parts;
+}
+
 ir::OpGraph training_graph(const std::string& model_path, const strategy::Strategy& strategy) {
   ImportOptions import_options;
-  import_options.batch = strategy.global_batch;
+  import_options.batch = planned_batch(strategy);
   import_options.is_frozen = [&](const std::string& name) {
     for (const auto& pattern : strategy.frozen) {
       if (strategy::glob_match(pattern, name)) return true;
@@ -62,8 +95,9 @@ ir::OpGraph training_graph(const std::string& model_path, const strategy::Strate
 
 }  // namespace
 
-PlanningResult plan_model(const std::string& model_path, const strategy::Strategy& strategy,
+PlanningResult plan_model(const std::string& model_path, const strategy::Strategy& written,
                           const PlanningOptions& options) {
+  const strategy::Strategy strategy = expand_generators(written);
   check_strategy(strategy);
   ir::OpGraph ops = training_graph(model_path, strategy);
   const int num_ops = ops.num_ops();

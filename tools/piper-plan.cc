@@ -6,6 +6,7 @@
 
 #include "formats/error.h"
 #include "formats/strategy.h"
+#include "planner/directives/expand.h"
 #include "planner/plan_model.h"
 
 namespace {
@@ -58,7 +59,8 @@ int main(int argc, char** argv) {
   try {
     const piper::strategy::Strategy strategy = piper::strategy::load_strategy(strategy_path);
     if (expand) {
-      std::cout << piper::strategy::to_json(strategy).dump(2) << "\n";
+      std::cout << piper::strategy::to_json(piper::planner::expand_generators(strategy)).dump(2)
+                << "\n";
       return 0;
     }
     if (output_dir.empty()) throw piper::Error("no output directory: pass -o DIR");

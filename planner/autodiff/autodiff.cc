@@ -39,7 +39,8 @@ class Differentiator {
       throw Error("the loss '" + graph_.tensor(loss).name +
                   "' does not depend on any trained parameter; nothing to train");
     }
-    contributions_[loss].push_back(seed(loss));
+    graph_.loss_seed = seed(loss);
+    contributions_[loss].push_back(graph_.loss_seed);
     const int forward_ops = graph_.num_ops();
     for (ir::OpId id = forward_ops - 1; id >= 0; --id) differentiate_op(id);
     for (ir::TensorId id = 0; id < static_cast<ir::TensorId>(needs_gradient_.size()); ++id) {

@@ -11,8 +11,11 @@ std::string DirectiveContext::where(const std::string& field) const {
 
 DirectivePass directive_pass(const DirectiveContext& context) {
   if (context.directive.op == "place") return apply_place;
+  if (context.directive.op == "split") return apply_split;
+  if (context.directive.op == "replicate") return apply_replicate;
   throw Error(context.where() + ": directive '" + context.directive.op +
-              "' is not implemented yet; this version implements: place");
+              "' is not implemented yet; this version implements: split, place, replicate, "
+              "zero (stages 0-2)");
 }
 
 bool selects(const strategy::Filter& filter, const ir::Task& task) {

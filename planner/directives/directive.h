@@ -22,8 +22,10 @@ using DirectivePass = void (*)(ir::TaskGraph& graph, const DirectiveContext& con
 // Throws piper::Error naming the directive when its op is not implemented yet.
 DirectivePass directive_pass(const DirectiveContext& context);
 
-// Individual directives.
+// Individual directives, one file each.
 void apply_place(ir::TaskGraph& graph, const DirectiveContext& context);
+void apply_split(ir::TaskGraph& graph, const DirectiveContext& context);
+void apply_replicate(ir::TaskGraph& graph, const DirectiveContext& context);
 
 // Whether a task is selected by a filter (tags, microbatch, pass).
 bool selects(const strategy::Filter& filter, const ir::Task& task);

@@ -24,6 +24,8 @@ struct Tensor {
   std::vector<uint8_t> data;
   // For integer batch inputs: values lie in [0, int_high) (0 = unknown).
   int64_t int_high = 0;
+  // Zeroed at the start of every step; piper.Accumulate ops add into it.
+  bool accumulated = false;
 };
 
 struct Op {
@@ -66,6 +68,8 @@ class OpGraph {
   std::vector<TensorId> inputs;
   // Scalar loss; its gradient seeds autodiff.
   TensorId loss = -1;
+  // The constant d(step loss)/d(loss): 1, or 1/M with M microbatches.
+  TensorId loss_seed = -1;
   std::vector<TrainedParameter> trained;
 
  private:

@@ -36,8 +36,12 @@ struct Task {
   std::vector<int> devices;
   std::string stream = "compute";
   // Comm tasks: the tensors moved, and for send/recv the device on the other side.
+  // All-reduce: tensors reduced in place. Reduce-scatter and all-gather:
+  // (input, output) pairs.
   std::vector<TensorId> tensors;
   int peer = -1;
+  // Reductions divide by the number of devices (data-parallel averaging).
+  bool average = false;
 };
 
 struct Edge {

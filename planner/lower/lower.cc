@@ -80,12 +80,20 @@ void add_attribute(plan::Kernel& kernel, const std::string& name, const ir::Attr
 class Lowering {
  public:
   Lowering(const ir::TaskGraph& graph, int rank, const LowerContext& context)
-      : graph_(graph), ops_(graph.op_graph()), rank_(rank), context_(context) {}
+      : graph_(graph), ops_(graph.op_graph()), rank_(rank), context_(context) {
+    for (const ir::Task& task : graph.tasks()) {
+      microbatches_ = std::max(microbatches_, task.microbatch + 1);
+      if (task.kind != ir::TaskKind::kCompute) {
+        group_ids_.emplace(task.devices, static_cast<int>(group_ids_.size()));
+      }
+    }
+  }
 
   plan::Plan run() {
     write_header();
     const std::vector<ir::TaskId> order = local_tasks();
     for (ir::TaskId id : order) emit_task(id);
+    add_groups();
     add_batch_inputs();
     add_loss();
     place_tensors();
@@ -147,7 +155,12 @@ class Lowering {
         instruction(out, task, id, "wait")->mutable_wait()->set_event(event->second);
       }
     }
-    for (ir::OpId op : task.ops) emit_op(out, task, id, ops_.op(op));
+    first_position_[id] = position_;
+    if (task.kind == ir::TaskKind::kCompute) {
+      for (ir::OpId op : task.ops) emit_op(out, task, id, ops_.op(op));
+    } else {
+      emit_collective(out, task, id);
+    }
     const bool needed_elsewhere =
         std::any_of(graph_.edges().begin(), graph_.edges().end(), [&](const ir::Edge& edge) {
           return edge.from == id && graph_.task(edge.to).stream != task.stream;
@@ -171,12 +184,69 @@ class Lowering {
     return inst;
   }
 
+  int replica_index(const ir::Task& task) const {
+    const auto found = std::find(task.devices.begin(), task.devices.end(), rank_);
+    return static_cast<int>(found - task.devices.begin());
+  }
+
   void emit_op(plan::Stream& out, const ir::Task& task, ir::TaskId id, const ir::Op& op) {
     plan::Kernel& kernel = *instruction(out, task, id, op.name)->mutable_kernel();
     kernel.set_op_type(op.type);
     for (const auto& [name, value] : op.attributes) add_attribute(kernel, name, value);
-    for (ir::TensorId in : op.inputs) kernel.add_inputs(use(in, task.microbatch));
+    if (op.type == "piper.Shard") {
+      // Which slice is this rank's: its place among the task's replicas.
+      add_attribute(kernel, "shard_index", static_cast<int64_t>(replica_index(task)));
+    }
+    for (ir::TensorId in : op.inputs) {
+      kernel.add_inputs(use(in, task.microbatch));
+      if (in >= 0 && ops_.tensor(in).role == ir::Role::kInput) {
+        input_replica_[{in, task.microbatch}] = replica_index(task);
+      }
+    }
     for (ir::TensorId out_id : op.outputs) kernel.add_outputs(use(out_id, task.microbatch));
+  }
+
+  void emit_collective(plan::Stream& out, const ir::Task& task, ir::TaskId id) {
+    const std::string label = ir::to_string(task.kind) + " " + ops_.tensor(task.tensors[0]).name +
+                              (task.tensors.size() > 2 ? " (+more)" : "");
+    plan::Collective& collective = *instruction(out, task, id, label)->mutable_collective();
+    collective.set_group(group_ids_.at(task.devices));
+    collective.set_average(task.average);
+    const auto add = [&](ir::TensorId tensor, bool input) {
+      const int index = use(tensor, task.microbatch);
+      (input ? collective.mutable_inputs() : collective.mutable_outputs())->Add(index);
+      (input ? comm_inputs_ : comm_outputs_)[id].push_back(index);
+    };
+    switch (task.kind) {
+      case ir::TaskKind::kAllReduce:
+        collective.set_kind(plan::Collective::ALL_REDUCE);
+        for (ir::TensorId tensor : task.tensors) {
+          add(tensor, true);
+          add(tensor, false);
+        }
+        break;
+      case ir::TaskKind::kReduceScatter:
+      case ir::TaskKind::kAllGather:
+        collective.set_kind(task.kind == ir::TaskKind::kReduceScatter
+                                ? plan::Collective::REDUCE_SCATTER
+                                : plan::Collective::ALL_GATHER);
+        for (size_t i = 0; i + 1 < task.tensors.size(); i += 2) {
+          add(task.tensors[i], true);
+          add(task.tensors[i + 1], false);
+        }
+        break;
+      default:
+        throw std::logic_error("lowering " + graph_.describe(id) + " is not implemented yet");
+    }
+  }
+
+  void add_groups() {
+    for (const auto& [devices, id] : group_ids_) {
+      if (std::find(devices.begin(), devices.end(), rank_) == devices.end()) continue;
+      plan::CommGroup& group = *plan_.add_groups();
+      group.set_id(id);
+      group.mutable_ranks()->Add(devices.begin(), devices.end());
+    }
   }
 
   // The plan index of a tensor instance, extending its lifetime to now.
@@ -201,6 +271,7 @@ class Lowering {
     out.set_role(to_plan(tensor.role));
     out.set_microbatch(key.second);
     out.set_bytes(ir::num_elements(tensor.shape) * ir::dtype_size(tensor.dtype));
+    out.set_zero_at_step_start(tensor.accumulated);
     const int index = plan_.tensors_size() - 1;
     if (!tensor.initializer.empty()) {
       plan::ParameterLoad& load = *plan_.add_parameters();
@@ -223,7 +294,9 @@ class Lowering {
       input.set_tensor(index);
       const int64_t samples = tensor.shape.empty() ? 1 : tensor.shape[0];
       input.set_samples(samples);
-      input.set_sample_offset(std::max(key.second, 0) * samples);
+      // Replica-major: replica k takes rows [k*M*b, (k+1)*M*b), microbatch m of them [m*b, ...).
+      const int64_t replica = input_replica_.at(key);
+      input.set_sample_offset((replica * microbatches_ + std::max(key.second, 0)) * samples);
       input.set_int_high(tensor.int_high);
     }
   }
@@ -273,12 +346,31 @@ class Lowering {
           break;
       }
     }
+    keep_comm_buffers_alive();
     const MemoryPlan placed = plan_memory(lifetimes_);
     for (int i = 0; i < plan_.tensors_size(); ++i) {
       plan_.mutable_tensors(i)->set_offset(placed.offsets[i]);
     }
     memory.set_arena_bytes(placed.arena_bytes);
     memory.set_activation_bytes(placed.peak_transient_bytes);
+  }
+
+  // A transfer runs on its own stream, concurrently with compute. What it
+  // reads stays allocated until a task that waits for it begins; what it
+  // writes gets bytes of its own, since no single stream order says when a
+  // previous occupant of those bytes is done with them.
+  void keep_comm_buffers_alive() {
+    for (const auto& [id, inputs] : comm_inputs_) {
+      int waiter = position_;
+      for (const ir::Edge& edge : graph_.edges()) {
+        const auto found = first_position_.find(edge.to);
+        if (edge.from == id && found != first_position_.end()) {
+          waiter = std::min(waiter, found->second);
+        }
+      }
+      for (int index : inputs) lifetimes_[index].last = std::max(lifetimes_[index].last, waiter);
+      for (int index : comm_outputs_.at(id)) lifetimes_[index].persistent = true;
+    }
   }
 
   const ir::TaskGraph& graph_;
@@ -290,6 +382,12 @@ class Lowering {
   std::vector<BufferRequest> lifetimes_;
   std::map<ir::TaskId, int> events_;
   int position_ = 0;
+  int microbatches_ = 1;
+  std::map<std::vector<int>, int> group_ids_;
+  std::map<Instance, int> input_replica_;
+  std::map<ir::TaskId, int> first_position_;
+  std::map<ir::TaskId, std::vector<int>> comm_inputs_;
+  std::map<ir::TaskId, std::vector<int>> comm_outputs_;
 };
 
 }  // namespace

@@ -1,0 +1,284 @@
+// replicate: data parallelism. The selected tasks run on every device of the
+// set, each replica on its own rows of the batch; gradients are averaged by
+// bucketed all-reduce (ZeRO-0), and with sharding each replica keeps only its
+// slice of the optimizer state (ZeRO-1) and of the gradients (ZeRO-2),
+// updates its slice of the parameters and all-gathers them.
+#include <algorithm>
+#include <map>
+
+#include "formats/error.h"
+#include "planner/directives/directive.h"
+
+namespace piper::planner {
+namespace {
+
+using strategy::ReplicateDirective;
+
+struct Replication {
+  ir::TaskGraph& graph;
+  const ReplicateDirective& spec;
+  const DirectiveContext& context;
+  std::vector<int> devices;
+
+  ir::OpGraph& ops() { return graph.op_graph(); }
+
+  std::vector<ir::TaskId> tasks_running(ir::OpId op) const {
+    std::vector<ir::TaskId> found;
+    for (ir::TaskId id = 0; id < graph.num_tasks(); ++id) {
+      const auto& task_ops = graph.task(id).ops;
+      if (std::find(task_ops.begin(), task_ops.end(), op) != task_ops.end()) found.push_back(id);
+    }
+    return found;
+  }
+
+  ir::TaskId add_comm(ir::TaskKind kind, std::vector<ir::TensorId> tensors, ir::Pass pass,
+                      int microbatch, const std::string& stream) {
+    ir::Task task;
+    task.kind = kind;
+    task.pass = pass;
+    task.microbatch = microbatch;
+    task.devices = devices;
+    task.stream = stream;
+    task.tensors = std::move(tensors);
+    task.average = true;
+    return graph.add_task(std::move(task));
+  }
+
+  void connect(const std::vector<ir::TaskId>& from, ir::TaskId to) {
+    for (ir::TaskId id : from) graph.add_edge(id, to, ir::EdgeKind::kData);
+  }
+
+  // The loss of every microbatch, averaged over replicas, is the global mean.
+  void average_loss() {
+    const ir::OpId producer = ops().producer(ops().loss);
+    for (ir::TaskId id : tasks_running(producer)) {
+      const int mb = graph.task(id).microbatch;
+      const ir::TaskId reduce = add_comm(ir::TaskKind::kAllReduce, {ops().loss}, ir::Pass::kForward,
+                                         mb, spec.reduce_stream);
+      graph.add_edge(id, reduce, ir::EdgeKind::kData);
+    }
+  }
+
+  // Trained parameters in the order their gradients become final.
+  std::vector<size_t> by_readiness() {
+    const std::vector<ir::TaskId> order = graph.topological_order();
+    std::vector<int> position(graph.num_tasks());
+    for (size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int>(i);
+    std::vector<std::pair<int, size_t>> ready;
+    for (size_t p = 0; p < ops().trained.size(); ++p) {
+      int last = 0;
+      for (ir::TaskId id : tasks_running(ops().producer(ops().trained[p].gradient))) {
+        last = std::max(last, position[id]);
+      }
+      ready.emplace_back(last, p);
+    }
+    std::stable_sort(ready.begin(), ready.end());
+    std::vector<size_t> result;
+    for (const auto& entry : ready) result.push_back(entry.second);
+    return result;
+  }
+
+  std::vector<std::vector<size_t>> buckets() {
+    std::vector<std::vector<size_t>> result(1);
+    int64_t bytes = 0;
+    for (size_t p : by_readiness()) {
+      const ir::Tensor& gradient = ops().tensor(ops().trained[p].gradient);
+      const int64_t size = ir::num_elements(gradient.shape) * 4;
+      if (!result.back().empty() && bytes + size > spec.bucket_size) {
+        result.emplace_back();
+        bytes = 0;
+      }
+      result.back().push_back(p);
+      bytes += size;
+    }
+    return result;
+  }
+
+  ir::TaskId update_task(size_t p) {
+    for (ir::OpId id = 0; id < ops().num_ops(); ++id) {
+      const ir::Op& op = ops().op(id);
+      if (op.pass == ir::Pass::kUpdate && op.inputs.at(0) == ops().trained[p].parameter) {
+        const auto tasks = tasks_running(id);
+        if (tasks.size() != 1)
+          throw Error(context.where() + ": the update of a parameter is split");
+        return tasks[0];
+      }
+    }
+    throw Error(context.where() + ": a trained parameter has no update op");
+  }
+
+  ir::OpId update_op(size_t p) {
+    for (ir::OpId id = 0; id < ops().num_ops(); ++id) {
+      const ir::Op& op = ops().op(id);
+      if (op.pass == ir::Pass::kUpdate && op.inputs.at(0) == ops().trained[p].parameter) return id;
+    }
+    return -1;
+  }
+
+  void all_reduce_gradients() {
+    for (const auto& bucket : buckets()) {
+      std::vector<ir::TensorId> gradients;
+      std::vector<ir::TaskId> producers;
+      for (size_t p : bucket) {
+        gradients.push_back(ops().trained[p].gradient);
+        for (ir::TaskId id : tasks_running(ops().producer(ops().trained[p].gradient))) {
+          producers.push_back(id);
+        }
+      }
+      const int last_mb = graph.task(producers.back()).microbatch;
+      const ir::TaskId reduce = add_comm(ir::TaskKind::kAllReduce, gradients, ir::Pass::kBackward,
+                                         last_mb, spec.reduce_stream);
+      connect(producers, reduce);
+      for (size_t p : bucket) graph.add_edge(reduce, update_task(p), ir::EdgeKind::kData);
+    }
+  }
+
+  ir::TensorId add_shard_tensor(const std::string& name, int64_t elements, ir::Role role) {
+    ir::Tensor tensor;
+    tensor.name = name;
+    tensor.shape = {elements};
+    tensor.role = role;
+    return ops().add_tensor(std::move(tensor));
+  }
+
+  int64_t shard_elements(ir::TensorId tensor) {
+    const int64_t n = ir::num_elements(ops().tensor(tensor).shape);
+    const auto d = static_cast<int64_t>(devices.size());
+    return (n + d - 1) / d;
+  }
+
+  // Adds piper.Shard(source) -> a new tensor before `before` in `task`.
+  ir::TensorId shard_of(ir::TensorId source, ir::TaskId task, ir::OpId before) {
+    const ir::TensorId shard = add_shard_tensor(ops().tensor(source).name + "/shard",
+                                                shard_elements(source), ir::Role::kActivation);
+    ir::Op op;
+    op.type = "piper.Shard";
+    op.name = ops().tensor(shard).name;
+    op.inputs = {source};
+    op.outputs = {shard};
+    op.attributes = {{"num_shards", static_cast<int64_t>(devices.size())}};
+    op.pass = ir::Pass::kUpdate;
+    op.tags = ops().op(before).tags;
+    const ir::OpId id = ops().add_op(std::move(op));
+    auto& task_ops = graph.task(task).ops;
+    task_ops.insert(std::find(task_ops.begin(), task_ops.end(), before), id);
+    return shard;
+  }
+
+  // Each replica updates its slice of every parameter with its slice of the
+  // optimizer state, then the slices are all-gathered into the parameter.
+  void shard_updates(const std::map<size_t, ir::TensorId>& gradient_shards) {
+    for (size_t p = 0; p < ops().trained.size(); ++p) {
+      ir::TrainedParameter& trained = ops().trained[p];
+      const ir::OpId update = update_op(p);
+      const ir::TaskId task = update_task(p);
+      const ir::TensorId parameter_shard = shard_of(trained.parameter, task, update);
+      const auto found = gradient_shards.find(p);
+      const ir::TensorId gradient_shard =
+          found != gradient_shards.end() ? found->second : shard_of(trained.gradient, task, update);
+      for (ir::TensorId state : trained.state) {
+        ops().tensor(state).shape = {shard_elements(trained.parameter)};
+      }
+      ir::Op& op = ops().op(update);
+      op.inputs[0] = parameter_shard;
+      op.inputs[1] = gradient_shard;
+      const ir::TaskId gather =
+          add_comm(ir::TaskKind::kAllGather, {parameter_shard, trained.parameter},
+                   ir::Pass::kUpdate, 0, spec.gather_stream);
+      graph.add_edge(task, gather, ir::EdgeKind::kData);
+    }
+  }
+
+  // ZeRO-2: every microbatch's gradient is reduce-scattered as soon as it is
+  // computed and this replica's slice accumulates; no replica holds a whole
+  // gradient past its backward.
+  std::map<size_t, ir::TensorId> reduce_scatter_gradients() {
+    std::map<size_t, ir::TensorId> shards;
+    for (size_t p = 0; p < ops().trained.size(); ++p) {
+      ir::TrainedParameter& trained = ops().trained[p];
+      const ir::TensorId gradient = trained.gradient;
+      const ir::OpId writer = ops().producer(gradient);
+      const bool accumulated = ops().tensor(gradient).accumulated;
+      // The per-microbatch gradient: the Accumulate op's input, or the gradient itself.
+      const ir::TensorId partial = accumulated ? ops().op(writer).inputs[0] : gradient;
+      if (!accumulated) ops().tensor(gradient).role = ir::Role::kActivation;
+      const std::string name = ops().tensor(gradient).name;
+      const ir::TensorId shard =
+          add_shard_tensor(name + "/shard", shard_elements(gradient), ir::Role::kGradient);
+      ir::TensorId partial_shard = shard;
+      if (accumulated) {
+        partial_shard = add_shard_tensor(name + "/microbatch/shard", shard_elements(gradient),
+                                         ir::Role::kActivation);
+        ir::Op& accumulate = ops().op(writer);
+        accumulate.inputs = {partial_shard};
+        accumulate.outputs = {shard};
+        ops().tensor(shard).accumulated = true;
+        ops().tensor(gradient).accumulated = false;
+      }
+      for (ir::TaskId id : tasks_running(ops().producer(partial))) {
+        const ir::Task source = graph.task(id);
+        const ir::TaskId scatter = add_comm(ir::TaskKind::kReduceScatter, {partial, partial_shard},
+                                            source.pass, source.microbatch, spec.reduce_stream);
+        graph.add_edge(id, scatter, ir::EdgeKind::kData);
+        if (accumulated) {
+          // The accumulation moves out of the backward task, after the scatter.
+          auto& task_ops = graph.task(id).ops;
+          task_ops.erase(std::remove(task_ops.begin(), task_ops.end(), writer), task_ops.end());
+          ir::Task add = source;
+          add.ops = {writer};
+          const ir::TaskId accumulate_task = graph.add_task(std::move(add));
+          graph.add_edge(scatter, accumulate_task, ir::EdgeKind::kData);
+          graph.add_edge(accumulate_task, update_task(p), ir::EdgeKind::kData);
+        } else {
+          graph.add_edge(scatter, update_task(p), ir::EdgeKind::kData);
+        }
+      }
+      trained.gradient = shard;
+      shards[p] = shard;
+    }
+    return shards;
+  }
+
+  void run() {
+    for (const ir::Task& task : graph.tasks()) {
+      if (task.kind != ir::TaskKind::kCompute) {
+        throw Error(context.where() +
+                    ": the task DAG already has transfers; replicate once, "
+                    "after split and before other directives");
+      }
+    }
+    int selected = 0;
+    for (ir::TaskId id = 0; id < graph.num_tasks(); ++id) {
+      ir::Task& task = graph.task(id);
+      if (!selects(spec.filter, task)) {
+        // Pipeline x data parallelism needs per-stage replica groups (pipeline issue).
+        throw Error(context.where("filter") + ": replicating only some tasks (here not " +
+                    graph.describe(id) + ") is not implemented yet; use the filter {}");
+      }
+      task.devices = devices;
+      ++selected;
+    }
+    if (selected == 0) throw Error(context.where("filter") + ": the filter selects no task");
+    if (devices.size() == 1) return;
+    average_loss();
+    if (spec.shard_grads) {
+      shard_updates(reduce_scatter_gradients());
+    } else {
+      all_reduce_gradients();
+      if (spec.shard_optimizer) shard_updates({});
+    }
+  }
+};
+
+}  // namespace
+
+void apply_replicate(ir::TaskGraph& graph, const DirectiveContext& context) {
+  const auto& spec = std::get<ReplicateDirective>(context.directive.spec);
+  if (spec.shard_params) {
+    throw Error(context.where("shard_params") + ": ZeRO-3 (shard_params) is not implemented yet");
+  }
+  Replication replication{graph, spec, context, {spec.devices.begin(), spec.devices.end()}};
+  replication.run();
+}
+
+}  // namespace piper::planner
