@@ -1,0 +1,154 @@
+"""Data parallelism and ZeRO across real processes: samples/mlp trained with 2
+and 4 replicas x ZeRO 0, 1, 2 x 1 and 4 microbatches (piper-launch, Gloo over
+localhost) gives the losses and final weights of the single-process run with
+the same global batch. Also checks the planned memory against the ZeRO
+accounting and that generators expand (piper-plan --expand)."""
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+import harness
+from harness import Tools
+
+STEPS = 6
+GLOBAL_BATCH = 32
+LOSS_RTOL = 1e-5
+WEIGHT_RTOL = 1e-4
+OPTIMIZER = {"type": "adamw", "lr": 0.01, "weight_decay": 0.01}
+
+
+def launch_path():
+    return os.path.join(os.path.dirname(Tools.run), "piper-launch")
+
+
+def directives(replicas, stage, microbatches):
+    result = []
+    if microbatches > 1:
+        result.append({"op": "split", "dim_name": "MB", "num_microbatches": microbatches})
+    result.append({"op": "zero", "stage": stage, "devices": list(range(replicas))})
+    return result
+
+
+def weights_of(path):
+    return {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+
+
+class DataParallelMatchesOneProcess(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="piper_dp_")
+        cls.data = Tools.sample("mlp", "data")
+        cls.reference = cls.train("single", [], launch=False)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    @classmethod
+    def plan(cls, name, strategy_directives):
+        work = os.path.join(cls.tmp.name, name)
+        os.makedirs(work, exist_ok=True)
+        strategy = harness.write_json(
+            os.path.join(work, "strategy.json"),
+            harness.strategy(GLOBAL_BATCH, OPTIMIZER, directives=strategy_directives))
+        plans = os.path.join(work, "plans")
+        harness.run_ok([Tools.plan, Tools.sample("mlp", "model.onnx"), strategy, "-o", plans])
+        return work, plans
+
+    @classmethod
+    def train(cls, name, strategy_directives, launch=True):
+        work, plans = cls.plan(name, strategy_directives)
+        metrics = os.path.join(work, "metrics.jsonl")
+        trained = os.path.join(work, "trained.onnx")
+        flags = ["--steps", STEPS, "--data", cls.data, "--metrics", metrics,
+                 "--save-onnx", trained, "--timeout", 60]
+        if launch:
+            harness.run_ok([launch_path(), "--plans", plans] + flags, timeout=240)
+        else:
+            harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan")] + flags)
+        losses = [record["loss"] for record in harness.read_metrics(metrics)]
+        return losses, weights_of(trained)
+
+    def check(self, replicas, stage, microbatches):
+        name = f"dp{replicas}_zero{stage}_mb{microbatches}"
+        losses, weights = self.train(name, directives(replicas, stage, microbatches))
+        want_losses, want_weights = self.reference
+        self.assertEqual(len(losses), STEPS, name)
+        for step, (got, want) in enumerate(zip(losses, want_losses)):
+            self.assertLessEqual(abs(got - want) / abs(want), LOSS_RTOL,
+                                 f"[{name}] step {step}: {got!r} vs one process {want!r}")
+        for param, want in want_weights.items():
+            error = np.linalg.norm(weights[param] - want) / np.linalg.norm(want)
+            self.assertLessEqual(error, WEIGHT_RTOL, f"[{name}] final {param}: {error:.2e}")
+        print(f"[{name}] losses match to {LOSS_RTOL}, weights to {WEIGHT_RTOL}")
+
+    def test_two_replicas(self):
+        for stage in (0, 1, 2):
+            for microbatches in (1, 4):
+                with self.subTest(stage=stage, microbatches=microbatches):
+                    self.check(2, stage, microbatches)
+
+    def test_four_replicas(self):
+        for stage in (0, 1, 2):
+            for microbatches in (1, 4):
+                with self.subTest(stage=stage, microbatches=microbatches):
+                    self.check(4, stage, microbatches)
+
+    def test_memory_follows_zero_accounting(self):
+        memory = {}
+        for stage in (0, 1, 2):
+            _, plans = self.plan(f"memory{stage}", directives(4, stage, 1))
+            dumped = harness.run_ok([Tools.dump, "--json", os.path.join(plans, "rank2.plan")])
+            memory[stage] = json.loads(dumped.stdout)["memory"]
+        full = memory[0]
+
+        def quarter(value):
+            # Each of the 4 ranks holds a quarter of every tensor, rounded up.
+            return int(value) / 4
+
+        for stage, figures in memory.items():
+            self.assertEqual(int(figures["parameter_bytes"]), int(full["parameter_bytes"]))
+        self.assertAlmostEqual(int(memory[1]["optimizer_bytes"]),
+                               quarter(full["optimizer_bytes"]), delta=64)
+        self.assertEqual(int(memory[1]["gradient_bytes"]), int(full["gradient_bytes"]))
+        self.assertAlmostEqual(int(memory[2]["optimizer_bytes"]),
+                               quarter(full["optimizer_bytes"]), delta=64)
+        self.assertAlmostEqual(int(memory[2]["gradient_bytes"]),
+                               quarter(full["gradient_bytes"]), delta=64)
+
+    def test_expand_prints_the_primitives(self):
+        work = os.path.join(self.tmp.name, "expand")
+        os.makedirs(work)
+        strategy = harness.write_json(os.path.join(work, "s.json"), harness.strategy(
+            GLOBAL_BATCH, OPTIMIZER, directives=directives(2, 2, 1)))
+        expanded = json.loads(harness.run_ok([Tools.plan, "--expand",
+                                              Tools.sample("mlp", "model.onnx"),
+                                              strategy]).stdout)
+        ops = [d["op"] for d in expanded["directives"]]
+        self.assertEqual(ops, ["place", "replicate"])
+        self.assertTrue(expanded["directives"][1]["shard_grads"])
+        # The expansion is itself a strategy that plans.
+        again = harness.write_json(os.path.join(work, "expanded.json"), expanded)
+        harness.run_ok([Tools.plan, Tools.sample("mlp", "model.onnx"), again, "-o",
+                        os.path.join(work, "plans")])
+
+    def test_indivisible_batch_names_the_path(self):
+        work = os.path.join(self.tmp.name, "indivisible")
+        os.makedirs(work)
+        strategy = harness.write_json(os.path.join(work, "s.json"), harness.strategy(
+            30, OPTIMIZER, directives=directives(4, 0, 1)))
+        result = harness.run([Tools.plan, Tools.sample("mlp", "model.onnx"), strategy, "-o",
+                              os.path.join(work, "plans")])
+        self.assertNotEqual(result.returncode, 0, result.describe())
+        self.assertIn("$.batch.global", result.output)
+        self.assertFalse(os.path.exists(os.path.join(work, "plans")))
+
+
+if __name__ == "__main__":
+    harness.main()

@@ -1,0 +1,55 @@
+// A two-layer model's training task DAG, and directives applied to it from
+// strategy text, for directive tests.
+#pragma once
+
+#include <string>
+
+#include "formats/strategy.h"
+#include "onnx_builder.h"
+#include "planner/autodiff/autodiff.h"
+#include "planner/autodiff/optimizer.h"
+#include "planner/directives/directive.h"
+#include "planner/directives/expand.h"
+#include "planner/import/import.h"
+#include "planner/ir/verify.h"
+
+namespace piper::testing {
+
+// x[B,4] -Gemm-> Relu -Gemm-> SoftmaxCrossEntropyLoss(labels y), trained with
+// `optimizer` (a JSON object), planned for batch `batch`.
+inline ir::TaskGraph two_layer_task_graph(int64_t batch, const std::string& optimizer) {
+  OnnxBuilder b;
+  b.input("x", {-1, 4}).input("y", {-1}, onnx::TensorProto::INT64).output("loss", {});
+  b.initializer("w1", {8, 4}, std::vector<float>(32, 0.1f));
+  b.initializer("w2", {3, 8}, std::vector<float>(24, 0.2f));
+  OnnxBuilder::attr(b.node("Gemm", {"x", "w1"}, {"h"}, "/fc1/Gemm"), "transB", int64_t{1});
+  b.node("Relu", {"h"}, {"r"}, "/relu");
+  OnnxBuilder::attr(b.node("Gemm", {"r", "w2"}, {"z"}, "/fc2/Gemm"), "transB", int64_t{1});
+  b.node("SoftmaxCrossEntropyLoss", {"z", "y"}, {"loss"}, "/loss");
+  ir::OpGraph graph = planner::import_model(b.model(), {.batch = batch}, "two_layer.onnx");
+  planner::differentiate(graph);
+  const auto strategy = strategy::parse_strategy(
+      R"({"batch": {"global": 8}, "optimizer": )" + optimizer + "}", "test.json");
+  planner::add_optimizer(graph, strategy.optimizer);
+  return ir::build_task_graph(std::move(graph));
+}
+
+// Applies the directives of a strategy's "directives" array (JSON text),
+// generators expanded, verifying the DAG after each.
+inline void apply_directives(ir::TaskGraph& graph, const std::string& directives) {
+  const auto strategy = planner::expand_generators(strategy::parse_strategy(
+      R"({"batch": {"global": 8}, "directives": )" + directives + "}", "test.json"));
+  for (const auto& directive : strategy.directives) {
+    const planner::DirectiveContext context{directive, strategy.source};
+    planner::directive_pass(context)(graph, context);
+    ir::verify_or_throw(graph, "after " + context.where());
+  }
+}
+
+inline int count_tasks(const ir::TaskGraph& graph, ir::TaskKind kind) {
+  int n = 0;
+  for (const ir::Task& task : graph.tasks()) n += task.kind == kind;
+  return n;
+}
+
+}  // namespace piper::testing
