@@ -19,6 +19,11 @@ CpuBackend::CpuBackend() {
   register_shape_kernels(table_);
   register_loss_kernels(table_);
   register_optimizer_kernels(table_);
+  register_indexing_kernels(table_);
+  register_layout_kernels(table_);
+  register_sequence_kernels(table_);
+  register_einsum_kernels(table_);
+  register_nll_loss_kernels(table_);
 }
 
 void* CpuBackend::allocate(size_t bytes) {

@@ -96,6 +96,10 @@ class KernelRunner {
     EXPECT_EQ(static_cast<int64_t>(values.size()), num_elements(shape));
     return Add(plan::INT64, shape, values.data(), values.size() * sizeof(int64_t));
   }
+  int BoolInput(const Shape& shape, const std::vector<uint8_t>& values) {
+    EXPECT_EQ(static_cast<int64_t>(values.size()), num_elements(shape));
+    return Add(plan::BOOL, shape, values.data(), values.size());
+  }
   int Output(const Shape& shape, plan::DType dtype = plan::FLOAT32) {
     return Add(dtype, shape, nullptr, 0);
   }
@@ -108,6 +112,7 @@ class KernelRunner {
     const float* data = views_[index].as<const float>();
     return {data, data + views_[index].elements()};
   }
+  int64_t* Int64Data(int index) const { return views_[index].as<int64_t>(); }
   std::vector<int64_t> Int64s(int index) const {
     const int64_t* data = views_[index].as<const int64_t>();
     return {data, data + views_[index].elements()};

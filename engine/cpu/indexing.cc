@@ -1,0 +1,434 @@
+// Kernels that select elements by index: ONNX Gather, GatherElements, OneHot,
+// TopK, ArgMax, ArgMin, and the adjoints of the gathers, piper.GatherGrad and
+// piper.GatherElementsGrad (scatter-add into zeros). Indices are int64; a
+// negative index counts from the end of its axis; an index out of range fails
+// at run time naming the op and the index.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/strided_loop.h"
+#include "formats/error.h"
+
+namespace piper::engine::cpu {
+namespace {
+
+int64_t product(const Shape& shape, size_t begin, size_t end) {
+  int64_t n = 1;
+  for (size_t d = begin; d < end; ++d) n *= shape[d];
+  return n;
+}
+
+// `axis` (negative counts from the end) as an index into a shape of `rank`.
+int64_t normalize_axis(const KernelArgs& args, int64_t axis, int64_t rank) {
+  const int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= rank) {
+    args.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  }
+  return a;
+}
+
+// An index into an axis of `size`, wrapped once if negative; throws when out of range.
+int64_t checked_index(const std::string& op, int64_t index, int64_t size, int64_t position) {
+  const int64_t i = index < 0 ? index + size : index;
+  if (i < 0 || i >= size) {
+    throw Error(op + ": index " + std::to_string(index) + " at position " +
+                std::to_string(position) + " is out of range for an axis of size " +
+                std::to_string(size) + "; check the indices data");
+  }
+  return i;
+}
+
+// Gather and piper.GatherGrad see data as [outer, axis_size, inner] and the gathered tensor
+// as [outer, indices, inner].
+struct GatherGeometry {
+  std::string op;
+  int64_t outer = 1, axis_size = 0, inner = 1, count = 0;
+  const int64_t* indices = nullptr;
+};
+
+GatherGeometry gather_geometry(const KernelArgs& args, const Shape& data, const TensorView& indices,
+                               const Shape& gathered, const std::string& gathered_what) {
+  args.expect_dtype(indices, plan::INT64, "indices (input 1)");
+  const int64_t rank = static_cast<int64_t>(data.size());
+  if (rank == 0) args.fail("data must have at least one dimension");
+  const int64_t axis = normalize_axis(args, args.attributes().get_int("axis", 0), rank);
+  Shape expected(data.begin(), data.begin() + axis);
+  expected.insert(expected.end(), indices.shape.begin(), indices.shape.end());
+  expected.insert(expected.end(), data.begin() + axis + 1, data.end());
+  if (expected != gathered) {
+    args.fail("gathering " + shape_string(data) + " along axis " + std::to_string(axis) +
+              " with indices " + shape_string(indices.shape) + " gives " + shape_string(expected) +
+              " but " + gathered_what + " has shape " + shape_string(gathered));
+  }
+  GatherGeometry g;
+  g.op = args.op();
+  g.outer = product(data, 0, axis);
+  g.axis_size = data[axis];
+  g.inner = product(data, axis + 1, data.size());
+  g.count = indices.elements();
+  g.indices = indices.as<const int64_t>();
+  return g;
+}
+
+std::unique_ptr<PreparedKernel> gather_factory(const KernelArgs& args) {
+  args.expect_inputs(2, 2);
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(x, y.dtype, "data (input 0)");
+  const GatherGeometry g = gather_geometry(args, x.shape, args.input(1), y.shape, "the output");
+  const size_t row = static_cast<size_t>(g.inner) * dtype_size(y.dtype);
+  return make_kernel(
+      [g, row, px = x.as<const uint8_t>(), py = y.as<uint8_t>()](const StepContext&) {
+        uint8_t* out = py;
+        for (int64_t o = 0; o < g.outer; ++o) {
+          const uint8_t* block = px + static_cast<size_t>(o * g.axis_size) * row;
+          for (int64_t j = 0; j < g.count; ++j, out += row) {
+            const int64_t i = checked_index(g.op, g.indices[j], g.axis_size, j);
+            std::memcpy(out, block + static_cast<size_t>(i) * row, row);
+          }
+        }
+      });
+}
+
+// piper.GatherGrad: dX = zeros of X's shape with every row of dY added at its index.
+std::unique_ptr<PreparedKernel> gather_grad_factory(const KernelArgs& args) {
+  args.expect_inputs(2, 2);
+  args.expect_outputs(1, 1);
+  const TensorView& dy = args.input(0);
+  const TensorView& dx = args.output(0);
+  args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
+  args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
+  const GatherGeometry g = gather_geometry(args, dx.shape, args.input(1), dy.shape, "dY (input 0)");
+  return make_kernel([g, pdy = dy.as<const float>(), pdx = dx.as<float>(),
+                      total = dx.elements()](const StepContext&) {
+    std::fill(pdx, pdx + total, 0.0f);
+    const float* in = pdy;
+    for (int64_t o = 0; o < g.outer; ++o) {
+      float* block = pdx + o * g.axis_size * g.inner;
+      for (int64_t j = 0; j < g.count; ++j, in += g.inner) {
+        float* out = block + checked_index(g.op, g.indices[j], g.axis_size, j) * g.inner;
+        for (int64_t k = 0; k < g.inner; ++k) out[k] += in[k];
+      }
+    }
+  });
+}
+
+// GatherElements and piper.GatherElementsGrad: indices (and the gathered tensor) have the
+// data's rank; element e of the indices picks data at e's position with the axis coordinate
+// replaced by the index. Walked line by line along the axis.
+struct ElementsGeometry {
+  std::string op;
+  int64_t axis_size = 0, count = 0;
+  int64_t inner = 1;  // the data's stride along the axis
+  StridedLoop loop;   // over the indices' shape with the axis dropped: (indices, data) offsets
+  const int64_t* indices = nullptr;
+};
+
+ElementsGeometry elements_geometry(const KernelArgs& args, const Shape& data,
+                                   const TensorView& indices, const Shape& gathered,
+                                   const std::string& gathered_what) {
+  args.expect_dtype(indices, plan::INT64, "indices (input 1)");
+  if (indices.shape != gathered) {
+    args.fail(gathered_what + " has shape " + shape_string(gathered) + " but the indices have " +
+              shape_string(indices.shape) + "; they must be equal");
+  }
+  const int64_t rank = static_cast<int64_t>(data.size());
+  if (indices.rank() != rank || rank == 0) {
+    args.fail("indices " + shape_string(indices.shape) + " must have the rank of the data " +
+              shape_string(data) + " (at least 1)");
+  }
+  const int64_t axis = normalize_axis(args, args.attributes().get_int("axis", 0), rank);
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d != axis && indices.shape[d] > data[d]) {
+      args.fail("indices " + shape_string(indices.shape) + " exceed the data " +
+                shape_string(data) + " in dimension " + std::to_string(d));
+    }
+  }
+  ElementsGeometry g;
+  g.op = args.op();
+  g.axis_size = data[axis];
+  g.count = indices.shape[axis];  // indices per line
+  const std::vector<int64_t> is = contiguous_strides(indices.shape), ds = contiguous_strides(data);
+  Shape rest;
+  std::vector<int64_t> rest_is, rest_ds;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d == axis) continue;
+    rest.push_back(indices.shape[d]);
+    rest_is.push_back(is[d]);
+    rest_ds.push_back(ds[d]);
+  }
+  g.inner = ds[axis];  // the data's stride along the axis
+  g.loop = StridedLoop(rest, {rest_is, rest_ds});
+  g.indices = indices.as<const int64_t>();
+  return g;
+}
+
+template <typename F>
+void for_each_element(const ElementsGeometry& g, int64_t index_stride, F&& f) {
+  const int64_t si = g.loop.inner_stride(0), sd = g.loop.inner_stride(1);
+  g.loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t ibase = offsets[0] + r * si, dbase = offsets[1] + r * sd;
+      for (int64_t j = 0; j < g.count; ++j) {
+        const int64_t at = ibase + j * index_stride;
+        const int64_t i = checked_index(g.op, g.indices[at], g.axis_size, at);
+        f(at, dbase + i * g.inner);
+      }
+    }
+  });
+}
+
+int64_t axis_stride(const KernelArgs& args, const Shape& shape) {
+  const int64_t axis = normalize_axis(args, args.attributes().get_int("axis", 0),
+                                      static_cast<int64_t>(shape.size()));
+  return contiguous_strides(shape)[axis];
+}
+
+std::unique_ptr<PreparedKernel> gather_elements_factory(const KernelArgs& args) {
+  args.expect_inputs(2, 2);
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(x, y.dtype, "data (input 0)");
+  const ElementsGeometry g = elements_geometry(args, x.shape, args.input(1), y.shape, "the output");
+  const int64_t stride = axis_stride(args, y.shape);
+  const size_t size = dtype_size(y.dtype);
+  return make_kernel(
+      [g, stride, size, px = x.as<const uint8_t>(), py = y.as<uint8_t>()](const StepContext&) {
+        for_each_element(g, stride, [&](int64_t out, int64_t in) {
+          std::memcpy(py + out * size, px + in * size, size);
+        });
+      });
+}
+
+std::unique_ptr<PreparedKernel> gather_elements_grad_factory(const KernelArgs& args) {
+  args.expect_inputs(2, 2);
+  args.expect_outputs(1, 1);
+  const TensorView& dy = args.input(0);
+  const TensorView& dx = args.output(0);
+  args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
+  args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
+  const ElementsGeometry g =
+      elements_geometry(args, dx.shape, args.input(1), dy.shape, "dY (input 0)");
+  const int64_t stride = axis_stride(args, dy.shape);
+  return make_kernel([g, stride, pdy = dy.as<const float>(), pdx = dx.as<float>(),
+                      total = dx.elements()](const StepContext&) {
+    std::fill(pdx, pdx + total, 0.0f);
+    for_each_element(g, stride, [&](int64_t from, int64_t to) { pdx[to] += pdy[from]; });
+  });
+}
+
+// ONNX OneHot: output = indices' shape with `depth` inserted at `axis`; off_value everywhere
+// but on_value where the inserted coordinate equals the index (negative indices count from
+// the end; indices outside [-depth, depth) give all-off rows).
+template <typename T, typename I>
+std::unique_ptr<PreparedKernel> make_one_hot(const TensorView& indices, const TensorView& values,
+                                             const TensorView& y, int64_t axis) {
+  const int64_t outer = product(y.shape, 0, axis), depth = y.shape[axis],
+                inner = product(y.shape, axis + 1, y.shape.size());
+  return make_kernel([outer, depth, inner, pi = indices.as<const I>(), pv = values.as<const T>(),
+                      py = y.as<T>(), total = y.elements()](const StepContext&) {
+    const T off = pv[0], on = pv[1];
+    std::fill(py, py + total, off);
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t k = 0; k < inner; ++k) {
+        int64_t index = static_cast<int64_t>(pi[o * inner + k]);
+        if (index < 0) index += depth;
+        if (index >= 0 && index < depth) py[(o * depth + index) * inner + k] = on;
+      }
+    }
+  });
+}
+
+std::unique_ptr<PreparedKernel> one_hot_factory(const KernelArgs& args) {
+  args.expect_inputs(3, 3);
+  args.expect_outputs(1, 1);
+  const TensorView& indices = args.input(0);
+  const TensorView& values = args.input(2);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(values, y.dtype, "values (input 2)");
+  if (values.elements() != 2) {
+    args.fail("values (input 2) must hold [off_value, on_value], got shape " +
+              shape_string(values.shape));
+  }
+  if (y.rank() != indices.rank() + 1) {
+    args.fail("the output " + shape_string(y.shape) + " must have one more dimension than the " +
+              "indices " + shape_string(indices.shape));
+  }
+  const int64_t axis = normalize_axis(args, args.attributes().get_int("axis", -1), y.rank());
+  Shape expected = indices.shape;
+  expected.insert(expected.begin() + axis, y.shape[axis]);
+  if (expected != y.shape) {
+    args.fail("indices " + shape_string(indices.shape) + " with depth " +
+              std::to_string(y.shape[axis]) + " at axis " + std::to_string(axis) + " give " +
+              shape_string(expected) + " but the output has shape " + shape_string(y.shape));
+  }
+  const bool int_indices = indices.dtype == plan::INT64;
+  if (!int_indices) args.expect_dtype(indices, plan::FLOAT32, "indices (input 0)");
+  if (y.dtype == plan::INT64) {
+    return int_indices ? make_one_hot<int64_t, int64_t>(indices, values, y, axis)
+                       : make_one_hot<int64_t, float>(indices, values, y, axis);
+  }
+  args.expect_dtype(y, plan::FLOAT32, "output 0");
+  return int_indices ? make_one_hot<float, int64_t>(indices, values, y, axis)
+                     : make_one_hot<float, float>(indices, values, y, axis);
+}
+
+// X seen as [outer, n, inner] around the reduced axis; Y as [outer, k, inner].
+struct AxisLines {
+  int64_t outer = 1, n = 0, inner = 1;
+};
+
+AxisLines axis_lines(const Shape& shape, int64_t axis) {
+  return {product(shape, 0, axis), shape[axis], product(shape, axis + 1, shape.size())};
+}
+
+// ArgMax / ArgMin: the first (or with select_last_index the last) extreme element along
+// `axis`. NaN counts as the extreme, as in numpy.
+template <typename T, bool kMax>
+std::unique_ptr<PreparedKernel> make_arg_extreme(const TensorView& x, const TensorView& y,
+                                                 const AxisLines& lines, bool last) {
+  return make_kernel([lines, last, px = x.as<const T>(), py = y.as<int64_t>()](const StepContext&) {
+    const auto better = [](T a, T b) {
+      if constexpr (std::is_floating_point_v<T>) {
+        if (std::isnan(b)) return false;
+        if (std::isnan(a)) return true;
+      }
+      return kMax ? a > b : a < b;
+    };
+    for (int64_t o = 0; o < lines.outer; ++o) {
+      for (int64_t k = 0; k < lines.inner; ++k) {
+        const T* line = px + o * lines.n * lines.inner + k;
+        int64_t best = 0;
+        for (int64_t j = 1; j < lines.n; ++j) {
+          const T v = line[j * lines.inner], b = line[best * lines.inner];
+          if (better(v, b) || (last && !better(b, v))) best = j;
+        }
+        py[o * lines.inner + k] = best;
+      }
+    }
+  });
+}
+
+template <bool kMax>
+std::unique_ptr<PreparedKernel> arg_extreme_factory(const KernelArgs& args) {
+  args.expect_inputs(1, 1);
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(y, plan::INT64, "output 0");
+  if (x.rank() == 0) args.fail("the input must have at least one dimension");
+  const int64_t axis = normalize_axis(args, args.attributes().get_int("axis", 0), x.rank());
+  const bool keepdims = args.attributes().get_int("keepdims", 1) != 0;
+  const bool last = args.attributes().get_int("select_last_index", 0) != 0;
+  Shape expected = x.shape;
+  if (keepdims) {
+    expected[axis] = 1;
+  } else {
+    expected.erase(expected.begin() + axis);
+  }
+  if (expected != y.shape) {
+    args.fail("reducing " + shape_string(x.shape) + " along axis " + std::to_string(axis) +
+              " with keepdims=" + std::to_string(keepdims) + " gives " + shape_string(expected) +
+              " but the output has shape " + shape_string(y.shape));
+  }
+  if (x.shape[axis] == 0) args.fail("cannot reduce an empty axis " + std::to_string(axis));
+  const AxisLines lines = axis_lines(x.shape, axis);
+  if (x.dtype == plan::INT64) return make_arg_extreme<int64_t, kMax>(x, y, lines, last);
+  args.expect_dtype(x, plan::FLOAT32, "input 0");
+  return make_arg_extreme<float, kMax>(x, y, lines, last);
+}
+
+// ONNX TopK: the k largest (or smallest) elements along `axis`, sorted, with their indices;
+// equal values keep their original order (the lower index first). K comes from the output
+// shape; the K input is only checked.
+template <typename T>
+std::unique_ptr<PreparedKernel> make_top_k(const std::string& op, const TensorView& x,
+                                           const int64_t* k_input, const TensorView& values,
+                                           const TensorView& indices, const AxisLines& lines,
+                                           int64_t k, bool largest) {
+  return make_kernel(
+      [op, k_input, lines, k, largest, px = x.as<const T>(), pv = values.as<T>(),
+       pi = indices.as<int64_t>(), order = std::vector<int64_t>(static_cast<size_t>(lines.n)),
+       line = std::vector<T>(static_cast<size_t>(lines.n))](const StepContext&) mutable {
+        const auto before = [&](int64_t a, int64_t b) {
+          const T va = line[a], vb = line[b];
+          if constexpr (std::is_floating_point_v<T>) {
+            // NaN sorts as the largest value, as in numpy and PyTorch.
+            const bool na = std::isnan(va), nb = std::isnan(vb);
+            if (na || nb) return na != nb ? (largest ? na : nb) : a < b;
+          }
+          if (va != vb) return largest ? va > vb : va < vb;
+          return a < b;
+        };
+        if (*k_input != k) {
+          throw Error(op + ": K (input 1) is " + std::to_string(*k_input) +
+                      " but the plan's output " +
+                      "shape was computed for K = " + std::to_string(k));
+        }
+        for (int64_t o = 0; o < lines.outer; ++o) {
+          for (int64_t c = 0; c < lines.inner; ++c) {
+            const T* in = px + o * lines.n * lines.inner + c;
+            for (int64_t j = 0; j < lines.n; ++j) line[j] = in[j * lines.inner];
+            std::iota(order.begin(), order.end(), int64_t{0});
+            std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
+            const int64_t base = o * k * lines.inner + c;
+            for (int64_t j = 0; j < k; ++j) {
+              pv[base + j * lines.inner] = line[order[j]];
+              pi[base + j * lines.inner] = order[j];
+            }
+          }
+        }
+      });
+}
+
+std::unique_ptr<PreparedKernel> top_k_factory(const KernelArgs& args) {
+  args.expect_inputs(2, 2);
+  args.expect_outputs(2, 2);
+  const TensorView& x = args.input(0);
+  const TensorView& values = args.output(0);
+  const TensorView& indices = args.output(1);
+  args.expect_dtype(values, x.dtype, "values (output 0)");
+  args.expect_dtype(indices, plan::INT64, "indices (output 1)");
+  if (x.rank() == 0) args.fail("the input must have at least one dimension");
+  const int64_t axis = normalize_axis(args, args.attributes().get_int("axis", -1), x.rank());
+  args.expect_same_shape(values, "values (output 0)", indices, "indices (output 1)");
+  Shape expected = x.shape;
+  expected[axis] = values.rank() == x.rank() ? values.shape[axis] : -1;
+  if (expected != values.shape || values.shape[axis] > x.shape[axis]) {
+    args.fail("values " + shape_string(values.shape) + " must match the input " +
+              shape_string(x.shape) + " except along axis " + std::to_string(axis) +
+              ", where K may not exceed the input's size");
+  }
+  const int64_t k = values.shape[axis];
+  const TensorView& k_input = args.input(1);
+  args.expect_dtype(k_input, plan::INT64, "K (input 1)");
+  if (k_input.elements() != 1) args.fail("K (input 1) must hold one value");
+  const bool largest = args.attributes().get_int("largest", 1) != 0;
+  const AxisLines lines = axis_lines(x.shape, axis);
+  const int64_t* pk = k_input.as<const int64_t>();
+  if (x.dtype == plan::INT64) {
+    return make_top_k<int64_t>(args.op(), x, pk, values, indices, lines, k, largest);
+  }
+  args.expect_dtype(x, plan::FLOAT32, "input 0");
+  return make_top_k<float>(args.op(), x, pk, values, indices, lines, k, largest);
+}
+
+}  // namespace
+
+void register_indexing_kernels(KernelTable& table) {
+  table["Gather"] = gather_factory;
+  table["piper.GatherGrad"] = gather_grad_factory;
+  table["GatherElements"] = gather_elements_factory;
+  table["piper.GatherElementsGrad"] = gather_elements_grad_factory;
+  table["OneHot"] = one_hot_factory;
+  table["ArgMax"] = arg_extreme_factory<true>;
+  table["ArgMin"] = arg_extreme_factory<false>;
+  table["TopK"] = top_k_factory;
+}
+
+}  // namespace piper::engine::cpu

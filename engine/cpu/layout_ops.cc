@@ -1,0 +1,410 @@
+// Kernels that copy elements between layouts without arithmetic: ONNX Concat,
+// Split, Slice, Expand, Where, Trilu, and piper.SliceGrad (Slice's adjoint:
+// the slice written into zeros). They work on any dtype by element size.
+// Output shapes come from the plan; shape-like inputs are checked against them.
+#include <algorithm>
+#include <cstring>
+
+#include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/strided_loop.h"
+#include "formats/error.h"
+
+namespace piper::engine::cpu {
+namespace {
+
+int64_t product(const Shape& shape, size_t begin, size_t end) {
+  int64_t n = 1;
+  for (size_t d = begin; d < end; ++d) n *= shape[d];
+  return n;
+}
+
+int64_t normalize_axis(const KernelArgs& args, int64_t axis, int64_t rank) {
+  const int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= rank) {
+    args.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  }
+  return a;
+}
+
+// Calls f.template operator()<T>() with T an unsigned integer of the dtype's size.
+template <typename F>
+auto by_element_size(plan::DType dtype, F&& f) {
+  switch (dtype_size(dtype)) {
+    case 8:
+      return f.template operator()<uint64_t>();
+    case 4:
+      return f.template operator()<uint32_t>();
+    default:
+      return f.template operator()<uint8_t>();
+  }
+}
+
+// dst[loop] = src[loop] for a two-operand strided loop (dst first).
+template <typename T>
+void strided_copy(const StridedLoop& loop, const T* src, T* dst) {
+  const int64_t sd = loop.inner_stride(0), ss = loop.inner_stride(1);
+  loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+    T* out = dst + offsets[0];
+    const T* in = src + offsets[1];
+    if (sd == 1 && ss == 1) {
+      std::memcpy(out, in, static_cast<size_t>(n) * sizeof(T));
+    } else {
+      for (int64_t i = 0; i < n; ++i) out[i * sd] = in[i * ss];
+    }
+  });
+}
+
+// Concat and Split: the joined tensor as [outer, axis, inner]; part p covers `parts[p]`
+// consecutive positions of the axis. Byte counts per outer index.
+struct Pieces {
+  int64_t outer = 1;
+  size_t joined_row = 0;
+  std::vector<size_t> part_rows;
+};
+
+Pieces pieces(const KernelArgs& args, const TensorView& joined,
+              const std::vector<const TensorView*>& parts, const std::string& part_kind) {
+  if (joined.rank() == 0) args.fail("cannot concatenate or split a scalar");
+  const int64_t axis = normalize_axis(args, args.attributes().get_int("axis", 0), joined.rank());
+  const size_t element = dtype_size(joined.dtype);
+  const int64_t inner = product(joined.shape, axis + 1, joined.shape.size());
+  Pieces p;
+  p.outer = product(joined.shape, 0, axis);
+  p.joined_row = static_cast<size_t>(joined.shape[axis] * inner) * element;
+  int64_t total = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const TensorView& part = *parts[i];
+    const std::string what = part_kind + " " + std::to_string(i);
+    args.expect_dtype(part, joined.dtype, what);
+    Shape expected = joined.shape;
+    expected[axis] = part.rank() == joined.rank() ? part.shape[axis] : -1;
+    if (part.shape != expected) {
+      args.fail(what + " has shape " + shape_string(part.shape) + ", which does not match " +
+                shape_string(joined.shape) + " outside axis " + std::to_string(axis));
+    }
+    total += part.shape[axis];
+    p.part_rows.push_back(static_cast<size_t>(part.shape[axis] * inner) * element);
+  }
+  if (total != joined.shape[axis]) {
+    args.fail("the " + part_kind + "s add up to " + std::to_string(total) + " along axis " +
+              std::to_string(axis) + " but the joined tensor has " +
+              std::to_string(joined.shape[axis]));
+  }
+  return p;
+}
+
+std::unique_ptr<PreparedKernel> concat_factory(const KernelArgs& args) {
+  if (args.num_inputs() < 1) args.fail("takes at least one input, the plan gives none");
+  args.expect_outputs(1, 1);
+  const TensorView& y = args.output(0);
+  std::vector<const TensorView*> parts;
+  std::vector<const uint8_t*> sources;
+  for (size_t i = 0; i < args.num_inputs(); ++i) {
+    parts.push_back(&args.input(i));
+    sources.push_back(args.input(i).as<const uint8_t>());
+  }
+  const Pieces p = pieces(args, y, parts, "input");
+  return make_kernel([p, sources, py = y.as<uint8_t>()](const StepContext&) {
+    uint8_t* out = py;
+    for (int64_t o = 0; o < p.outer; ++o) {
+      for (size_t i = 0; i < sources.size(); ++i) {
+        std::memcpy(out, sources[i] + static_cast<size_t>(o) * p.part_rows[i], p.part_rows[i]);
+        out += p.part_rows[i];
+      }
+    }
+  });
+}
+
+// Split: the part sizes are the outputs' (from the plan); a `split` input, when given, must
+// agree with them.
+std::unique_ptr<PreparedKernel> split_factory(const KernelArgs& args) {
+  args.expect_inputs(1, 2);
+  if (args.num_outputs() < 1) args.fail("produces at least one output, the plan gives none");
+  const TensorView& x = args.input(0);
+  std::vector<const TensorView*> parts;
+  std::vector<uint8_t*> targets;
+  for (size_t i = 0; i < args.num_outputs(); ++i) {
+    parts.push_back(&args.output(i));
+    targets.push_back(args.output(i).as<uint8_t>());
+  }
+  const Pieces p = pieces(args, x, parts, "output");
+  if (args.has_input(1)) {
+    const TensorView& split = args.input(1);
+    args.expect_dtype(split, plan::INT64, "split (input 1)");
+    const int64_t axis = normalize_axis(args, args.attributes().get_int("axis", 0), x.rank());
+    const int64_t* values = split.as<const int64_t>();
+    bool agree = split.elements() == static_cast<int64_t>(parts.size());
+    for (size_t i = 0; agree && i < parts.size(); ++i) agree = values[i] == parts[i]->shape[axis];
+    if (!agree) {
+      args.fail("split (input 1) " + shape_string(Shape(values, values + split.elements())) +
+                " does not match the outputs' sizes along axis " + std::to_string(axis));
+    }
+  }
+  return make_kernel([p, targets, px = x.as<const uint8_t>()](const StepContext&) {
+    const uint8_t* in = px;
+    for (int64_t o = 0; o < p.outer; ++o) {
+      for (size_t i = 0; i < targets.size(); ++i) {
+        std::memcpy(targets[i] + static_cast<size_t>(o) * p.part_rows[i], in, p.part_rows[i]);
+        in += p.part_rows[i];
+      }
+    }
+  });
+}
+
+// Slice's starts, ends, axes and steps inputs, read when the kernel is prepared and again
+// before each run (they are plan constants in practice; a change re-plans the walk).
+class SliceInputs {
+ public:
+  SliceInputs(const KernelArgs& args, size_t first) {
+    for (size_t i = first; i < first + 4; ++i) {
+      if (!args.has_input(i)) {
+        views_.emplace_back();
+        continue;
+      }
+      const TensorView& view = args.input(i);
+      args.expect_dtype(view, plan::INT64, "input " + std::to_string(i));
+      if (view.rank() != 1) {
+        args.fail("input " + std::to_string(i) + " must be 1-D, got " + shape_string(view.shape));
+      }
+      views_.push_back(view);
+    }
+    values_ = read();
+  }
+
+  // True (and the values updated) when an input changed since the last call.
+  bool refresh() {
+    std::vector<std::vector<int64_t>> now = read();
+    if (now == values_) return false;
+    values_ = std::move(now);
+    return true;
+  }
+  const std::vector<int64_t>& starts() const { return values_[0]; }
+  const std::vector<int64_t>& ends() const { return values_[1]; }
+  const std::vector<int64_t>& axes() const { return values_[2]; }
+  const std::vector<int64_t>& steps() const { return values_[3]; }
+  bool has_axes() const { return views_[2].present(); }
+  bool has_steps() const { return views_[3].present(); }
+
+ private:
+  std::vector<std::vector<int64_t>> read() const {
+    std::vector<std::vector<int64_t>> values;
+    for (const TensorView& view : views_) {
+      const int64_t* data = view.present() ? view.as<const int64_t>() : nullptr;
+      values.emplace_back(data, data ? data + view.elements() : data);
+    }
+    return values;
+  }
+
+  std::vector<TensorView> views_;
+  std::vector<std::vector<int64_t>> values_;
+};
+
+// The walk over the sliced region: for each output dimension the data's element stride
+// (step times the dimension's stride) and the offset of the first element.
+struct SliceWalk {
+  int64_t base = 0;
+  StridedLoop loop;  // operands: (sliced tensor contiguous, data strided)
+};
+
+SliceWalk slice_walk(const std::string& op, const SliceInputs& in, const Shape& data,
+                     const Shape& sliced) {
+  const auto fail = [&](const std::string& message) { throw Error(op + ": " + message); };
+  const size_t n = in.starts().size();
+  const int64_t rank = static_cast<int64_t>(data.size());
+  std::vector<int64_t> axes = in.axes();
+  if (!in.has_axes()) {
+    axes.resize(n);
+    for (size_t i = 0; i < n; ++i) axes[i] = static_cast<int64_t>(i);
+  }
+  std::vector<int64_t> steps = in.has_steps() ? in.steps() : std::vector<int64_t>(n, 1);
+  if (in.ends().size() != n || axes.size() != n || steps.size() != n) {
+    fail("starts, ends, axes and steps must have the same length");
+  }
+  if (static_cast<int64_t>(sliced.size()) != rank) {
+    fail("the sliced tensor " + shape_string(sliced) + " must have the data's rank (" +
+         shape_string(data) + ")");
+  }
+  std::vector<int64_t> begin(rank, 0), step(rank, 1);
+  Shape count = data;
+  std::vector<bool> seen(rank, false);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t axis = axes[i] < 0 ? axes[i] + rank : axes[i];
+    if (axis < 0 || axis >= rank || seen[axis]) {
+      fail("axes entry " + std::to_string(axes[i]) + " is out of range or repeated");
+    }
+    seen[axis] = true;
+    if (steps[i] == 0) fail("steps must not be 0");
+    const int64_t dim = data[axis];
+    const auto clamp = [&](int64_t v, int64_t lo, int64_t hi) {
+      if (v < 0) v += dim;
+      return std::clamp(v, lo, hi);
+    };
+    step[axis] = steps[i];
+    if (steps[i] > 0) {
+      begin[axis] = clamp(in.starts()[i], 0, dim);
+      const int64_t end = clamp(in.ends()[i], 0, dim);
+      count[axis] = std::max<int64_t>(0, (end - begin[axis] + steps[i] - 1) / steps[i]);
+    } else {
+      begin[axis] = clamp(in.starts()[i], 0, dim - 1);
+      const int64_t end = clamp(in.ends()[i], -1, dim - 1);
+      count[axis] = std::max<int64_t>(0, (begin[axis] - end - steps[i] - 1) / -steps[i]);
+    }
+  }
+  if (count != sliced) {
+    fail("slicing " + shape_string(data) + " gives " + shape_string(count) +
+         " but the sliced tensor has shape " + shape_string(sliced));
+  }
+  const std::vector<int64_t> strides = contiguous_strides(data);
+  SliceWalk walk;
+  std::vector<int64_t> data_strides(rank);
+  for (int64_t d = 0; d < rank; ++d) {
+    walk.base += begin[d] * strides[d];
+    data_strides[d] = step[d] * strides[d];
+  }
+  walk.loop = StridedLoop(sliced, {contiguous_strides(sliced), data_strides});
+  return walk;
+}
+
+// Slice (backward = false): y = x[slice]. piper.SliceGrad (backward = true): dX = zeros with
+// dX[slice] = dY.
+std::unique_ptr<PreparedKernel> slice_kernel(const KernelArgs& args, bool backward) {
+  args.expect_inputs(3, 5);
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(x, y.dtype, "input 0");
+  const TensorView& data = backward ? y : x;
+  const TensorView& sliced = backward ? x : y;
+  SliceInputs inputs(args, 1);
+  SliceWalk walk = slice_walk(args.op(), inputs, data.shape, sliced.shape);
+  return by_element_size(y.dtype, [&]<typename T>() {
+    return make_kernel([op = args.op(), inputs, walk, data_shape = data.shape,
+                        sliced_shape = sliced.shape, backward, px = x.as<const T>(), py = y.as<T>(),
+                        total = y.elements()](const StepContext&) mutable {
+      if (inputs.refresh()) walk = slice_walk(op, inputs, data_shape, sliced_shape);
+      if (!backward) {
+        strided_copy(walk.loop, px + walk.base, py);
+        return;
+      }
+      std::fill(py, py + total, T{0});
+      const int64_t ss = walk.loop.inner_stride(0), sd = walk.loop.inner_stride(1);
+      T* out = py + walk.base;
+      walk.loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) out[offsets[1] + i * sd] = px[offsets[0] + i * ss];
+      });
+    });
+  });
+}
+
+// Expand: x broadcast to the output's shape (which the shape input produced at planning).
+std::unique_ptr<PreparedKernel> expand_factory(const KernelArgs& args) {
+  args.expect_inputs(1, 2);
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(x, y.dtype, "input 0");
+  if (!broadcasts_to(x.shape, y.shape)) {
+    args.fail("input " + shape_string(x.shape) + " does not broadcast to the output " +
+              shape_string(y.shape));
+  }
+  const StridedLoop loop(y.shape,
+                         {contiguous_strides(y.shape), broadcast_strides(x.shape, y.shape)});
+  return by_element_size(y.dtype, [&]<typename T>() {
+    return make_kernel([loop, px = x.as<const T>(), py = y.as<T>()](const StepContext&) {
+      strided_copy(loop, px, py);
+    });
+  });
+}
+
+// Where: out = condition ? x : y, all three broadcast to the output.
+std::unique_ptr<PreparedKernel> where_factory(const KernelArgs& args) {
+  args.expect_inputs(3, 3);
+  args.expect_outputs(1, 1);
+  const TensorView& c = args.input(0);
+  const TensorView& x = args.input(1);
+  const TensorView& y = args.input(2);
+  const TensorView& out = args.output(0);
+  args.expect_dtype(c, plan::BOOL, "condition (input 0)");
+  args.expect_dtype(x, out.dtype, "X (input 1)");
+  args.expect_dtype(y, out.dtype, "Y (input 2)");
+  Shape shape;
+  try {
+    shape = broadcast_shapes(broadcast_shapes(c.shape, x.shape), y.shape);
+  } catch (const Error& error) {
+    args.fail(std::string("inputs do not broadcast: ") + error.what());
+  }
+  if (shape != out.shape) {
+    args.fail("inputs broadcast to " + shape_string(shape) + " but the output has shape " +
+              shape_string(out.shape));
+  }
+  const StridedLoop loop(
+      out.shape, {contiguous_strides(out.shape), broadcast_strides(c.shape, out.shape),
+                  broadcast_strides(x.shape, out.shape), broadcast_strides(y.shape, out.shape)});
+  return by_element_size(out.dtype, [&]<typename T>() {
+    return make_kernel([loop, pc = c.as<const uint8_t>(), px = x.as<const T>(),
+                        py = y.as<const T>(), po = out.as<T>()](const StepContext&) {
+      const int64_t sc = loop.inner_stride(1), sx = loop.inner_stride(2), sy = loop.inner_stride(3);
+      loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+        T* o = po + offsets[0];
+        const uint8_t* cond = pc + offsets[1];
+        const T* a = px + offsets[2];
+        const T* b = py + offsets[3];
+        for (int64_t i = 0; i < n; ++i) o[i] = cond[i * sc] ? a[i * sx] : b[i * sy];
+      });
+    });
+  });
+}
+
+// Trilu: the upper (j - i >= k) or lower (j - i <= k) triangle of each matrix in the last
+// two dimensions, zeros elsewhere. The optional k input is read at run time.
+std::unique_ptr<PreparedKernel> trilu_factory(const KernelArgs& args) {
+  args.expect_inputs(1, 2);
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(x, y.dtype, "input 0");
+  args.expect_same_shape(x, "input 0", y, "output 0");
+  if (x.rank() < 2) args.fail("the input must have at least two dimensions");
+  const int64_t* pk = nullptr;
+  if (args.has_input(1)) {
+    const TensorView& k = args.input(1);
+    args.expect_dtype(k, plan::INT64, "k (input 1)");
+    if (k.elements() != 1) args.fail("k (input 1) must hold one value");
+    pk = k.as<const int64_t>();
+  }
+  const bool upper = args.attributes().get_int("upper", 1) != 0;
+  const int64_t rows = x.shape[x.rank() - 2], cols = x.shape[x.rank() - 1];
+  const int64_t matrices = rows * cols == 0 ? 0 : x.elements() / (rows * cols);
+  return by_element_size(y.dtype, [&]<typename T>() {
+    return make_kernel([pk, upper, rows, cols, matrices, px = x.as<const T>(),
+                        py = y.as<T>()](const StepContext&) {
+      const int64_t k = pk ? *pk : 0;
+      for (int64_t m = 0; m < matrices; ++m) {
+        for (int64_t i = 0; i < rows; ++i) {
+          const T* in = px + (m * rows + i) * cols;
+          T* out = py + (m * rows + i) * cols;
+          // Kept columns [lo, hi).
+          const int64_t lo = upper ? std::clamp(i + k, int64_t{0}, cols) : 0;
+          const int64_t hi = upper ? cols : std::clamp(i + k + 1, int64_t{0}, cols);
+          std::fill(out, out + lo, T{0});
+          if (hi > lo) std::memmove(out + lo, in + lo, static_cast<size_t>(hi - lo) * sizeof(T));
+          std::fill(out + std::max(lo, hi), out + cols, T{0});
+        }
+      }
+    });
+  });
+}
+
+}  // namespace
+
+void register_layout_kernels(KernelTable& table) {
+  table["Concat"] = concat_factory;
+  table["Split"] = split_factory;
+  table["Slice"] = [](const KernelArgs& args) { return slice_kernel(args, false); };
+  table["piper.SliceGrad"] = [](const KernelArgs& args) { return slice_kernel(args, true); };
+  table["Expand"] = expand_factory;
+  table["Where"] = where_factory;
+  table["Trilu"] = trilu_factory;
+}
+
+}  // namespace piper::engine::cpu
