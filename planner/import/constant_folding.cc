@@ -10,6 +10,7 @@
 
 #include "formats/error.h"
 #include "planner/import/constant_value.h"
+#include "planner/import/shape_completion.h"
 
 namespace piper::planner {
 namespace {
@@ -382,12 +383,18 @@ int fold_once(onnx::ModelProto& model, const IsConstantInitializer& is_constant,
 
 void infer_shapes(onnx::ModelProto& model) {
   model.mutable_graph()->clear_value_info();
-  try {
-    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
-                                       onnx::ShapeInferenceOptions(false, 1, false));
-  } catch (const std::exception& error) {
-    throw Error(std::string("ONNX shape inference failed: ") + error.what());
-  }
+  // ONNX infers what it can; Piper completes the shapes it leaves open (Einsum, OneHot) and
+  // lets ONNX propagate them downstream, until nothing changes (each round completes at
+  // least one more node, so there are at most as many rounds as nodes).
+  int rounds = model.graph().node_size() + 1;
+  do {
+    try {
+      onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
+                                         onnx::ShapeInferenceOptions(false, 1, false));
+    } catch (const std::exception& error) {
+      throw Error(std::string("ONNX shape inference failed: ") + error.what());
+    }
+  } while (complete_shapes(model) > 0 && --rounds > 0);
 }
 
 int fold_constants(onnx::ModelProto& model, const IsConstantInitializer& is_constant,

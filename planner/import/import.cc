@@ -6,6 +6,7 @@
 #include "formats/error.h"
 #include "formats/onnx_model.h"
 #include "planner/import/constant_folding.h"
+#include "planner/import/constant_value.h"
 
 namespace piper::planner {
 namespace {
@@ -71,6 +72,21 @@ ir::Attributes convert_attributes(const onnx::NodeProto& node, const std::string
       case onnx::AttributeProto::FLOATS:
         attributes[attr.name()] = std::vector<double>(attr.floats().begin(), attr.floats().end());
         break;
+      case onnx::AttributeProto::TENSOR: {
+        // A one-element tensor (ConstantOfShape's value) becomes a scalar attribute: an int
+        // for integer and bool tensors, a float otherwise; the op's output carries the dtype.
+        ConstantValue value;
+        if (from_tensor_proto(attr.t(), value) && value.values.size() == 1) {
+          if (value.is_integer()) {
+            attributes[attr.name()] = static_cast<int64_t>(value.values[0]);
+          } else {
+            attributes[attr.name()] = value.values[0];
+          }
+          break;
+        }
+        throw Error(where + ": tensor attribute '" + attr.name() +
+                    "' must hold one element of a supported type");
+      }
       default:
         throw Error(where + ": attribute '" + attr.name() + "' has a type Piper does not support");
     }
@@ -141,11 +157,10 @@ class GraphBuilder {
     if (tensor.dtype == ir::DType::kInt64) tensor.data = formats::initializer_bytes(init);
   }
 
-  // Folded bools are stored one int32 per element by ONNX; the plan holds bytes.
+  // initializer_bytes already gives one byte per bool (from raw data or int32_data); the
+  // plan holds 0 or 1.
   static void narrow_bool(std::vector<uint8_t>& data) {
-    std::vector<uint8_t> bytes(data.size() / 4);
-    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = data[4 * i] != 0;
-    data = std::move(bytes);
+    for (uint8_t& byte : data) byte = byte != 0;
   }
 
   void describe_value(const std::string& name, ir::Tensor& tensor, const std::string& where) {

@@ -115,6 +115,236 @@ onnx::NodeProto& node(OnnxBuilder& b, const std::string& op, std::vector<std::st
   return b.node(op, std::move(in), {"out"});
 }
 
+// A float tensor attribute `value` on a Constant node, so the value is a planner constant
+// rather than a trained initializer.
+void float_constant(OnnxBuilder& b, const std::string& name, std::vector<int64_t> dims,
+                    const std::vector<float>& values) {
+  auto& n = b.node("Constant", {}, {name});
+  auto* attr = n.add_attribute();
+  attr->set_name("value");
+  attr->set_type(onnx::AttributeProto::TENSOR);
+  auto* tensor = attr->mutable_t();
+  tensor->set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) tensor->add_dims(d);
+  for (float v : values) tensor->add_float_data(v);
+}
+
+void string_attr(onnx::NodeProto& n, const std::string& name, const std::string& value) {
+  auto* attr = n.add_attribute();
+  attr->set_name(name);
+  attr->set_type(onnx::AttributeProto::STRING);
+  attr->set_s(value);
+}
+
+void add_indexing_and_layout_cases(std::vector<GradientCase>& all) {
+  all.push_back({"Gather_repeated_indices",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {5, 3}, 30);
+                   b.int_initializer("idx", {2, 3}, {1, 4, 1, 0, -1, 1});
+                   node(b, "Gather", {"a", "idx"});
+                 },
+                 {2, 3, 3},
+                 {"a"}});
+  all.push_back({"Gather_inner_axis",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {2, 4, 3}, 31);
+                   b.int_initializer("idx", {3}, {3, 0, 3});
+                   OnnxBuilder::attr(node(b, "Gather", {"a", "idx"}), "axis", int64_t{-2});
+                 },
+                 {2, 3, 3},
+                 {"a"}});
+  all.push_back({"GatherElements",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {3, 4}, 32);
+                   b.int_initializer("idx", {3, 2}, {0, 3, 1, 1, -1, 2});
+                   OnnxBuilder::attr(node(b, "GatherElements", {"a", "idx"}), "axis", int64_t{1});
+                 },
+                 {3, 2},
+                 {"a"}});
+  all.push_back({"Concat",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {2, 3}, 33);
+                   param(b, "w", {2, 1}, 34);
+                   OnnxBuilder::attr(node(b, "Concat", {"a", "w"}), "axis", int64_t{-1});
+                 },
+                 {2, 4},
+                 {"a", "w"}});
+  all.push_back(
+      {"Split_one_output_used",
+       [](OnnxBuilder& b) {
+         param(b, "a", {2, 5}, 35);
+         b.int_initializer("split", {2}, {2, 3});
+         OnnxBuilder::attr(b.node("Split", {"a", "split"}, {"s0", "s1"}), "axis", int64_t{1});
+         node(b, "Identity", {"s1"});
+       },
+       {2, 3},
+       {"a"}});
+  all.push_back({"Split_both_outputs",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {4, 3}, 36);
+                   b.int_initializer("split", {2}, {1, 3});
+                   b.node("Split", {"a", "split"}, {"s0", "s1"});
+                   node(b, "Add", {"s0", "s1"});
+                 },
+                 {3, 3},
+                 {"a"}});
+  all.push_back({"Slice_negative_step",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {4, 5}, 37);
+                   b.int_initializer("starts", {2}, {-1, 1});
+                   b.int_initializer("ends", {2}, {-1000, 5});
+                   b.int_initializer("axes", {2}, {0, -1});
+                   b.int_initializer("steps", {2}, {-2, 2});
+                   node(b, "Slice", {"a", "starts", "ends", "axes", "steps"});
+                 },
+                 {2, 2},
+                 {"a"}});
+  all.push_back({"Expand",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {3, 1}, 38);
+                   b.int_initializer("shape", {3}, {2, 1, 4});
+                   node(b, "Expand", {"a", "shape"});
+                 },
+                 {2, 3, 4},
+                 {"a"}});
+  all.push_back({"Where_broadcast",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {2, 3}, 39);
+                   param(b, "w", {3}, 40);
+                   b.int_initializer("ci", {2, 3}, {1, 0, 0, 1, 1, 0});
+                   b.int_initializer("zero", {}, {0});
+                   b.node("Greater", {"ci", "zero"}, {"cond"});
+                   node(b, "Where", {"cond", "a", "w"});
+                 },
+                 {2, 3},
+                 {"a", "w"}});
+  all.push_back({"Trilu_lower_k",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {2, 3, 4}, 41);
+                   b.int_initializer("k", {}, {1});
+                   OnnxBuilder::attr(node(b, "Trilu", {"a", "k"}), "upper", int64_t{0});
+                 },
+                 {2, 3, 4},
+                 {"a"}});
+  for (int64_t exclusive : {0, 1}) {
+    for (int64_t reverse : {0, 1}) {
+      all.push_back(
+          {"CumSum_exclusive" + std::to_string(exclusive) + "_reverse" + std::to_string(reverse),
+           [=](OnnxBuilder& b) {
+             param(b, "a", {2, 4}, 42);
+             b.int_initializer("axis", {}, {1});
+             auto& n = node(b, "CumSum", {"a", "axis"});
+             OnnxBuilder::attr(n, "exclusive", exclusive);
+             OnnxBuilder::attr(n, "reverse", reverse);
+           },
+           {2, 4},
+           {"a"}});
+    }
+  }
+  all.push_back({"TopK_values",
+                 [](OnnxBuilder& b) {
+                   // Well separated values, so a nudge of 1e-2 never changes the selection.
+                   b.initializer("a", {3, 4},
+                                 {0.1f, 0.9f, -0.5f, 0.4f, -0.2f, -0.8f, 0.7f, 0.3f, 0.6f, -0.4f,
+                                  0.2f, -0.9f});
+                   b.int_initializer("k", {1}, {2});
+                   b.node("TopK", {"a", "k"}, {"out", "indices"});
+                 },
+                 {3, 2},
+                 {"a"}});
+  all.push_back({"TopK_smallest_axis0",
+                 [](OnnxBuilder& b) {
+                   b.initializer("a", {3, 2}, {0.5f, -0.3f, -0.7f, 0.8f, 0.1f, 0.2f});
+                   b.int_initializer("k", {1}, {2});
+                   auto& n = b.node("TopK", {"a", "k"}, {"out", "indices"});
+                   OnnxBuilder::attr(n, "axis", int64_t{0});
+                   OnnxBuilder::attr(n, "largest", int64_t{0});
+                 },
+                 {2, 2},
+                 {"a"}});
+  // ArgMax and OneHot carry no gradient; the mask they build multiplies a parameter.
+  all.push_back({"ArgMax_OneHot_mask",
+                 [](OnnxBuilder& b) {
+                   b.initializer("a", {3, 4},
+                                 {0.1f, 0.9f, -0.5f, 0.4f, -0.2f, -0.8f, 0.7f, 0.3f, 0.6f, -0.4f,
+                                  0.2f, -0.9f});
+                   auto& arg = b.node("ArgMax", {"a"}, {"arg"});
+                   OnnxBuilder::attr(arg, "axis", int64_t{1});
+                   OnnxBuilder::attr(arg, "keepdims", int64_t{0});
+                   b.int_initializer("depth", {}, {4});
+                   float_constant(b, "values", {2}, {0.5f, 2.0f});
+                   b.node("OneHot", {"arg", "depth", "values"}, {"mask"});
+                   node(b, "Mul", {"a", "mask"});
+                 },
+                 {3, 4},
+                 {"a"}});
+  for (const char* reduction : {"mean", "sum", "none"}) {
+    all.push_back(
+        {std::string("NegativeLogLikelihoodLoss_") + reduction,
+         [=](OnnxBuilder& b) {
+           param(b, "input", {4, 5}, 43);
+           b.int_initializer("target", {4}, {1, 0, 4, 2});
+           string_attr(node(b, "NegativeLogLikelihoodLoss", {"input", "target"}), "reduction",
+                       reduction);
+         },
+         std::string(reduction) == "none" ? std::vector<int64_t>{4} : std::vector<int64_t>{},
+         {"input"}});
+  }
+  all.push_back({"NegativeLogLikelihoodLoss_weights_ignore_index_3d",
+                 [](OnnxBuilder& b) {
+                   param(b, "input", {2, 3, 2}, 44);
+                   float_constant(b, "cw", {3}, {0.5f, 1.5f, 1.0f});
+                   b.int_initializer("target", {2, 2}, {1, -1, 2, 0});
+                   auto& n = node(b, "NegativeLogLikelihoodLoss", {"input", "target", "cw"});
+                   OnnxBuilder::attr(n, "ignore_index", int64_t{-1});
+                 },
+                 {},
+                 {"input"}});
+}
+
+void add_einsum_cases(std::vector<GradientCase>& all) {
+  struct Form {
+    std::string name, equation;
+    std::vector<int64_t> a, w, out;
+  };
+  const std::vector<Form> forms = {
+      {"moe_dispatch", "sec,sm->ecm", {4, 3, 2}, {4, 5}, {3, 2, 5}},
+      {"moe_combine", "sec,ecm->sm", {4, 3, 2}, {3, 2, 5}, {4, 5}},
+      {"attention_scores", "bhqd,bhkd->bhqk", {2, 2, 3, 4}, {2, 2, 5, 4}, {2, 2, 3, 5}},
+      {"attention_values", "bhqk,bhkd->bhqd", {2, 2, 3, 5}, {2, 2, 5, 4}, {2, 2, 3, 4}},
+      {"summed_label", "ijk,jl->il", {2, 3, 4}, {3, 5}, {2, 5}},
+      {"broadcast_batch", "bij,bjk->bik", {1, 3, 4}, {2, 4, 5}, {2, 3, 5}},
+      {"permuted_output", "bij,bjk->kib", {2, 3, 4}, {2, 4, 5}, {5, 3, 2}},
+      {"implicit_ellipsis", "...ij,jk", {2, 3, 4}, {4, 5}, {2, 3, 5}},
+  };
+  for (const Form& f : forms) {
+    all.push_back({"Einsum_" + f.name,
+                   [f](OnnxBuilder& b) {
+                     param(b, "a", f.a, 50);
+                     param(b, "w", f.w, 51);
+                     string_attr(node(b, "Einsum", {"a", "w"}), "equation", f.equation);
+                   },
+                   f.out,
+                   {"a", "w"}});
+  }
+  all.push_back({"Einsum_three_operands",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {2, 3}, 52);
+                   param(b, "w", {3, 4}, 53);
+                   param(b, "c", {4, 2}, 54);
+                   string_attr(node(b, "Einsum", {"a", "w", "c"}), "equation", "ij,jk,kl->il");
+                 },
+                 {2, 2},
+                 {"a", "w", "c"}});
+  all.push_back({"Einsum_single_operand_sum",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {3, 4}, 55);
+                   string_attr(node(b, "Einsum", {"a"}), "equation", "ij->j");
+                 },
+                 {4},
+                 {"a"}});
+}
+
 std::vector<GradientCase> cases() {
   std::vector<GradientCase> all;
   for (int64_t ta : {0, 1}) {
@@ -265,6 +495,8 @@ std::vector<GradientCase> cases() {
                  },
                  {},
                  {"scores"}});
+  add_indexing_and_layout_cases(all);
+  add_einsum_cases(all);
   return all;
 }
 

@@ -21,6 +21,9 @@ const GradientRules& gradient_rules() {
     add_shape_rules(rules);
     add_reduction_rules(rules);
     add_loss_rules(rules);
+    add_indexing_rules(rules);
+    add_layout_rules(rules);
+    add_einsum_rules(rules);
     return rules;
   }();
   return kRules;

@@ -22,6 +22,9 @@ void add_elementwise_rules(GradientRules& rules);
 void add_shape_rules(GradientRules& rules);
 void add_reduction_rules(GradientRules& rules);
 void add_loss_rules(GradientRules& rules);
+void add_indexing_rules(GradientRules& rules);  // indexing.cc
+void add_layout_rules(GradientRules& rules);    // layout.cc
+void add_einsum_rules(GradientRules& rules);    // einsum.cc
 
 const GradientRules& gradient_rules();
 
