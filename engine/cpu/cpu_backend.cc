@@ -24,6 +24,10 @@ CpuBackend::CpuBackend() {
   register_sequence_kernels(table_);
   register_einsum_kernels(table_);
   register_nll_loss_kernels(table_);
+  register_math_kernels(table_);
+  register_normalization_kernels(table_);
+  register_logical_kernels(table_);
+  register_dropout_kernels(table_);
 }
 
 void* CpuBackend::allocate(size_t bytes) {

@@ -22,6 +22,8 @@ class KernelArgs {
              std::vector<TensorView> outputs);
 
   const std::string& op() const { return kernel_.op_type(); }
+  // The plan's kernel: tensor indices identify this instruction within the plan.
+  const plan::Kernel& kernel() const { return kernel_; }
   const Attributes& attributes() const { return attributes_; }
   size_t num_inputs() const { return inputs_.size(); }
   size_t num_outputs() const { return outputs_.size(); }
@@ -77,5 +79,10 @@ void register_layout_kernels(KernelTable& table);       // layout_ops.cc
 void register_sequence_kernels(KernelTable& table);     // sequence_ops.cc
 void register_einsum_kernels(KernelTable& table);       // einsum.cc
 void register_nll_loss_kernels(KernelTable& table);     // nll_loss.cc
+
+void register_math_kernels(KernelTable& table);           // math.cc
+void register_normalization_kernels(KernelTable& table);  // normalization.cc
+void register_logical_kernels(KernelTable& table);        // logical.cc
+void register_dropout_kernels(KernelTable& table);        // dropout.cc
 
 }  // namespace piper::engine::cpu

@@ -1,6 +1,8 @@
-// Reductions and their adjoints: ONNX ReduceMean and ReduceSum, piper.SumTo
-// (sum down to a broadcast shape) and piper.BroadcastTo.
+// Reductions and their adjoints: ONNX ReduceMean, ReduceSum and ReduceMax, piper.SumTo
+// (sum down to a broadcast shape), piper.BroadcastTo and piper.ReduceMaxGrad.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <set>
 
 #include "engine/cpu/kernel_registry.h"
@@ -52,13 +54,10 @@ std::set<int64_t> normalize_axes(const KernelArgs& args, const std::vector<int64
   return normalized;
 }
 
-// ReduceMean/ReduceSum over `axes` (all axes when empty) with keepdims.
-std::unique_ptr<PreparedKernel> reduce(const KernelArgs& args, const std::vector<int64_t>& axes,
-                                       bool mean) {
-  const TensorView& x = args.input(0);
-  const TensorView& y = args.output(0);
-  args.expect_dtype(x, plan::FLOAT32, "input 0");
-  args.expect_dtype(y, plan::FLOAT32, "output 0");
+// X's shape with 1 at the reduced axes (all axes when `axes` is empty), checking that the
+// output has the shape keepdims gives; `count` receives the number of elements reduced into one.
+Shape kept_shape(const KernelArgs& args, const TensorView& x, const TensorView& y,
+                 const std::vector<int64_t>& axes, int64_t* count) {
   std::set<int64_t> reduced = normalize_axes(args, axes, x.rank());
   if (axes.empty()) {
     for (int64_t a = 0; a < x.rank(); ++a) reduced.insert(a);
@@ -66,10 +65,10 @@ std::unique_ptr<PreparedKernel> reduce(const KernelArgs& args, const std::vector
   const bool keepdims = args.attributes().get_int("keepdims", 1) != 0;
   Shape kept = x.shape;
   Shape expected;
-  int64_t count = 1;
+  *count = 1;
   for (int64_t a = 0; a < x.rank(); ++a) {
     if (reduced.count(a)) {
-      count *= x.shape[a];
+      *count *= x.shape[a];
       kept[a] = 1;
       if (keepdims) expected.push_back(1);
     } else {
@@ -81,6 +80,18 @@ std::unique_ptr<PreparedKernel> reduce(const KernelArgs& args, const std::vector
               " gives " + shape_string(expected) + " but the output has shape " +
               shape_string(y.shape));
   }
+  return kept;
+}
+
+// ReduceMean/ReduceSum over `axes` (all axes when empty) with keepdims.
+std::unique_ptr<PreparedKernel> reduce(const KernelArgs& args, const std::vector<int64_t>& axes,
+                                       bool mean) {
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(x, plan::FLOAT32, "input 0");
+  args.expect_dtype(y, plan::FLOAT32, "output 0");
+  int64_t count = 1;
+  const Shape kept = kept_shape(args, x, y, axes, &count);
   const double scale = mean ? 1.0 / static_cast<double>(count) : 1.0;
   return make_reduction(x, kept, y, scale);
 }
@@ -183,6 +194,96 @@ std::unique_ptr<PreparedKernel> broadcast_to_factory(const KernelArgs& args) {
       });
 }
 
+// ReduceMax over `axes` with keepdims (an empty reduction gives -inf, as ONNX); NaN
+// propagates, as in PyTorch's amax. Opset 17 takes axes as an attribute, opset 18 as an input
+// (with noop_with_empty_axes).
+std::unique_ptr<PreparedKernel> reduce_max_factory(const KernelArgs& args) {
+  args.expect_inputs(1, 2);
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(x, plan::FLOAT32, "input 0");
+  args.expect_dtype(y, plan::FLOAT32, "output 0");
+  const auto axes = args.has_input(1) ? axes_input(args) : args.attributes().get_ints("axes", {});
+  if (axes.empty() && args.has_input(1) &&
+      args.attributes().get_int("noop_with_empty_axes", 0) != 0) {
+    args.expect_same_shape(x, "input 0", y, "output 0 (noop_with_empty_axes)");
+    return make_kernel([n = x.elements(), px = x.as<const float>(),
+                        py = y.as<float>()](const StepContext&) { std::copy(px, px + n, py); });
+  }
+  int64_t count = 1;
+  const Shape kept = kept_shape(args, x, y, axes, &count);
+  const StridedLoop loop(x.shape, {contiguous_strides(x.shape), broadcast_strides(kept, x.shape)});
+  return make_kernel(
+      [loop, m = y.elements(), px = x.as<const float>(), py = y.as<float>()](const StepContext&) {
+        std::fill(py, py + m, -std::numeric_limits<float>::infinity());
+        const int64_t s = loop.inner_stride(1);
+        const auto pick = [](float current, float v) {
+          return v > current || std::isnan(v) ? v : current;
+        };
+        loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+          const float* in = px + offsets[0];
+          float* out = py + offsets[1];
+          if (s == 0) {
+            float best = out[0];
+            for (int64_t i = 0; i < n; ++i) best = pick(best, in[i]);
+            out[0] = best;
+          } else {
+            for (int64_t i = 0; i < n; ++i) out[i * s] = pick(out[i * s], in[i]);
+          }
+        });
+      });
+}
+
+// piper.ReduceMaxGrad(dY, X, Y), attribute `axes` (the reduced axes of X; none when empty):
+// dX = dY · [X = Y] / (the number of elements equal to Y in the reduced group), with dY and Y
+// broadcast back over the reduced axes.
+std::unique_ptr<PreparedKernel> reduce_max_grad_factory(const KernelArgs& args) {
+  args.expect_inputs(3, 3);
+  args.expect_outputs(1, 1);
+  const TensorView& dy = args.input(0);
+  const TensorView& x = args.input(1);
+  const TensorView& y = args.input(2);
+  const TensorView& dx = args.output(0);
+  args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
+  args.expect_dtype(x, plan::FLOAT32, "X (input 1)");
+  args.expect_dtype(y, plan::FLOAT32, "Y (input 2)");
+  args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
+  args.expect_same_shape(x, "X (input 1)", dx, "dX (output 0)");
+  Shape kept = x.shape;
+  for (int64_t a : normalize_axes(args, args.attributes().get_ints("axes", {}), x.rank())) {
+    kept[a] = 1;
+  }
+  if (dy.elements() != num_elements(kept) || y.elements() != num_elements(kept)) {
+    args.fail("dY " + shape_string(dy.shape) + " and Y " + shape_string(y.shape) +
+              " must hold one element per reduced group of X " + shape_string(x.shape) + " (" +
+              shape_string(kept) + ")");
+  }
+  const StridedLoop loop(x.shape, {contiguous_strides(x.shape), broadcast_strides(kept, x.shape)});
+  std::vector<float> ties(static_cast<size_t>(num_elements(kept)));
+  return make_kernel([loop, ties, pdy = dy.as<const float>(), px = x.as<const float>(),
+                      py = y.as<const float>(), pdx = dx.as<float>()](const StepContext&) mutable {
+    std::fill(ties.begin(), ties.end(), 0.0f);
+    const int64_t s = loop.inner_stride(1);
+    loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+      const float* in = px + offsets[0];
+      const float* best = py + offsets[1];
+      float* count = ties.data() + offsets[1];
+      for (int64_t i = 0; i < n; ++i) count[i * s] += in[i] == best[i * s] ? 1.0f : 0.0f;
+    });
+    loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+      const float* in = px + offsets[0];
+      float* out = pdx + offsets[0];
+      const float* best = py + offsets[1];
+      const float* g = pdy + offsets[1];
+      const float* count = ties.data() + offsets[1];
+      for (int64_t i = 0; i < n; ++i) {
+        out[i] = in[i] == best[i * s] ? g[i * s] / count[i * s] : 0.0f;
+      }
+    });
+  });
+}
+
 }  // namespace
 
 void register_reduce_kernels(KernelTable& table) {
@@ -190,6 +291,8 @@ void register_reduce_kernels(KernelTable& table) {
   table["ReduceSum"] = reduce_sum_factory;
   table["piper.SumTo"] = sum_to_factory;
   table["piper.BroadcastTo"] = broadcast_to_factory;
+  table["ReduceMax"] = reduce_max_factory;
+  table["piper.ReduceMaxGrad"] = reduce_max_grad_factory;
 }
 
 }  // namespace piper::engine::cpu

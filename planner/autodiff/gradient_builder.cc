@@ -28,6 +28,47 @@ ir::TensorId GradientBuilder::emit(const std::string& type, std::vector<ir::Tens
   return output;
 }
 
+std::vector<ir::TensorId> GradientBuilder::emit_multi(
+    const std::string& type, std::vector<ir::TensorId> inputs,
+    const std::vector<std::optional<ir::Shape>>& shapes, ir::Attributes attributes) {
+  ir::Op op;
+  op.type = type;
+  op.name = fresh_name(type + ":");
+  for (const auto& shape : shapes) {
+    if (!shape) {
+      op.outputs.push_back(-1);
+      continue;
+    }
+    ir::Tensor tensor;
+    tensor.name = op.name + "/" + std::to_string(op.outputs.size());
+    tensor.shape = *shape;
+    op.outputs.push_back(graph_.add_tensor(std::move(tensor)));
+  }
+  op.inputs = std::move(inputs);
+  op.attributes = std::move(attributes);
+  op.pass = ir::Pass::kBackward;
+  op.tags = forward_.tags;
+  const std::vector<ir::TensorId> outputs = op.outputs;
+  graph_.add_op(std::move(op));
+  return outputs;
+}
+
+ir::TensorId GradientBuilder::ensure_output(size_t index, const std::string& stem, ir::DType dtype,
+                                            const ir::Shape& shape) {
+  if (index < forward_.outputs.size() && forward_.outputs[index] >= 0) {
+    return forward_.outputs[index];
+  }
+  ir::Tensor tensor;
+  tensor.name = forward_.name + "/" + stem;
+  tensor.dtype = dtype;
+  tensor.shape = shape;
+  const ir::TensorId id = graph_.add_tensor(std::move(tensor));
+  if (forward_.outputs.size() <= index) forward_.outputs.resize(index + 1, -1);
+  forward_.outputs[index] = id;
+  graph_.op(forward_id_).outputs = forward_.outputs;
+  return id;
+}
+
 ir::TensorId GradientBuilder::constant(float value) {
   ir::Tensor tensor;
   tensor.name = fresh_name("const:");

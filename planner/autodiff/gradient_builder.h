@@ -1,6 +1,7 @@
 // What a gradient rule sees while differentiating one forward op.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,12 +13,13 @@ class GradientBuilder {
  public:
   // The forward op is copied: emitting ops and tensors moves the graph's storage.
   GradientBuilder(ir::OpGraph& graph, ir::OpId forward)
-      : graph_(graph), forward_(graph.op(forward)) {}
+      : graph_(graph), forward_id_(forward), forward_(graph.op(forward)) {}
 
   const ir::Op& op() const { return forward_; }
   ir::Shape input_shape(size_t index) const { return graph_.tensor(op().inputs.at(index)).shape; }
   ir::Shape output_shape(size_t index) const { return graph_.tensor(op().outputs.at(index)).shape; }
   ir::Shape shape(ir::TensorId id) const { return graph_.tensor(id).shape; }
+  ir::DType dtype(ir::TensorId id) const { return graph_.tensor(id).dtype; }
   bool has_input(size_t index) const {
     return index < op().inputs.size() && op().inputs[index] >= 0;
   }
@@ -31,6 +33,15 @@ class GradientBuilder {
   // tensor of `shape`; returns that tensor.
   ir::TensorId emit(const std::string& type, std::vector<ir::TensorId> inputs,
                     const ir::Shape& shape, ir::Attributes attributes = {});
+  // Like emit, for an op with several float outputs; an output whose shape is nullopt is
+  // omitted (-1). Returns the outputs in order.
+  std::vector<ir::TensorId> emit_multi(const std::string& type, std::vector<ir::TensorId> inputs,
+                                       const std::vector<std::optional<ir::Shape>>& shapes,
+                                       ir::Attributes attributes = {});
+  // The forward op's output `index`, added (named "<op>/<stem>") when the model omitted it,
+  // so that the forward kernel also writes what the backward needs (a mask, saved statistics).
+  ir::TensorId ensure_output(size_t index, const std::string& stem, ir::DType dtype,
+                             const ir::Shape& shape);
   // A planner constant (float32 scalar or int64 vector).
   ir::TensorId constant(float value);
   ir::TensorId constant(const std::vector<int64_t>& values);
@@ -52,6 +63,7 @@ class GradientBuilder {
   std::string fresh_name(const std::string& stem);
 
   ir::OpGraph& graph_;
+  ir::OpId forward_id_;
   ir::Op forward_;
   int emitted_ = 0;
 };

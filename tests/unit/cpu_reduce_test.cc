@@ -141,5 +141,48 @@ TEST(CpuReduce, BroadcastToUndoesReduceMeanShape) {
         EXPECT_FLOAT_EQ(values[i * 12 + j * 4 + k], (i * 4 + k + 1) / 3.0f);
 }
 
+TEST(CpuReduce, ReduceMaxAxesAndKeepdims) {
+  KernelRunner r;
+  const int x = r.Input({2, 3}, {1, 5, 2, 7, -1, 7});
+  const int rows = r.Output({2});
+  const int cols = r.Output({1, 3});
+  const int all = r.Output({});
+  r.Run("ReduceMax", {x}, {rows}, {Ints("axes", {-1}), Int("keepdims", 0)});
+  r.Run("ReduceMax", {x}, {cols}, {Ints("axes", {0})});
+  r.Run("ReduceMax", {x}, {all}, {Int("keepdims", 0)});
+  EXPECT_THAT(r.Floats(rows), ElementsAre(5, 7));
+  EXPECT_THAT(r.Floats(cols), ElementsAre(7, 5, 7));
+  EXPECT_THAT(r.Floats(all), ElementsAre(7));
+  // Opset 18: axes as an input.
+  const int axes = r.IntInput({1}, {1});
+  const int by_input = r.Output({2, 1});
+  r.Run("ReduceMax", {x, axes}, {by_input});
+  EXPECT_THAT(r.Floats(by_input), ElementsAre(5, 7));
+}
+
+TEST(CpuReduce, ReduceMaxOfEmptySetIsMinusInfinity) {
+  KernelRunner r;
+  const int x = r.Input({2, 0}, {});
+  const int y = r.Output({2, 1});
+  r.Run("ReduceMax", {x}, {y}, {Ints("axes", {1})});
+  EXPECT_THAT(r.Floats(y), ElementsAre(-INFINITY, -INFINITY));
+}
+
+// The gradient goes to the maxima; ties in a group share it evenly.
+TEST(CpuReduce, ReduceMaxGradSplitsTies) {
+  KernelRunner r;
+  const int x = r.Input({2, 3}, {1, 5, 2, 7, -1, 7});
+  const int y = r.Input({2}, {5, 7});
+  const int dy = r.Input({2}, {3, 4});
+  const int dx = r.Output({2, 3});
+  r.Run("piper.ReduceMaxGrad", {dy, x, y}, {dx}, {Ints("axes", {1})});
+  EXPECT_THAT(r.Floats(dx), ElementsAre(0, 3, 0, 2, 0, 2));
+  const int y0 = r.Input({1, 3}, {7, 5, 7});
+  const int dy0 = r.Input({1, 3}, {1, 2, 3});
+  const int dx0 = r.Output({2, 3});
+  r.Run("piper.ReduceMaxGrad", {dy0, x, y0}, {dx0}, {Ints("axes", {0})});
+  EXPECT_THAT(r.Floats(dx0), ElementsAre(0, 2, 0, 1, 0, 3));
+}
+
 }  // namespace
 }  // namespace piper::engine::testing

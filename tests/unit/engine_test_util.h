@@ -117,6 +117,10 @@ class KernelRunner {
     const int64_t* data = views_[index].as<const int64_t>();
     return {data, data + views_[index].elements()};
   }
+  std::vector<uint8_t> Bools(int index) const {
+    const uint8_t* data = views_[index].as<const uint8_t>();
+    return {data, data + views_[index].elements()};
+  }
 
   std::unique_ptr<PreparedKernel> Prepare(const std::string& op, const std::vector<int>& inputs,
                                           const std::vector<int>& outputs,

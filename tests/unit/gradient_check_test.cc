@@ -345,6 +345,151 @@ void add_einsum_cases(std::vector<GradientCase>& all) {
                  {"a"}});
 }
 
+// Pow, Sqrt, Reciprocal, Exp, Log, Erf, Max, Min, Softmax, LogSoftmax, LayerNormalization,
+// ReduceMax, Cast, and the comparisons (accepted, not differentiated).
+void add_math_and_normalization_cases(std::vector<GradientCase>& all) {
+  all.push_back({"Pow_base_and_exponent_broadcast",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {2, 3}, 50, 0.5f, 2.0f);  // positive: log(a) in dB
+                   param(b, "w", {3}, 51, -1.5f, 2.5f);
+                   node(b, "Pow", {"a", "w"});
+                 },
+                 {2, 3},
+                 {"a", "w"}});
+  for (const auto& [exponent, suffix] :
+       {std::pair{2.0f, "2"}, std::pair{3.0f, "3"}, std::pair{-0.5f, "minus_half"}}) {
+    all.push_back({std::string("Pow_constant_exponent_") + suffix,
+                   [exponent = exponent](OnnxBuilder& b) {
+                     param(b, "a", {2, 3}, 52, 0.5f, 2.0f);
+                     OnnxBuilder::attr(b.node("Constant", {}, {"e"}), "value_float", exponent);
+                     node(b, "Pow", {"a", "e"});
+                   },
+                   {2, 3},
+                   {"a"}});
+  }
+  all.push_back({"Pow_int64_exponent",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {2, 3}, 53);
+                   b.int_initializer("e", {}, {3});
+                   node(b, "Pow", {"a", "e"});
+                 },
+                 {2, 3},
+                 {"a"}});
+  struct Unary {
+    const char* op;
+    float low, high;
+  };
+  for (const Unary& u :
+       {Unary{"Sqrt", 0.5f, 2.0f}, Unary{"Reciprocal", 0.5f, 2.0f}, Unary{"Exp", -1.0f, 1.0f},
+        Unary{"Log", 0.5f, 2.0f}, Unary{"Erf", -1.5f, 1.5f}}) {
+    all.push_back({u.op,
+                   [u](OnnxBuilder& b) {
+                     param(b, "a", {2, 3}, 54, u.low, u.high);
+                     node(b, u.op, {"a"});
+                   },
+                   {2, 3},
+                   {"a"}});
+  }
+  for (const char* op : {"Max", "Min"}) {
+    // Values 0.1 apart at least, so no nudge crosses a tie.
+    all.push_back({std::string(op) + "_three_broadcast",
+                   [op](OnnxBuilder& b) {
+                     b.initializer("a", {2, 3}, {0.1f, -0.9f, 0.5f, 1.3f, -0.2f, 0.8f});
+                     b.initializer("w", {3}, {0.3f, -0.5f, 0.7f});
+                     b.initializer("c", {2, 1}, {-0.7f, 0.95f});
+                     node(b, op, {"a", "w", "c"});
+                   },
+                   {2, 3},
+                   {"a", "w", "c"}});
+  }
+  all.push_back({"Max_single_input",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {2, 3}, 55);
+                   node(b, "Max", {"a"});
+                 },
+                 {2, 3},
+                 {"a"}});
+  for (int64_t axis : {1, -1}) {
+    const std::string suffix = axis < 0 ? "_axis_last" : "_axis1";
+    all.push_back({"Softmax" + suffix,
+                   [axis](OnnxBuilder& b) {
+                     param(b, "a", {2, 3, 4}, 56, -2, 2);
+                     OnnxBuilder::attr(node(b, "Softmax", {"a"}), "axis", axis);
+                   },
+                   {2, 3, 4},
+                   {"a"}});
+    all.push_back({"LogSoftmax" + suffix,
+                   [axis](OnnxBuilder& b) {
+                     param(b, "a", {2, 3, 4}, 57, -2, 2);
+                     OnnxBuilder::attr(node(b, "LogSoftmax", {"a"}), "axis", axis);
+                   },
+                   {2, 3, 4},
+                   {"a"}});
+  }
+  all.push_back({"LayerNormalization_last_axis",
+                 [](OnnxBuilder& b) {
+                   param(b, "x", {3, 5}, 58, -2, 2);
+                   param(b, "scale", {5}, 59, 0.5f, 1.5f);
+                   param(b, "bias", {5}, 60);
+                   node(b, "LayerNormalization", {"x", "scale", "bias"});
+                 },
+                 {3, 5},
+                 {"x", "scale", "bias"}});
+  // Two normalized axes, no bias, the Mean output named by the model (InvStdDev added).
+  all.push_back({"LayerNormalization_axis1_with_mean_output",
+                 [](OnnxBuilder& b) {
+                   param(b, "x", {2, 3, 2}, 61, -2, 2);
+                   param(b, "scale", {3, 2}, 62, 0.5f, 1.5f);
+                   auto& n = b.node("LayerNormalization", {"x", "scale"}, {"out", "mean"});
+                   OnnxBuilder::attr(n, "axis", int64_t{1});
+                   OnnxBuilder::attr(n, "epsilon", 1e-3f);
+                 },
+                 {2, 3, 2},
+                 {"x", "scale"}});
+  for (int64_t keepdims : {0, 1}) {
+    all.push_back({"ReduceMax_keepdims" + std::to_string(keepdims),
+                   [keepdims](OnnxBuilder& b) {
+                     // Values 0.1 apart, so no nudge changes which element is the maximum.
+                     std::vector<float> values(24);
+                     for (int i = 0; i < 24; ++i)
+                       values[i] = static_cast<float>((i * 7) % 24) * 0.1f - 1.2f;
+                     b.initializer("a", {2, 3, 4}, values);
+                     auto& n = node(b, "ReduceMax", {"a"});
+                     OnnxBuilder::attr(n, "axes", std::vector<int64_t>{0, -1});
+                     OnnxBuilder::attr(n, "keepdims", keepdims);
+                   },
+                   keepdims ? std::vector<int64_t>{1, 3, 1} : std::vector<int64_t>{3},
+                   {"a"}});
+  }
+  all.push_back({"Cast_float_to_float",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {2, 3}, 64);
+                   OnnxBuilder::attr(node(b, "Cast", {"a"}), "to", int64_t{1});
+                 },
+                 {2, 3},
+                 {"a"}});
+  // out = a · float((a > 0) == not(a < 0.5)): the comparisons, Not and the casts to and from
+  // bool plan and run; the gradient flows through the Mul only.
+  all.push_back({"Comparisons_Not_Cast_carry_no_gradient",
+                 [](OnnxBuilder& b) {
+                   // At least 0.05 from the thresholds 0 and 0.5, so no nudge crosses one.
+                   b.initializer("s", {2, 3}, {-0.8f, 0.2f, 0.7f, -0.3f, 0.35f, 0.9f});
+                   OnnxBuilder::attr(b.node("Constant", {}, {"zero"}), "value_float", 0.0f);
+                   OnnxBuilder::attr(b.node("Constant", {}, {"half"}), "value_float", 0.5f);
+                   b.node("Greater", {"s", "zero"}, {"gt"});
+                   b.node("Less", {"s", "half"}, {"lt"});
+                   b.node("Not", {"lt"}, {"ge"});
+                   b.node("Equal", {"gt", "ge"}, {"eq"});
+                   OnnxBuilder::attr(b.node("Cast", {"eq"}, {"m"}), "to", int64_t{1});
+                   OnnxBuilder::attr(b.node("Cast", {"s"}, {"si"}), "to", int64_t{7});
+                   OnnxBuilder::attr(b.node("Cast", {"si"}, {"sf"}), "to", int64_t{1});
+                   b.node("Mul", {"s", "m"}, {"sm"});
+                   b.node("Add", {"sm", "sf"}, {"out"});
+                 },
+                 {2, 3},
+                 {"s"}});
+}
+
 std::vector<GradientCase> cases() {
   std::vector<GradientCase> all;
   for (int64_t ta : {0, 1}) {
@@ -497,6 +642,7 @@ std::vector<GradientCase> cases() {
                  {"scores"}});
   add_indexing_and_layout_cases(all);
   add_einsum_cases(all);
+  add_math_and_normalization_cases(all);
   return all;
 }
 

@@ -1,4 +1,5 @@
-// ReduceSum and ReduceMean: the gradient is the output gradient broadcast back.
+// ReduceSum and ReduceMean: the gradient is the output gradient broadcast back;
+// ReduceMax routes it to the maxima.
 #include <algorithm>
 #include <cstring>
 
@@ -44,11 +45,23 @@ void reduce_sum_rule(GradientBuilder& g) {
   broadcast_back(g, reduced_axes(g, given), false);
 }
 
+// ReduceMax: the gradient goes to the elements equal to their maximum, split evenly among
+// ties (as PyTorch's amax). Opset 17 takes axes as an attribute, opset 18 as an input.
+void reduce_max_rule(GradientBuilder& g) {
+  std::vector<int64_t> given = ir::attr_ints(g.op().attributes, "axes");
+  if (g.has_input(1)) given = g.constant_ints(g.op().inputs[1]);
+  const std::vector<int64_t> axes = reduced_axes(g, given);
+  g.contribute(
+      0, g.emit("piper.ReduceMaxGrad", {g.output_gradient(0), g.op().inputs[0], g.op().outputs[0]},
+                g.input_shape(0), {{"axes", axes}}));
+}
+
 }  // namespace
 
 void add_reduction_rules(GradientRules& rules) {
   rules["ReduceMean"] = reduce_mean_rule;
   rules["ReduceSum"] = reduce_sum_rule;
+  rules["ReduceMax"] = reduce_max_rule;
 }
 
 }  // namespace piper::planner

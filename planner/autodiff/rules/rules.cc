@@ -24,6 +24,10 @@ const GradientRules& gradient_rules() {
     add_indexing_rules(rules);
     add_layout_rules(rules);
     add_einsum_rules(rules);
+    add_math_rules(rules);
+    add_normalization_rules(rules);
+    add_dropout_rules(rules);
+    add_logical_rules(rules);
     return rules;
   }();
   return kRules;

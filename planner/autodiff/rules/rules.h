@@ -26,6 +26,11 @@ void add_indexing_rules(GradientRules& rules);  // indexing.cc
 void add_layout_rules(GradientRules& rules);    // layout.cc
 void add_einsum_rules(GradientRules& rules);    // einsum.cc
 
+void add_math_rules(GradientRules& rules);           // math.cc
+void add_normalization_rules(GradientRules& rules);  // normalization.cc
+void add_dropout_rules(GradientRules& rules);        // dropout.cc
+void add_logical_rules(GradientRules& rules);        // logical.cc
+
 const GradientRules& gradient_rules();
 
 }  // namespace piper::planner

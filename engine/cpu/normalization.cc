@@ -1,0 +1,333 @@
+// Row-wise normalizations: ONNX Softmax, LogSoftmax (opset 13+: along one axis) and
+// LayerNormalization (opset 17), and their gradients piper.SoftmaxGrad,
+// piper.LogSoftmaxGrad and piper.LayerNormalizationGrad.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "engine/cpu/kernel_registry.h"
+#include "formats/error.h"
+
+namespace piper::engine::cpu {
+namespace {
+
+// Sum of x[0..n) with eight independent accumulators, so the loop vectorises.
+float row_sum(const float* x, int64_t n) {
+  float acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int k = 0; k < 8; ++k) acc[k] += x[i + k];
+  }
+  float sum = 0.0f;
+  for (; i < n; ++i) sum += x[i];
+  for (float a : acc) sum += a;
+  return sum;
+}
+
+// Σ x[i]·y[i], vectorisable like row_sum.
+float row_dot(const float* x, const float* y, int64_t n) {
+  float acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int k = 0; k < 8; ++k) acc[k] += x[i + k] * y[i + k];
+  }
+  float sum = 0.0f;
+  for (; i < n; ++i) sum += x[i] * y[i];
+  for (float a : acc) sum += a;
+  return sum;
+}
+
+float row_max(const float* x, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+// A tensor viewed as [outer, n, inner] around one axis.
+struct AxisView {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+AxisView axis_view(const KernelArgs& args, const Shape& shape, int64_t axis) {
+  const auto rank = static_cast<int64_t>(shape.size());
+  const int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= rank) {
+    args.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  }
+  AxisView view;
+  for (int64_t d = 0; d < a; ++d) view.outer *= shape[d];
+  view.n = shape[a];
+  for (int64_t d = a + 1; d < rank; ++d) view.inner *= shape[d];
+  return view;
+}
+
+// Softmax and LogSoftmax of rows of n elements. Contiguous rows when inner == 1; otherwise
+// rows are strided by `inner` and are gathered into a scratch row first.
+template <bool kLog>
+void softmax_row(const float* x, float* y, int64_t n) {
+  const float m = row_max(x, n);
+  if (kLog) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] - m;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) sum += std::exp(y[i]);
+    const float log_sum = std::log(sum);
+    for (int64_t i = 0; i < n; ++i) y[i] -= log_sum;
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i] - m);
+    const float scale = 1.0f / row_sum(y, n);
+    for (int64_t i = 0; i < n; ++i) y[i] *= scale;
+  }
+}
+
+// Runs row(in..., out, n) over every [outer, n, inner] row of the operands, gathering strided
+// rows (inner > 1) into scratch and scattering the result back.
+template <size_t kIn, typename Row>
+void for_each_axis_row(const AxisView& v, const std::array<const float*, kIn>& in, float* out,
+                       std::vector<float>& scratch, Row row) {
+  if (v.inner == 1) {
+    for (int64_t o = 0; o < v.outer; ++o) {
+      std::array<const float*, kIn> rows;
+      for (size_t k = 0; k < kIn; ++k) rows[k] = in[k] + o * v.n;
+      row(rows, out + o * v.n);
+    }
+    return;
+  }
+  scratch.resize(static_cast<size_t>(v.n * (kIn + 1)));
+  for (int64_t o = 0; o < v.outer; ++o) {
+    for (int64_t j = 0; j < v.inner; ++j) {
+      const int64_t base = o * v.n * v.inner + j;
+      std::array<const float*, kIn> rows;
+      for (size_t k = 0; k < kIn; ++k) {
+        float* gathered = scratch.data() + k * v.n;
+        for (int64_t i = 0; i < v.n; ++i) gathered[i] = in[k][base + i * v.inner];
+        rows[k] = gathered;
+      }
+      float* result = scratch.data() + kIn * v.n;
+      row(rows, result);
+      for (int64_t i = 0; i < v.n; ++i) out[base + i * v.inner] = result[i];
+    }
+  }
+}
+
+template <bool kLog>
+std::unique_ptr<PreparedKernel> softmax_factory(const KernelArgs& args) {
+  args.expect_inputs(1, 1);
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(x, plan::FLOAT32, "input 0");
+  args.expect_dtype(y, plan::FLOAT32, "output 0");
+  args.expect_same_shape(x, "input 0", y, "output 0");
+  const AxisView v = axis_view(args, x.shape, args.attributes().get_int("axis", -1));
+  std::vector<float> scratch;
+  return make_kernel(
+      [v, scratch, px = x.as<const float>(), py = y.as<float>()](const StepContext&) mutable {
+        for_each_axis_row<1>(v, {px}, py, scratch, [&](const auto& rows, float* out) {
+          softmax_row<kLog>(rows[0], out, v.n);
+        });
+      });
+}
+
+// piper.SoftmaxGrad(dY, Y): dX = Y · (dY − Σ dY·Y); piper.LogSoftmaxGrad(dY, Y):
+// dX = dY − exp(Y) · Σ dY; sums along `axis`.
+template <bool kLog>
+std::unique_ptr<PreparedKernel> softmax_grad_factory(const KernelArgs& args) {
+  args.expect_inputs(2, 2);
+  args.expect_outputs(1, 1);
+  const TensorView& dy = args.input(0);
+  const TensorView& y = args.input(1);
+  const TensorView& dx = args.output(0);
+  args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
+  args.expect_dtype(y, plan::FLOAT32, "Y (input 1)");
+  args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
+  args.expect_same_shape(dy, "dY (input 0)", dx, "dX (output 0)");
+  args.expect_same_shape(y, "Y (input 1)", dx, "dX (output 0)");
+  const AxisView v = axis_view(args, y.shape, args.attributes().get_int("axis", -1));
+  std::vector<float> scratch;
+  return make_kernel([v, scratch, pdy = dy.as<const float>(), py = y.as<const float>(),
+                      pdx = dx.as<float>()](const StepContext&) mutable {
+    for_each_axis_row<2>(v, {pdy, py}, pdx, scratch, [&](const auto& rows, float* out) {
+      const float* g = rows[0];
+      const float* s = rows[1];
+      if (kLog) {
+        const float sum = row_sum(g, v.n);
+        for (int64_t i = 0; i < v.n; ++i) out[i] = g[i] - std::exp(s[i]) * sum;
+      } else {
+        const float dot = row_dot(g, s, v.n);
+        for (int64_t i = 0; i < v.n; ++i) out[i] = s[i] * (g[i] - dot);
+      }
+    });
+  });
+}
+
+// LayerNormalization's geometry: X as [rows, n] with n the product of X's dims from `axis`.
+struct LayerNormView {
+  int64_t rows = 1, n = 1;
+  Shape stats;  // X's shape with 1 from axis on: Mean and InvStdDev
+};
+
+LayerNormView layer_norm_view(const KernelArgs& args, const TensorView& x) {
+  const int64_t given = args.attributes().get_int("axis", -1);
+  const int64_t axis = given < 0 ? given + x.rank() : given;
+  if (axis < 0 || axis >= x.rank()) {
+    args.fail("axis " + std::to_string(given) + " is out of range for X of rank " +
+              std::to_string(x.rank()));
+  }
+  LayerNormView v;
+  v.stats = x.shape;
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    if (d < axis) {
+      v.rows *= x.shape[d];
+    } else {
+      v.n *= x.shape[d];
+      v.stats[d] = 1;
+    }
+  }
+  return v;
+}
+
+// Scale and bias hold one value per normalized element (shape X.shape[axis:], as PyTorch
+// exports them).
+void check_affine(const KernelArgs& args, const TensorView& x, const LayerNormView& v,
+                  const TensorView& t, const std::string& what) {
+  args.expect_dtype(t, plan::FLOAT32, what);
+  if (t.elements() != v.n) {
+    args.fail(what + " has shape " + shape_string(t.shape) +
+              " but the normalized dimensions of X " + shape_string(x.shape) + " hold " +
+              std::to_string(v.n) + " elements; Piper needs one value per normalized element");
+  }
+}
+
+void check_stats(const KernelArgs& args, const TensorView& t, const LayerNormView& v,
+                 const std::string& what) {
+  args.expect_dtype(t, plan::FLOAT32, what);
+  if (t.elements() != v.rows) {
+    args.fail(what + " has shape " + shape_string(t.shape) + ", expected " + shape_string(v.stats));
+  }
+}
+
+std::unique_ptr<PreparedKernel> layer_norm_factory(const KernelArgs& args) {
+  args.expect_inputs(2, 3);
+  args.expect_outputs(1, 3);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(x, plan::FLOAT32, "X (input 0)");
+  args.expect_dtype(y, plan::FLOAT32, "Y (output 0)");
+  args.expect_same_shape(x, "X (input 0)", y, "Y (output 0)");
+  const LayerNormView v = layer_norm_view(args, x);
+  check_affine(args, x, v, args.input(1), "Scale (input 1)");
+  const float* bias = nullptr;
+  if (args.has_input(2)) {
+    check_affine(args, x, v, args.input(2), "B (input 2)");
+    bias = args.input(2).as<const float>();
+  }
+  float* mean_out = nullptr;
+  float* inv_out = nullptr;
+  if (args.has_output(1)) {
+    check_stats(args, args.output(1), v, "Mean (output 1)");
+    mean_out = args.output(1).as<float>();
+  }
+  if (args.has_output(2)) {
+    check_stats(args, args.output(2), v, "InvStdDev (output 2)");
+    inv_out = args.output(2).as<float>();
+  }
+  const auto epsilon = static_cast<float>(args.attributes().get_float("epsilon", 1e-5));
+  return make_kernel([v, epsilon, bias, mean_out, inv_out, px = x.as<const float>(),
+                      scale = args.input(1).as<const float>(),
+                      py = y.as<float>()](const StepContext&) {
+    const int64_t n = v.n;
+    const float inv_n = 1.0f / static_cast<float>(n);
+    for (int64_t r = 0; r < v.rows; ++r) {
+      const float* in = px + r * n;
+      float* out = py + r * n;
+      const float mean = row_sum(in, n) * inv_n;
+      for (int64_t i = 0; i < n; ++i) out[i] = in[i] - mean;
+      const float inv = 1.0f / std::sqrt(row_dot(out, out, n) * inv_n + epsilon);
+      if (bias != nullptr) {
+        for (int64_t i = 0; i < n; ++i) out[i] = out[i] * inv * scale[i] + bias[i];
+      } else {
+        for (int64_t i = 0; i < n; ++i) out[i] = out[i] * inv * scale[i];
+      }
+      if (mean_out != nullptr) mean_out[r] = mean;
+      if (inv_out != nullptr) inv_out[r] = inv;
+    }
+  });
+}
+
+// piper.LayerNormalizationGrad(dY, X, Scale, Mean, InvStdDev) → dX, dScale, dBias (each
+// optional). With x̂ = (X − Mean)·InvStdDev and g = dY·Scale, per row:
+// dX = InvStdDev · (g − mean(g) − x̂ · mean(g·x̂)); dScale = Σ_rows dY·x̂; dBias = Σ_rows dY.
+std::unique_ptr<PreparedKernel> layer_norm_grad_factory(const KernelArgs& args) {
+  args.expect_inputs(5, 5);
+  args.expect_outputs(1, 3);
+  const TensorView& dy = args.input(0);
+  const TensorView& x = args.input(1);
+  args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
+  args.expect_dtype(x, plan::FLOAT32, "X (input 1)");
+  args.expect_same_shape(dy, "dY (input 0)", x, "X (input 1)");
+  const LayerNormView v = layer_norm_view(args, x);
+  check_affine(args, x, v, args.input(2), "Scale (input 2)");
+  check_stats(args, args.input(3), v, "Mean (input 3)");
+  check_stats(args, args.input(4), v, "InvStdDev (input 4)");
+  float* dx = nullptr;
+  float* dscale = nullptr;
+  float* dbias = nullptr;
+  if (args.has_output(0)) {
+    args.expect_dtype(args.output(0), plan::FLOAT32, "dX (output 0)");
+    args.expect_same_shape(args.output(0), "dX (output 0)", x, "X (input 1)");
+    dx = args.output(0).as<float>();
+  }
+  if (args.has_output(1)) {
+    check_affine(args, x, v, args.output(1), "dScale (output 1)");
+    dscale = args.output(1).as<float>();
+  }
+  if (args.has_output(2)) {
+    check_affine(args, x, v, args.output(2), "dBias (output 2)");
+    dbias = args.output(2).as<float>();
+  }
+  std::vector<float> scratch(static_cast<size_t>(2 * v.n));
+  return make_kernel([v, scratch, dx, dscale, dbias, pdy = dy.as<const float>(),
+                      px = x.as<const float>(), scale = args.input(2).as<const float>(),
+                      mean = args.input(3).as<const float>(),
+                      inv_std = args.input(4).as<const float>()](const StepContext&) mutable {
+    const int64_t n = v.n;
+    const float inv_n = 1.0f / static_cast<float>(n);
+    float* xhat = scratch.data();
+    float* g = scratch.data() + n;
+    if (dscale != nullptr) std::fill(dscale, dscale + n, 0.0f);
+    if (dbias != nullptr) std::fill(dbias, dbias + n, 0.0f);
+    for (int64_t r = 0; r < v.rows; ++r) {
+      const float* d = pdy + r * n;
+      const float* in = px + r * n;
+      const float m = mean[r];
+      const float inv = inv_std[r];
+      for (int64_t i = 0; i < n; ++i) xhat[i] = (in[i] - m) * inv;
+      if (dscale != nullptr) {
+        for (int64_t i = 0; i < n; ++i) dscale[i] += d[i] * xhat[i];
+      }
+      if (dbias != nullptr) {
+        for (int64_t i = 0; i < n; ++i) dbias[i] += d[i];
+      }
+      if (dx == nullptr) continue;
+      for (int64_t i = 0; i < n; ++i) g[i] = d[i] * scale[i];
+      const float mean_g = row_sum(g, n) * inv_n;
+      const float mean_gx = row_dot(g, xhat, n) * inv_n;
+      float* out = dx + r * n;
+      for (int64_t i = 0; i < n; ++i) out[i] = inv * (g[i] - mean_g - xhat[i] * mean_gx);
+    }
+  });
+}
+
+}  // namespace
+
+void register_normalization_kernels(KernelTable& table) {
+  table["Softmax"] = softmax_factory<false>;
+  table["LogSoftmax"] = softmax_factory<true>;
+  table["LayerNormalization"] = layer_norm_factory;
+  table["piper.SoftmaxGrad"] = softmax_grad_factory<false>;
+  table["piper.LogSoftmaxGrad"] = softmax_grad_factory<true>;
+  table["piper.LayerNormalizationGrad"] = layer_norm_grad_factory;
+}
+
+}  // namespace piper::engine::cpu

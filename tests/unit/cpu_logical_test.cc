@@ -1,0 +1,126 @@
+// CPU comparisons, Not and Cast.
+#include <gmock/gmock.h>
+
+#include <cmath>
+#include <limits>
+
+#include "engine_test_util.h"
+#include "formats/error.h"
+
+namespace piper::engine::testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(CpuLogical, ComparisonsBroadcastFloat) {
+  KernelRunner k;
+  const int a = k.Input({2, 1}, {1, 2});
+  const int b = k.Input({3}, {0, 1, 2});
+  const int eq = k.Output({2, 3}, plan::BOOL);
+  const int lt = k.Output({2, 3}, plan::BOOL);
+  const int gt = k.Output({2, 3}, plan::BOOL);
+  k.Run("Equal", {a, b}, {eq});
+  k.Run("Less", {a, b}, {lt});
+  k.Run("Greater", {a, b}, {gt});
+  EXPECT_THAT(k.Bools(eq), ElementsAre(0, 1, 0, 0, 0, 1));
+  EXPECT_THAT(k.Bools(lt), ElementsAre(0, 0, 1, 0, 0, 0));
+  EXPECT_THAT(k.Bools(gt), ElementsAre(1, 0, 0, 1, 1, 0));
+}
+
+TEST(CpuLogical, ComparisonsOfInt64AndBool) {
+  KernelRunner k;
+  const int a = k.IntInput({3}, {-1, 5, 7});
+  const int b = k.IntInput({}, {5});
+  const int lt = k.Output({3}, plan::BOOL);
+  k.Run("Less", {a, b}, {lt});
+  EXPECT_THAT(k.Bools(lt), ElementsAre(1, 0, 0));
+  const int p = k.BoolInput({4}, {0, 0, 1, 1});
+  const int q = k.BoolInput({4}, {0, 1, 0, 1});
+  const int eq = k.Output({4}, plan::BOOL);
+  const int not_p = k.Output({4}, plan::BOOL);
+  k.Run("Equal", {p, q}, {eq});
+  k.Run("Not", {p}, {not_p});
+  EXPECT_THAT(k.Bools(eq), ElementsAre(1, 0, 0, 1));
+  EXPECT_THAT(k.Bools(not_p), ElementsAre(1, 1, 0, 0));
+}
+
+TEST(CpuLogical, NaNComparesUnequal) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  KernelRunner k;
+  const int a = k.Input({2}, {nan, 1});
+  const int eq = k.Output({2}, plan::BOOL);
+  k.Run("Equal", {a, a}, {eq});
+  EXPECT_THAT(k.Bools(eq), ElementsAre(0, 1));
+}
+
+TEST(CpuLogical, ComparisonRejectsMixedDtypesAndBoolOrder) {
+  KernelRunner k;
+  const int f = k.Input({2}, {1, 2});
+  const int i = k.IntInput({2}, {1, 2});
+  const int p = k.BoolInput({2}, {0, 1});
+  const int y = k.Output({2}, plan::BOOL);
+  EXPECT_THROW(k.Run("Equal", {f, i}, {y}), Error);
+  try {
+    k.Run("Less", {p, p}, {y});
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("Less: inputs have dtype bool"));
+  }
+}
+
+TEST(CpuLogical, CastBetweenFloatInt64AndBool) {
+  KernelRunner k;
+  const int x = k.Input({5}, {-2.7f, -0.0f, 0.5f, 3.9f, std::numeric_limits<float>::quiet_NaN()});
+  const int as_int = k.Output({5}, plan::INT64);
+  const int as_bool = k.Output({5}, plan::BOOL);
+  const int as_float = k.Output({5});
+  k.Run("Cast", {x}, {as_int}, {Int("to", 7)});
+  k.Run("Cast", {x}, {as_bool}, {Int("to", 9)});
+  k.Run("Cast", {x}, {as_float}, {Int("to", 1)});
+  const auto ints = k.Int64s(as_int);
+  EXPECT_EQ(ints[0], -2);  // truncation toward zero
+  EXPECT_EQ(ints[1], 0);
+  EXPECT_EQ(ints[2], 0);
+  EXPECT_EQ(ints[3], 3);
+  EXPECT_EQ(ints[4], std::numeric_limits<int64_t>::min());  // NaN
+  EXPECT_THAT(k.Bools(as_bool), ElementsAre(1, 0, 1, 1, 1));
+  EXPECT_FLOAT_EQ(k.Floats(as_float)[3], 3.9f);
+
+  const int n = k.IntInput({3}, {-4, 0, 9});
+  const int n_float = k.Output({3});
+  const int n_bool = k.Output({3}, plan::BOOL);
+  k.Run("Cast", {n}, {n_float}, {Int("to", 1)});
+  k.Run("Cast", {n}, {n_bool}, {Int("to", 9)});
+  EXPECT_THAT(k.Floats(n_float), ElementsAre(-4, 0, 9));
+  EXPECT_THAT(k.Bools(n_bool), ElementsAre(1, 0, 1));
+
+  const int b = k.BoolInput({2}, {1, 0});
+  const int b_float = k.Output({2});
+  const int b_int = k.Output({2}, plan::INT64);
+  k.Run("Cast", {b}, {b_float}, {Int("to", 1)});
+  k.Run("Cast", {b}, {b_int}, {Int("to", 7)});
+  EXPECT_THAT(k.Floats(b_float), ElementsAre(1, 0));
+  EXPECT_THAT(k.Int64s(b_int), ElementsAre(1, 0));
+}
+
+TEST(CpuLogical, CastRejectsUnsupportedTargetAndMismatchedOutput) {
+  KernelRunner k;
+  const int x = k.Input({1}, {1});
+  const int y = k.Output({1});
+  try {
+    k.Run("Cast", {x}, {y}, {Int("to", 10)});  // float16
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("Cast: to = 10 is not a data type Piper supports"));
+  }
+  try {
+    k.Run("Cast", {x}, {y}, {Int("to", 7)});
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("Cast: output 0 (the dtype `to` names) has dtype float32"));
+  }
+}
+
+}  // namespace
+}  // namespace piper::engine::testing
