@@ -172,5 +172,39 @@ TEST(ConformanceRunner, RunsAMultiNodeModelNodeByNode) {
   EXPECT_TRUE(c.ok) << c.detail;
 }
 
+// y = -Reshape(-x, Shape(s)): the Shape node is folded on the host, and its value sizes the
+// intermediate Reshape output through a second round of shape inference.
+TEST(ConformanceRunner, FoldsShapeNodesToSizeIntermediates) {
+  testing::OnnxBuilder builder;
+  builder.input("x", {2, 3}).input("s", {3, 2}).output("y", {3, 2});
+  builder.node("Neg", {"x"}, {"n"});
+  builder.node("Shape", {"s"}, {"shape"});
+  builder.node("Reshape", {"n", "shape"}, {"r"});
+  builder.node("Neg", {"r"}, {"y"});
+
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("piper_conformance_shape_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "test_data_set_0");
+  write_proto(dir / "model.onnx", builder.model());
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6};
+  write_proto(dir / "test_data_set_0" / "input_0.pb", tensor_proto({2, 3}, x));
+  write_proto(dir / "test_data_set_0" / "input_1.pb", tensor_proto({3, 2}, {0, 0, 0, 0, 0, 0}));
+  write_proto(dir / "test_data_set_0" / "output_0.pb", tensor_proto({3, 2}, x));
+
+  const TestCase test = load_test_case(dir.string());
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(test.unsupported, "");
+  const DataSet& data = test.data_sets.at(0);
+  ASSERT_EQ(data.intermediates.count("r"), 1u);
+  EXPECT_EQ(data.intermediates.at("r").shape, (engine::Shape{3, 2}));
+  EXPECT_EQ(data.intermediates.count("shape"), 0u);  // folded, never a kernel output
+
+  engine::cpu::CpuBackend backend;
+  const auto outputs = run_data_set(backend, test, data);
+  ASSERT_EQ(outputs.size(), 1u);
+  const Comparison c = compare(outputs[0], data.outputs[0], Tolerance{});
+  EXPECT_TRUE(c.ok) << c.detail;
+}
+
 }  // namespace
 }  // namespace piper::conformance

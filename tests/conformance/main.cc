@@ -82,7 +82,7 @@ CaseResult run_case(engine::cpu::CpuBackend& backend, const std::set<std::string
   result.multi_node = nodes.size() > 1;
   for (const auto& node : nodes) {
     const std::string& op = node.op_type();
-    if (op == "Constant" && nodes.size() > 1) continue;  // folded on the host
+    if (folded_on_host(node, test.model.graph())) continue;
     if (std::find(result.ops.begin(), result.ops.end(), op) == result.ops.end()) {
       result.ops.push_back(op);
     }

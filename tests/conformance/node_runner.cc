@@ -1,5 +1,6 @@
 #include "tests/conformance/node_runner.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -96,6 +97,16 @@ HostTensor constant_value(const onnx::NodeProto& node) {
     }
   }
   throw Error("Constant node '" + node.name() + "' has no value Piper can fold");
+}
+
+// A Shape or Size node's value for an input already on the host.
+HostTensor shape_value(const onnx::NodeProto& node, const std::map<std::string, HostTensor>& values,
+                       const std::string& where) {
+  const auto found = values.find(node.input(0));
+  if (found == values.end()) {
+    throw Error(where + "input '" + node.input(0) + "' is not produced by an earlier node");
+  }
+  return shape_node_value(node, found->second.shape);
 }
 
 // Device memory for one tensor, released with the owner.
@@ -231,8 +242,9 @@ std::vector<HostTensor> run_data_set(engine::Backend& backend, const TestCase& t
   for (int index = 0; index < graph.node_size(); ++index) {
     const onnx::NodeProto& node = graph.node(index);
     const std::string where = describe(node, index, graph.node_size());
-    if (node.op_type() == "Constant") {
-      values[node.output(0)] = constant_value(node);
+    if (folded_on_host(node, graph)) {
+      values[node.output(0)] =
+          node.op_type() == "Constant" ? constant_value(node) : shape_value(node, values, where);
       continue;
     }
     std::vector<std::unique_ptr<DeviceTensor>> owned;

@@ -3,8 +3,8 @@
 // allocated by the backend, inputs uploaded, output shapes taken from what the plan would
 // know (the expected outputs, or shape inference for intermediate values), and outputs
 // downloaded after run(). Multi-node models run node by node in graph order with
-// intermediate values held on the host; Constant nodes are folded on the host, as the
-// planner folds them.
+// intermediate values held on the host. Constant, Shape and Size nodes are folded on the
+// host, as a plan holds them as constants (folded_on_host()).
 #pragma once
 
 #include <onnx/onnx_pb.h>

@@ -3,6 +3,7 @@
 #include <onnx/shape_inference/implementation.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -113,14 +114,86 @@ std::string type_problem(const onnx::ValueInfoProto& info, const std::string& wh
   return "";
 }
 
-// Infers the intermediate values of `model` with the graph inputs fixed to this data set's
-// shapes; records a problem when one has no static shape or a dtype Piper lacks.
+// The fully known static shape of `name` in an inferred graph, if any.
+std::optional<engine::Shape> static_shape(const onnx::GraphProto& graph, const std::string& name) {
+  for (const auto& initializer : graph.initializer()) {
+    if (initializer.name() == name)
+      return engine::Shape(initializer.dims().begin(), initializer.dims().end());
+  }
+  for (const auto* infos : {&graph.input(), &graph.value_info(), &graph.output()}) {
+    for (const auto& info : *infos) {
+      if (info.name() != name || !info.type().has_tensor_type() ||
+          !info.type().tensor_type().has_shape()) {
+        continue;
+      }
+      engine::Shape shape;
+      for (const auto& dim : info.type().tensor_type().shape().dim()) {
+        if (!dim.has_dim_value()) return std::nullopt;
+        shape.push_back(dim.dim_value());
+      }
+      return shape;
+    }
+  }
+  return std::nullopt;
+}
+
+// Runs ONNX shape inference on `model` with the graph inputs fixed to this data set's shapes.
+// Shape and Size nodes the runner folds are replaced by their values as initializers once
+// their input's shape is known, and inference reruns, so that Reshape(x, Shape(y)) resolves
+// as the planner's folding resolves it.
+onnx::ModelProto infer_with_folded_shapes(const onnx::ModelProto& model, const DataSet& data) {
+  onnx::ModelProto base = model;
+  std::map<std::string, const HostTensor*> fed;
+  const auto inputs = fed_inputs(model);
+  for (size_t i = 0; i < inputs.size() && i < data.inputs.size(); ++i) {
+    fed[inputs[i]->name()] = &data.inputs[i];
+  }
+  for (auto& input : *base.mutable_graph()->mutable_input()) {
+    const auto found = fed.find(input.name());
+    if (found == fed.end()) continue;
+    auto* shape = input.mutable_type()->mutable_tensor_type()->mutable_shape();
+    shape->clear_dim();
+    for (int64_t d : found->second->shape) shape->add_dim()->set_dim_value(d);
+  }
+  base.mutable_graph()->clear_value_info();
+  std::map<std::string, onnx::TensorProto> folded;
+  for (;;) {
+    onnx::ModelProto inferred = base;
+    auto& graph = *inferred.mutable_graph();
+    onnx::GraphProto kept;
+    for (const auto& node : graph.node()) {
+      if (folded.count(node.output(0))) continue;
+      *kept.add_node() = node;
+    }
+    graph.mutable_node()->Swap(kept.mutable_node());
+    for (const auto& [name, value] : folded) *graph.add_initializer() = value;
+    onnx::shape_inference::InferShapes(inferred, onnx::OpSchemaRegistry::Instance(),
+                                       onnx::ShapeInferenceOptions(false, 0, true));
+    bool progress = false;
+    for (const auto& node : graph.node()) {
+      if (node.op_type() == "Constant" || !folded_on_host(node, model.graph())) continue;
+      const auto shape = static_shape(graph, node.input(0));
+      if (!shape) continue;
+      const HostTensor host = shape_node_value(node, *shape);
+      onnx::TensorProto& value = folded[node.output(0)];
+      value.set_name(node.output(0));
+      value.set_data_type(onnx::TensorProto::INT64);
+      for (int64_t d : host.shape) value.add_dims(d);
+      value.set_raw_data(host.bytes.data(), host.bytes.size());
+      progress = true;
+    }
+    if (!progress) return inferred;
+  }
+}
+
+// Records the dtype and shape of every intermediate value of `model` for this data set, or
+// a problem when one has no static shape or a dtype Piper lacks.
 void infer_intermediates(const onnx::ModelProto& model, DataSet& data, std::string& unsupported) {
   std::set<std::string> graph_outputs;
   for (const auto& output : model.graph().output()) graph_outputs.insert(output.name());
   std::set<std::string> needed;
   for (const auto& node : model.graph().node()) {
-    if (node.op_type() == "Constant") continue;  // folded on the host
+    if (folded_on_host(node, model.graph())) continue;
     for (const auto& name : node.output()) {
       if (!name.empty() && !graph_outputs.count(name)) needed.insert(name);
     }
@@ -128,28 +201,14 @@ void infer_intermediates(const onnx::ModelProto& model, DataSet& data, std::stri
   if (needed.empty()) {
     return;
   }
-  onnx::ModelProto inferred = model;
-  auto& graph = *inferred.mutable_graph();
-  std::map<std::string, const HostTensor*> fed;
-  const auto inputs = fed_inputs(model);
-  for (size_t i = 0; i < inputs.size() && i < data.inputs.size(); ++i) {
-    fed[inputs[i]->name()] = &data.inputs[i];
-  }
-  for (auto& input : *graph.mutable_input()) {
-    const auto found = fed.find(input.name());
-    if (found == fed.end()) continue;
-    auto* shape = input.mutable_type()->mutable_tensor_type()->mutable_shape();
-    shape->clear_dim();
-    for (int64_t d : found->second->shape) shape->add_dim()->set_dim_value(d);
-  }
-  graph.clear_value_info();
+  onnx::ModelProto inferred;
   try {
-    onnx::shape_inference::InferShapes(inferred, onnx::OpSchemaRegistry::Instance(),
-                                       onnx::ShapeInferenceOptions(false, 0, true));
+    inferred = infer_with_folded_shapes(model, data);
   } catch (const std::exception& error) {
     if (unsupported.empty()) unsupported = std::string("shape inference failed: ") + error.what();
     return;
   }
+  const auto& graph = inferred.graph();
   for (const auto& info : graph.value_info()) {
     if (!needed.count(info.name())) continue;
     const std::string problem = type_problem(info, "intermediate value");
@@ -157,14 +216,10 @@ void infer_intermediates(const onnx::ModelProto& model, DataSet& data, std::stri
       if (unsupported.empty()) unsupported = problem;
       continue;
     }
-    ValueType value;
-    value.dtype = *piper_dtype(info.type().tensor_type().elem_type());
-    bool known = info.type().tensor_type().has_shape();
-    for (const auto& dim : info.type().tensor_type().shape().dim()) {
-      known = known && dim.has_dim_value();
-      value.shape.push_back(dim.dim_value());
+    if (const auto shape = static_shape(graph, info.name())) {
+      data.intermediates[info.name()] =
+          ValueType{*piper_dtype(info.type().tensor_type().elem_type()), *shape};
     }
-    if (known) data.intermediates[info.name()] = value;
   }
   for (const auto& name : needed) {
     if (!data.intermediates.count(name) && unsupported.empty()) {
@@ -174,6 +229,41 @@ void infer_intermediates(const onnx::ModelProto& model, DataSet& data, std::stri
 }
 
 }  // namespace
+
+bool folded_on_host(const onnx::NodeProto& node, const onnx::GraphProto& graph) {
+  const std::string& op = node.op_type();
+  if (op != "Constant" && op != "Shape" && op != "Size") return false;
+  for (const auto& output : graph.output()) {
+    for (const auto& name : node.output()) {
+      if (name == output.name()) return false;
+    }
+  }
+  return true;
+}
+
+HostTensor shape_node_value(const onnx::NodeProto& node, const engine::Shape& input) {
+  std::vector<int64_t> values;
+  HostTensor host{plan::INT64, {}, {}};
+  if (node.op_type() == "Size") {
+    values = {engine::num_elements(input)};
+  } else {
+    const auto rank = static_cast<int64_t>(input.size());
+    int64_t start = 0;
+    int64_t end = rank;
+    for (const auto& attr : node.attribute()) {
+      if (attr.name() == "start") start = attr.i();
+      if (attr.name() == "end") end = attr.i();
+    }
+    auto clamp = [rank](int64_t i) { return std::clamp(i < 0 ? i + rank : i, int64_t{0}, rank); };
+    start = clamp(start);
+    end = std::max(clamp(end), start);
+    values.assign(input.begin() + start, input.begin() + end);
+    host.shape = {static_cast<int64_t>(values.size())};
+  }
+  host.bytes.resize(values.size() * sizeof(int64_t));
+  std::memcpy(host.bytes.data(), values.data(), host.bytes.size());
+  return host;
+}
 
 std::vector<const onnx::ValueInfoProto*> fed_inputs(const onnx::ModelProto& model) {
   std::set<std::string> initialized;

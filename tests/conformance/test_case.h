@@ -61,6 +61,16 @@ struct TestCase {
 // or malformed; a case Piper cannot represent loads with `unsupported` set.
 TestCase load_test_case(const std::string& dir);
 
+// Whether `node` is folded into a constant, so that the runner computes it on the host
+// instead of dispatching a kernel: a Constant, Shape or Size node whose output is not a
+// graph output. Their values follow from attributes and static shapes, which a plan always
+// has (the planner folds Constant and Shape nodes the same way).
+bool folded_on_host(const onnx::NodeProto& node, const onnx::GraphProto& graph);
+
+// The int64 value of a Shape node (opset 15 `start`/`end`: negative from the end, clamped
+// to the rank) or a Size node whose input has shape `input`.
+HostTensor shape_node_value(const onnx::NodeProto& node, const engine::Shape& input);
+
 // The graph inputs the data sets feed, in order: graph inputs that are not initializers.
 std::vector<const onnx::ValueInfoProto*> fed_inputs(const onnx::ModelProto& model);
 
