@@ -1,5 +1,6 @@
 #include "planner/import/import.h"
 
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -135,6 +136,24 @@ class GraphBuilder {
 
   void describe_initializer(const onnx::TensorProto& init, ir::Tensor& tensor,
                             const std::string& where) {
+    if (init.data_type() == onnx::TensorProto::INT32) {
+      // Exporters write some axes and counts as int32 (PyTorch: CumSum's axis); Piper's
+      // integers are int64, so the value becomes an int64 planner constant.
+      ConstantValue value;
+      if (!from_tensor_proto(init, value)) {
+        throw Error(model_name_ + ": " + where + ": cannot read int32 initializer '" + init.name() +
+                    "'");
+      }
+      tensor.dtype = ir::DType::kInt64;
+      tensor.shape.assign(init.dims().begin(), init.dims().end());
+      tensor.role = ir::Role::kConstant;
+      tensor.data.resize(value.values.size() * sizeof(int64_t));
+      for (size_t i = 0; i < value.values.size(); ++i) {
+        const auto element = static_cast<int64_t>(value.values[i]);
+        std::memcpy(tensor.data.data() + i * sizeof(int64_t), &element, sizeof(int64_t));
+      }
+      return;
+    }
     const auto dtype = to_dtype(init.data_type());
     if (!dtype) {
       throw Error(model_name_ + ": " + where + " uses initializer '" + init.name() +

@@ -1,0 +1,157 @@
+"""Small models built from the indexing, layout and einsum ops, exported here
+from PyTorch (opset 17) and trained by Piper and by PyTorch from the same
+weights on the same data: token and position embeddings (Gather, Slice), a
+fused projection split three ways (Split), attention scores and values by
+einsum with a causal Trilu and a masked_fill (Where), Concat, CumSum, Expand,
+and a top-2 router (TopK) that gathers expert weights by index and combines
+them with a three-operand einsum; losses NegativeLogLikelihoodLoss (with
+ignore_index) and the router's ArgMax feeding a Gather. Every step's loss
+within 1e-4 relative, final weights within 1e-3 relative."""
+import os
+import tempfile
+import unittest
+
+import numpy as np
+import onnx
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from onnx import numpy_helper
+
+import harness
+from harness import Tools
+
+STEPS = 6
+GLOBAL_BATCH = 4
+SAMPLES = 12
+LOSS_RTOL = 1e-4
+WEIGHT_RTOL = 1e-3
+T, VOCAB, D = 6, 11, 8
+
+
+class TinyDecoder(nn.Module):
+    """Embeddings, one causal attention layer by einsum, NLL on the scores."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok = nn.Embedding(VOCAB, D)
+        self.pos = nn.Parameter(torch.randn(T + 2, D) * 0.3)
+        self.qkv = nn.Linear(D, 3 * D)
+        self.bias = nn.Parameter(torch.randn(D) * 0.1)
+        self.head = nn.Linear(2 * D, VOCAB)
+        self.register_buffer("future", torch.triu(torch.ones(T, T, dtype=torch.bool), 1))
+
+    def forward(self, x, y):
+        t = x.shape[1]
+        h = self.tok(x) + self.pos[1:t + 1]
+        q, k, v = self.qkv(h).split(D, dim=-1)
+        scores = torch.einsum("bqd,bkd->bqk", q, k) / D ** 0.5
+        scores = torch.sigmoid(scores).tril()  # Trilu on activations
+        scores = scores.masked_fill(self.future[:t, :t], -0.5)  # Where
+        out = torch.einsum("bqk,bkd->bqd", scores, v)
+        out = out + self.bias.expand(x.shape[0], t, D)
+        mixed = torch.cat([out, torch.cumsum(h, dim=1) / t], dim=-1)
+        logits = self.head(mixed)
+        return F.nll_loss(logits.reshape(-1, VOCAB), y.reshape(-1), ignore_index=0)
+
+
+class TopTwoRouter(nn.Module):
+    """A gate picks two of four experts per sample (TopK); their weights are gathered by
+    index and combined with the gate values by a three-operand einsum."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = nn.Linear(D, 4)
+        self.experts = nn.Parameter(torch.randn(4, D, 5) * 0.3)
+        self.prior = nn.Parameter(torch.randn(4, 5) * 0.1)
+
+    def forward(self, x, y):
+        values, chosen = torch.topk(self.gate(x), 2, dim=-1)
+        weights = self.experts[chosen]  # Gather: [B, 2, D, 5]
+        out = torch.einsum("bd,bkdo,bk->bo", x, weights, torch.sigmoid(values))
+        best = torch.argmax(values, dim=-1)  # always 0: the values come sorted
+        out = out + self.prior[chosen.gather(1, best.unsqueeze(1)).squeeze(1)]
+        return F.nll_loss(out, y, reduction="sum") / x.shape[0]
+
+
+def inputs_for(name, rng):
+    if name == "decoder":
+        return (rng.integers(0, VOCAB, (SAMPLES, T)).astype(np.int64),
+                rng.integers(0, VOCAB, (SAMPLES, T)).astype(np.int64))
+    return (rng.standard_normal((SAMPLES, D)).astype(np.float32),
+            rng.integers(0, 5, SAMPLES).astype(np.int64))
+
+
+MODELS = {"decoder": TinyDecoder, "router": TopTwoRouter}
+
+
+class IndexingOpsMatchPyTorch(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        torch.set_num_threads(1)
+        cls.tmp = tempfile.TemporaryDirectory(prefix="piper_indexing_ops_")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def check(self, name, optimizer, make_optimizer):
+        work = os.path.join(self.tmp.name, name)
+        os.makedirs(os.path.join(work, "data"))
+        torch.manual_seed(11)
+        model = MODELS[name]()
+        x, t = inputs_for(name, np.random.default_rng(3))
+        np.save(os.path.join(work, "data", "a.npy"), x)
+        np.save(os.path.join(work, "data", "b.npy"), t)
+        model_path = os.path.join(work, "model.onnx")
+        torch.onnx.export(model, (torch.from_numpy(x[:2]), torch.from_numpy(t[:2])), model_path,
+                          opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False, input_names=["a", "b"],
+                          output_names=["loss"],
+                          dynamic_axes={"a": {0: "batch"}, "b": {0: "batch"}})
+        ops = {node.op_type for node in onnx.load(model_path).graph.node}
+        print(f"[{name}] exported ops: {' '.join(sorted(ops))}")
+
+        strategy = harness.write_json(os.path.join(work, "strategy.json"),
+                                      harness.strategy(GLOBAL_BATCH, optimizer))
+        plans = os.path.join(work, "plans")
+        harness.run_ok([Tools.plan, model_path, strategy, "-o", plans])
+        metrics = os.path.join(work, "metrics.jsonl")
+        trained = os.path.join(work, "trained.onnx")
+        harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan"), "--steps", STEPS,
+                        "--data", os.path.join(work, "data"), "--metrics", metrics,
+                        "--save-onnx", trained])
+        losses = [record["loss"] for record in harness.read_metrics(metrics)]
+
+        reference = make_optimizer(model.parameters())
+        expected = []
+        for step in range(STEPS):
+            rows = (step * GLOBAL_BATCH + np.arange(GLOBAL_BATCH)) % SAMPLES
+            loss = model(torch.from_numpy(x[rows]), torch.from_numpy(t[rows]))
+            expected.append(loss.item())
+            reference.zero_grad()
+            loss.backward()
+            reference.step()
+
+        self.assertEqual(len(losses), STEPS)
+        for step, (got, want) in enumerate(zip(losses, expected)):
+            self.assertLessEqual(abs(got - want) / abs(want), LOSS_RTOL,
+                                 f"[{name}] step {step}: piper {got!r}, pytorch {want!r}")
+        saved = {t.name: numpy_helper.to_array(t) for t in onnx.load(trained).graph.initializer}
+        for param, value in model.named_parameters():
+            want = value.detach().numpy()
+            error = np.linalg.norm(saved[param] - want) / np.linalg.norm(want)
+            print(f"[{name}] {param}: relative error {error:.2e}")
+            self.assertLessEqual(error, WEIGHT_RTOL, f"[{name}] final {param}")
+
+    def test_decoder_adamw(self):
+        self.check("decoder", {"type": "adamw", "lr": 0.01},
+                   lambda p: torch.optim.AdamW(p, lr=0.01))
+
+    def test_router_sgd(self):
+        self.check("router", {"type": "sgd", "lr": 0.1, "momentum": 0.9},
+                   lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9))
+
+
+if __name__ == "__main__":
+    harness.main()
