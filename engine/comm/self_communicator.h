@@ -1,0 +1,25 @@
+// The communicator of a group of one: every collective is a copy, and there is
+// no peer to send to.
+#pragma once
+
+#include "engine/comm/communicator.h"
+
+namespace piper::engine {
+
+class SelfCommunicator : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void all_reduce(float* data, size_t count, bool average) override;
+  void reduce_scatter(const float* in, float* out, size_t count_per_rank, bool average) override;
+  void all_gather(const float* in, float* out, size_t count_per_rank) override;
+  void broadcast(void* data, size_t bytes, int root) override;
+  void all_to_all(const void* in, void* out, size_t bytes_per_rank) override;
+  // Throw piper::Error: a group of one has no peer.
+  void send(const void* data, size_t bytes, int peer, int tag) override;
+  void recv(void* data, size_t bytes, int peer, int tag) override;
+  std::unique_ptr<Communicator> channel(const std::string& name) override;
+  void abort() override {}
+};
+
+}  // namespace piper::engine
