@@ -10,7 +10,10 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Executes a Piper plan: trains the planned model for some steps on this rank, printing "
       "one line per step (loss, step time, samples/s)."};
-  app.add_option("--plan", options.plan_path, "Plan file of this rank, written by piper-plan")
+  app.add_option("--plan", options.plan_path,
+                 "Plan file of this rank, written by piper-plan; %r stands for the rank the "
+                 "launcher gives (RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID): "
+                 "--plan plans/rank%r.plan")
       ->required();
   app.add_option("--steps", options.steps, "Training steps to run")
       ->default_val(10)
@@ -29,10 +32,20 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingDirectory);
   app.add_option("--metrics", options.metrics_path,
                  "Write per-step metrics as JSON lines (step, loss, seconds, samples_per_s, "
-                 "peak_bytes) to this file; written as FILE.tmp and renamed when the run ends");
+                 "peak_bytes) to this file; written as FILE.tmp and renamed when the run ends. "
+                 "Of several ranks only rank 0 writes it, unless the path holds %r");
   app.add_option("--save-onnx", options.save_onnx_path,
                  "After training, write the model (the plan's header.model_path) with the trained "
-                 "weights to this ONNX file (atomically)");
+                 "weights to this ONNX file (atomically); rank 0 alone unless the path holds %r");
+  app.add_option("--rendezvous", options.rendezvous,
+                 "Where the ranks of a multi-rank plan meet: tcp://HOST:PORT (rank 0 listens "
+                 "there) or file:///shared/dir. Default: PIPER_RENDEZVOUS, else "
+                 "tcp://MASTER_ADDR:MASTER_PORT. Plans of one rank need none");
+  app.add_option("--timeout", options.timeout_s,
+                 "Seconds a rank waits for the others (to start, and in every collective or "
+                 "transfer) before it fails, naming the ranks that did not come")
+      ->default_val(300)
+      ->check(CLI::PositiveNumber);
   app.add_option("--seed", options.seed, "Seed of synthetic data and of seeded kernels")
       ->default_val(0);
   app.add_option("--device", options.device, "Compute device")

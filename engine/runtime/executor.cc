@@ -14,7 +14,8 @@ namespace {
 // Events of one step across stream threads; a failure wakes every waiter.
 class StepEvents {
  public:
-  explicit StepEvents(int count) : recorded_(static_cast<size_t>(count), false) {}
+  StepEvents(int count, const std::function<void()>& on_failure)
+      : recorded_(static_cast<size_t>(count), false), on_failure_(on_failure) {}
 
   void record(int event) {
     {
@@ -30,11 +31,16 @@ class StepEvents {
     return recorded_[event] && failure_ == nullptr;
   }
   void fail(std::exception_ptr failure) {
+    bool first = false;
     {
       std::lock_guard lock(mutex_);
-      if (failure_ == nullptr) failure_ = std::move(failure);
+      if (failure_ == nullptr) {
+        failure_ = std::move(failure);
+        first = true;
+      }
     }
     changed_.notify_all();
+    if (first && on_failure_) on_failure_();
   }
   bool failed() {
     std::lock_guard lock(mutex_);
@@ -50,6 +56,7 @@ class StepEvents {
   std::condition_variable changed_;
   std::vector<bool> recorded_;
   std::exception_ptr failure_;
+  const std::function<void()>& on_failure_;
 };
 
 void run_kernel(const ExecInstruction& instruction, const StepContext& context) {
@@ -83,8 +90,9 @@ void run_stream(const ExecStream& stream, const StepContext& context, StepEvents
 
 }  // namespace
 
-Executor::Executor(std::vector<ExecStream> streams, int num_events)
-    : streams_(std::move(streams)), num_events_(num_events) {
+Executor::Executor(std::vector<ExecStream> streams, int num_events,
+                   std::function<void()> on_failure)
+    : streams_(std::move(streams)), num_events_(num_events), on_failure_(std::move(on_failure)) {
   check_events();
 }
 
@@ -157,7 +165,7 @@ void Executor::check_events() const {
 }
 
 void Executor::run_step(const StepContext& context) {
-  StepEvents events(num_events_);
+  StepEvents events(num_events_, on_failure_);
   if (streams_.size() == 1) {
     run_stream(streams_[0], context, events);
   } else {

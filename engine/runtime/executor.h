@@ -3,6 +3,7 @@
 // thread each; a single stream runs inline on the caller's thread.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,8 +29,9 @@ class Executor {
  public:
   // Checks the events: each in [0, num_events), recorded at most once per step, every waited
   // event recorded, and the streams free of deadlock. Throws piper::Error naming the stream,
-  // instruction and event otherwise.
-  Executor(std::vector<ExecStream> streams, int num_events);
+  // instruction and event otherwise. `on_failure`, when given, is called once per failed step,
+  // from the failing thread, to interrupt kernels blocked on other streams (communication).
+  Executor(std::vector<ExecStream> streams, int num_events, std::function<void()> on_failure = {});
 
   // Runs every stream once. A kernel's failure stops all streams and is rethrown, prefixed
   // with the failing instruction's `where`.
@@ -43,6 +45,7 @@ class Executor {
 
   std::vector<ExecStream> streams_;
   int num_events_;
+  std::function<void()> on_failure_;
 };
 
 }  // namespace piper::engine

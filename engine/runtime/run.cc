@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 
+#include "engine/comm/launch_environment.h"
+#include "engine/comm/rendezvous.h"
 #include "engine/runtime/data.h"
 #include "engine/runtime/session.h"
 #include "formats/error.h"
@@ -62,33 +64,35 @@ class MetricsFile {
   bool committed_ = false;
 };
 
-}  // namespace
+// A per-rank output path: PATH with %r expanded, or PATH on rank 0 alone when it has no %r.
+std::optional<std::string> rank_path(const std::optional<std::string>& path, int rank) {
+  if (!path) return std::nullopt;
+  if (has_rank_pattern(*path)) return expand_rank(*path, rank);
+  if (rank != 0) return std::nullopt;
+  return path;
+}
 
-void run_training(const RunOptions& options, std::ostream& out) {
-  if (options.steps < 0) {
-    throw Error("--steps must be at least 0, got " + std::to_string(options.steps));
-  }
-  plan::Plan plan = formats::read_plan_file(options.plan_path);
-  std::unique_ptr<BatchSource> source = options.data_dir
-                                            ? make_npy_source(plan, *options.data_dir)
-                                            : make_synthetic_source(plan, options.seed);
-  const int64_t global_batch = plan.global_batch();
-  Session session(std::move(plan), make_backend(options.device), SessionOptions{options.seed});
+void train(Session& session, BatchSource& source, const RunOptions& options,
+           const std::string& plan_path, std::ostream& out) {
+  const int rank = static_cast<int>(session.plan().header().rank());
+  const int64_t global_batch = session.plan().global_batch();
   const plan::MemorySummary& memory = session.planned_memory();
-  out << "plan " << options.plan_path << ": rank " << session.plan().header().rank() << " of "
+  out << "plan " << plan_path << ": rank " << rank << " of "
       << std::max<uint32_t>(session.plan().header().world_size(), 1) << ", "
       << session.num_streams() << " streams, " << session.num_kernels() << " kernels, global batch "
-      << global_batch << "; device " << session.backend().name() << ", " << source->describe()
+      << global_batch << "; device " << session.backend().name() << ", " << source.describe()
       << "\n";
   out << "memory: arena " << mib(session.peak_bytes()) << " (planned: parameters "
       << mib(memory.parameter_bytes()) << ", gradients " << mib(memory.gradient_bytes())
       << ", optimizer " << mib(memory.optimizer_bytes()) << ", activations "
       << mib(memory.activation_bytes()) << ", inputs " << mib(memory.input_bytes()) << ")\n";
 
+  const std::optional<std::string> metrics_path = rank_path(options.metrics_path, rank);
+  const std::optional<std::string> save_onnx_path = rank_path(options.save_onnx_path, rank);
   std::optional<MetricsFile> metrics;
-  if (options.metrics_path) metrics.emplace(*options.metrics_path);
+  if (metrics_path) metrics.emplace(*metrics_path);
   for (int64_t step = 0; step < options.steps; ++step) {
-    const Batch batch = source->batch(step);
+    const Batch batch = source.batch(step);
     const auto start = std::chrono::steady_clock::now();
     const double loss = session.step(batch);
     const double seconds =
@@ -106,15 +110,72 @@ void run_training(const RunOptions& options, std::ostream& out) {
                       {"peak_bytes", session.peak_bytes()}});
     }
   }
-  if (options.save_onnx_path) {
+  if (save_onnx_path) {
     const onnx::ModelProto model = formats::load_onnx_model(session.plan().header().model_path());
-    formats::save_onnx_with_initializers(model, session.trained_parameters(),
-                                         *options.save_onnx_path);
-    out << "saved the trained model to " << *options.save_onnx_path << "\n";
+    formats::save_onnx_with_initializers(model, session.trained_parameters(), *save_onnx_path);
+    out << "saved the trained model to " << *save_onnx_path << "\n";
   }
   if (metrics) {
     metrics->commit();
-    out << "wrote metrics to " << *options.metrics_path << "\n";
+    out << "wrote metrics to " << *metrics_path << "\n";
+  }
+}
+
+}  // namespace
+
+void run_training(const RunOptions& options, std::ostream& out) {
+  if (options.steps < 0) {
+    throw Error("--steps must be at least 0, got " + std::to_string(options.steps));
+  }
+  if (!(options.timeout_s > 0)) {
+    throw Error("--timeout must be more than 0 seconds, got " + std::to_string(options.timeout_s));
+  }
+  const LaunchEnvironment launch = read_launch_environment(options.rendezvous.value_or(""));
+  std::string plan_path = options.plan_path;
+  if (has_rank_pattern(plan_path)) {
+    if (!launch.rank) {
+      throw Error("--plan '" + plan_path +
+                  "' holds %r, but no launcher variable gives this process's rank (RANK, "
+                  "OMPI_COMM_WORLD_RANK or SLURM_PROCID)");
+    }
+    plan_path = expand_rank(plan_path, *launch.rank);
+  }
+  plan::Plan plan = formats::read_plan_file(plan_path);
+  const int rank = static_cast<int>(plan.header().rank());
+  const int world_size = std::max(static_cast<int>(plan.header().world_size()), 1);
+  check_launch_against_plan(launch, rank, world_size, plan_path);
+  std::unique_ptr<Rendezvous> rendezvous;
+  if (world_size > 1) {
+    if (!launch.rendezvous) {
+      throw Error(plan_path + " is rank " + std::to_string(rank) + " of " +
+                  std::to_string(world_size) +
+                  ": the ranks need a rendezvous: --rendezvous tcp://HOST:PORT (rank 0 listens "
+                  "there) or file:///shared/dir, or PIPER_RENDEZVOUS, or MASTER_ADDR and "
+                  "MASTER_PORT");
+    }
+    RendezvousOptions meet;
+    meet.url = *launch.rendezvous;
+    meet.url_from = launch.rendezvous_from;
+    meet.rank = rank;
+    meet.world_size = world_size;
+    meet.plan_id = plan.header().plan_id();
+    meet.plan_path = plan_path;
+    meet.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000));
+    rendezvous = std::make_unique<Rendezvous>(meet);
+  }
+  std::unique_ptr<Session> session;
+  try {
+    std::unique_ptr<BatchSource> source = options.data_dir
+                                              ? make_npy_source(plan, *options.data_dir)
+                                              : make_synthetic_source(plan, options.seed);
+    SessionOptions session_options{options.seed,
+                                   rendezvous ? &rendezvous->communicators() : nullptr};
+    session =
+        std::make_unique<Session>(std::move(plan), make_backend(options.device), session_options);
+    train(*session, *source, options, plan_path, out);
+  } catch (const std::exception& error) {
+    if (rendezvous) rendezvous->report_failure(error.what());
+    throw;
   }
 }
 

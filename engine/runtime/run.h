@@ -10,11 +10,16 @@
 namespace piper::engine {
 
 struct RunOptions {
-  std::string plan_path;
+  std::string plan_path;  // %r stands for the rank the launcher gives (RANK, SLURM_PROCID, ...)
   int64_t steps = 10;
-  std::optional<std::string> data_dir;      // NAME.npy per input; synthetic data when absent
-  std::optional<std::string> metrics_path;  // JSON lines, one per step
+  std::optional<std::string> data_dir;  // NAME.npy per input; synthetic data when absent
+  // JSON lines, one per step. Both are written by rank 0 alone unless the path holds %r.
+  std::optional<std::string> metrics_path;
   std::optional<std::string> save_onnx_path;
+  // Where the ranks of a multi-rank plan meet (tcp://HOST:PORT or file:///dir); the launcher's
+  // environment is read when absent (engine/comm/launch_environment.h).
+  std::optional<std::string> rendezvous;
+  double timeout_s = 300;  // deadline of the rendezvous and of every collective
   uint64_t seed = 0;
   std::string device = "cpu";
 };
@@ -22,7 +27,9 @@ struct RunOptions {
 // Trains as `options` say, printing a summary and one line per step to `out`
 // ("step 1 loss 2.302585 (0.012 s, 5333 samples/s)"). The metrics file is written to
 // PATH.tmp as steps complete and renamed to PATH at the end, so a failed run leaves none;
-// the trained model is written atomically. Throws piper::Error on any failure.
+// the trained model is written atomically. A plan of several ranks first meets the other
+// ranks (engine/comm/rendezvous.h); when this rank fails it tells them so. Throws
+// piper::Error on any failure.
 void run_training(const RunOptions& options, std::ostream& out);
 
 }  // namespace piper::engine

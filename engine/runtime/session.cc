@@ -1,8 +1,12 @@
 #include "engine/runtime/session.h"
 
+#include <algorithm>
 #include <cstring>
+#include <set>
 #include <unordered_map>
 
+#include "engine/comm/self_communicator.h"
+#include "engine/runtime/comm_ops.h"
 #include "formats/error.h"
 #include "formats/onnx_model.h"
 
@@ -33,6 +37,11 @@ std::string instruction_where(const plan::Stream& stream, int index,
     where += " (" + instruction.kernel().op_type();
     if (!instruction.label().empty()) where += " '" + instruction.label() + "'";
     where += ")";
+  } else if (instruction.has_collective()) {
+    where += " (" + plan::Collective::Kind_Name(instruction.collective().kind()) + " over group " +
+             std::to_string(instruction.collective().group());
+    if (!instruction.label().empty()) where += " '" + instruction.label() + "'";
+    where += ")";
   } else if (!instruction.label().empty()) {
     where += " ('" + instruction.label() + "')";
   }
@@ -43,18 +52,13 @@ std::string instruction_where(const plan::Stream& stream, int index,
 
 Session::Session(plan::Plan plan, std::unique_ptr<Backend> backend, SessionOptions options)
     : plan_(std::move(plan)), backend_(std::move(backend)), options_(options) {
-  if (plan_.header().world_size() > 1) {
-    throw Error("this plan is rank " + std::to_string(plan_.header().rank()) + " of " +
-                std::to_string(plan_.header().world_size()) +
-                ": multi-rank execution needs a communicator (not implemented yet); plan for "
-                "a single device to run with this piper-run");
-  }
   check_tensors();
   arena_bytes_ = plan_.memory().arena_bytes();
   arena_ = static_cast<uint8_t*>(backend_->allocate(arena_bytes_));
   try {
     write_constants();
     load_parameters();
+    connect_communicators();
     executor_ = prepare_streams();
   } catch (...) {
     backend_->release(arena_);
@@ -118,6 +122,11 @@ void Session::check_tensors() {
     }
   }
   for (const auto& constant : plan_.constants()) check_index(constant.tensor(), "a constant");
+  for (int i = 0; i < plan_.tensors_size(); ++i) {
+    if (!plan_.tensors(i).zero_at_step_start()) continue;
+    zeroed_.push_back(i);
+    zeros_.resize(std::max<size_t>(zeros_.size(), plan_.tensors(i).bytes()), 0);
+  }
   for (const auto& load : plan_.parameters()) {
     check_index(load.tensor(), "parameter '" + load.initializer() + "'");
   }
@@ -231,16 +240,14 @@ std::unique_ptr<Executor> Session::prepare_streams() {
           exec_instruction.event = instruction.wait().event();
           break;
         case plan::Instruction::kCollective:
-          exec_instruction.kernel =
-              prepare_collective(instruction.collective(), exec_instruction.where);
-          break;
         case plan::Instruction::kSend:
         case plan::Instruction::kRecv:
-          throw Error(exec_instruction.where + ": a " +
-                      (instruction.has_send() ? "send to" : "receive from") + " rank " +
-                      std::to_string(instruction.has_send() ? instruction.send().peer()
-                                                            : instruction.recv().peer()) +
-                      " needs a communicator (not implemented yet)");
+          try {
+            exec_instruction.kernel = prepare_comm(instruction, stream.name());
+          } catch (const std::exception& error) {
+            throw Error(exec_instruction.where + ": " + error.what());
+          }
+          break;
         default:
           throw Error(exec_instruction.where + " is empty (no kernel, event or transfer)");
       }
@@ -248,60 +255,123 @@ std::unique_ptr<Executor> Session::prepare_streams() {
     }
     streams.push_back(std::move(exec));
   }
-  return std::make_unique<Executor>(std::move(streams), plan_.num_events());
+  return std::make_unique<Executor>(std::move(streams), plan_.num_events(),
+                                    [this] { abort_communicators(); });
 }
 
-// A collective over a group of this rank alone is a copy of each input to its output
-// (an average over one member changes nothing); larger groups need a communicator.
-std::unique_ptr<PreparedKernel> Session::prepare_collective(const plan::Collective& collective,
-                                                            const std::string& where) {
-  const plan::CommGroup* group = nullptr;
-  for (const auto& candidate : plan_.groups()) {
-    if (candidate.id() == collective.group()) group = &candidate;
+void Session::connect_communicators() {
+  const int me = static_cast<int>(plan_.header().rank());
+  const int world = std::max(static_cast<int>(plan_.header().world_size()), 1);
+  const std::string rank_of = "rank " + std::to_string(me) + " of " + std::to_string(world);
+  if (me >= world) {
+    throw Error("the plan's header says " + rank_of + "; re-plan with a matching piper-plan");
   }
-  if (group == nullptr) {
-    throw Error(where + ": collective over group " + std::to_string(collective.group()) +
-                ", which the plan does not define");
-  }
-  if (group->ranks_size() != 1) {
-    throw Error(where + ": a collective over " + std::to_string(group->ranks_size()) +
-                " ranks needs a communicator (not implemented yet)");
-  }
-  if (collective.inputs_size() != collective.outputs_size()) {
-    throw Error(where + ": collective has " + std::to_string(collective.inputs_size()) +
-                " inputs but " + std::to_string(collective.outputs_size()) + " outputs");
-  }
-  std::vector<std::unique_ptr<PreparedKernel>> copies;
-  for (int i = 0; i < collective.inputs_size(); ++i) {
-    plan::Kernel copy;
-    copy.set_op_type("Identity");
-    copy.add_inputs(collective.inputs(i));
-    copy.add_outputs(collective.outputs(i));
-    for (int index : {collective.inputs(i), collective.outputs(i)}) {
-      if (index < 0 || index >= plan_.tensors_size()) {
-        throw Error(where + ": collective tensor index " + std::to_string(index) +
-                    " is out of range");
+  auto factory = [&](const std::string& what) -> CommunicatorFactory& {
+    if (options_.communicators == nullptr) {
+      throw Error(rank_of + ": " + what +
+                  " needs communicators, which piper-run connects through a rendezvous "
+                  "(--rendezvous or the launcher's environment)");
+    }
+    return *options_.communicators;
+  };
+  // Groups by id, then peers by rank: every rank connects in this order, so connecting (a
+  // barrier per group) cannot deadlock.
+  std::map<int, const plan::CommGroup*> groups;
+  for (const auto& group : plan_.groups()) {
+    const std::string what = "group " + std::to_string(group.id());
+    if (!groups.emplace(group.id(), &group).second) {
+      throw Error("the plan defines " + what + " twice");
+    }
+    if (group.ranks_size() == 0) throw Error(what + " has no ranks");
+    std::set<int> members;
+    for (int rank : group.ranks()) {
+      if (rank < 0 || rank >= world || !members.insert(rank).second) {
+        throw Error(what + " lists rank " + std::to_string(rank) +
+                    (rank < 0 || rank >= world ? ", outside the world size " + std::to_string(world)
+                                               : " twice"));
       }
     }
-    try {
-      copies.push_back(
-          backend_->prepare(copy, {view(collective.inputs(i))}, {view(collective.outputs(i))}));
-    } catch (const std::exception& error) {
-      throw Error(where + ": collective: " + error.what());
+  }
+  for (const auto& [id, group] : groups) {
+    const std::vector<int> ranks(group->ranks().begin(), group->ranks().end());
+    if (std::find(ranks.begin(), ranks.end(), me) == ranks.end()) continue;
+    const std::string what = "group " + std::to_string(id);
+    if (ranks.size() == 1) {
+      groups_[id] = std::make_unique<SelfCommunicator>();
+    } else {
+      groups_[id] = factory(what).connect(what, ranks);
     }
   }
-  class Sequence : public PreparedKernel {
-   public:
-    explicit Sequence(std::vector<std::unique_ptr<PreparedKernel>> kernels)
-        : kernels_(std::move(kernels)) {}
-    void run(const StepContext& context) override {
-      for (auto& kernel : kernels_) kernel->run(context);
+  std::set<int> peers;
+  for (const auto& stream : plan_.streams()) {
+    for (const auto& instruction : stream.instructions()) {
+      if (!instruction.has_send() && !instruction.has_recv()) continue;
+      const int peer =
+          instruction.has_send() ? instruction.send().peer() : instruction.recv().peer();
+      if (peer < 0 || peer >= world || peer == me) {
+        throw Error("stream '" + stream.name() + "': a " +
+                    (instruction.has_send() ? "send to" : "recv from") + " rank " +
+                    std::to_string(peer) + ", which is not another rank of the " +
+                    std::to_string(world) + " (this is rank " + std::to_string(me) + ")");
+      }
+      peers.insert(peer);
     }
+  }
+  for (int peer : peers) {
+    const int low = std::min(me, peer), high = std::max(me, peer);
+    const std::string what = "pair " + std::to_string(low) + "-" + std::to_string(high);
+    peers_[peer] =
+        factory("send/recv with rank " + std::to_string(peer)).connect(what, {low, high});
+  }
+}
 
-   private:
-    std::vector<std::unique_ptr<PreparedKernel>> kernels_;
+Communicator& Session::channel(const std::string& key, Communicator& communicator,
+                               const std::string& stream) {
+  std::unique_ptr<Communicator>& channel = channels_[{key, stream}];
+  if (!channel) channel = communicator.channel(stream);
+  return *channel;
+}
+
+void Session::abort_communicators() {
+  for (auto& [id, communicator] : groups_) communicator->abort();
+  for (auto& [peer, communicator] : peers_) communicator->abort();
+}
+
+std::unique_ptr<PreparedKernel> Session::prepare_comm(const plan::Instruction& instruction,
+                                                      const std::string& stream) {
+  auto tensor = [&](int index, const char* what) {
+    if (index < 0 || index >= plan_.tensors_size()) {
+      throw Error(std::string(what) + " tensor index " + std::to_string(index) +
+                  " is out of range (the plan has " + std::to_string(plan_.tensors_size()) +
+                  " tensors)");
+    }
+    return CommTensor{view(index), tensor_label(plan_, index)};
   };
-  return std::make_unique<Sequence>(std::move(copies));
+  if (instruction.has_collective()) {
+    const plan::Collective& collective = instruction.collective();
+    const auto group = groups_.find(collective.group());
+    if (group == groups_.end()) {
+      bool defined = false;
+      for (const auto& candidate : plan_.groups()) defined |= candidate.id() == collective.group();
+      throw Error("collective over group " + std::to_string(collective.group()) + ", " +
+                  (defined ? "which does not hold rank " + std::to_string(plan_.header().rank())
+                           : std::string("which the plan does not define")));
+    }
+    std::vector<CommTensor> inputs, outputs;
+    for (int index : collective.inputs()) inputs.push_back(tensor(index, "input"));
+    for (int index : collective.outputs()) outputs.push_back(tensor(index, "output"));
+    return prepare_collective(
+        collective, std::move(inputs), std::move(outputs),
+        channel("group " + std::to_string(collective.group()), *group->second, stream));
+  }
+  const bool is_send = instruction.has_send();
+  const int peer = is_send ? instruction.send().peer() : instruction.recv().peer();
+  const int tag = is_send ? instruction.send().tag() : instruction.recv().tag();
+  const CommTensor data =
+      tensor(is_send ? instruction.send().tensor() : instruction.recv().tensor(), "transfer");
+  Communicator& link = channel("peer " + std::to_string(peer), *peers_.at(peer), stream);
+  const int member = peer < static_cast<int>(plan_.header().rank()) ? 0 : 1;
+  return is_send ? prepare_send(data, member, tag, link) : prepare_recv(data, member, tag, link);
 }
 
 void Session::upload_input(const plan::BatchInput& input, const Batch& batch) {
@@ -332,6 +402,10 @@ void Session::upload_input(const plan::BatchInput& input, const Batch& batch) {
 }
 
 double Session::step(const Batch& batch) {
+  for (int index : zeroed_) {
+    backend_->upload(arena_ + plan_.tensors(index).offset(), zeros_.data(),
+                     plan_.tensors(index).bytes());
+  }
   for (const auto& input : plan_.inputs()) {
     upload_input(input, batch);
   }

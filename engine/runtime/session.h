@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/comm/communicator.h"
 #include "engine/runtime/backend.h"
 #include "engine/runtime/batch.h"
 #include "engine/runtime/executor.h"
@@ -18,14 +19,18 @@ namespace piper::engine {
 
 struct SessionOptions {
   uint64_t seed = 0;  // handed to kernels through StepContext
+  // Connects the plan's groups of more than one rank and its send/recv peers; needed (and
+  // used only during construction) when the plan has any. Not owned.
+  CommunicatorFactory* communicators = nullptr;
 };
 
 class Session {
  public:
-  // Validates the plan (tensor indices, offsets within the arena, events), allocates the arena,
-  // writes constants, loads parameters from header.model_path and prepares every kernel.
-  // Throws piper::Error naming the tensor, initializer or instruction at fault, and for plans
-  // with world_size > 1 (multi-rank execution needs a communicator).
+  // Validates the plan (tensor indices, offsets within the arena, events, groups), allocates
+  // the arena, writes constants, loads parameters from header.model_path, connects a
+  // communicator for every plan group holding this rank (groups by id, then one per send/recv
+  // peer, the same order on every rank) and prepares every kernel. Throws piper::Error naming
+  // the tensor, initializer, group or instruction at fault.
   Session(plan::Plan plan, std::unique_ptr<Backend> backend, SessionOptions options = {});
   ~Session();
   Session(const Session&) = delete;
@@ -62,8 +67,13 @@ class Session {
   void write_constants();
   void load_parameters();
   std::unique_ptr<Executor> prepare_streams();
-  std::unique_ptr<PreparedKernel> prepare_collective(const plan::Collective& collective,
-                                                     const std::string& where);
+  void connect_communicators();
+  std::unique_ptr<PreparedKernel> prepare_comm(const plan::Instruction& instruction,
+                                               const std::string& stream);
+  // The channel of `stream` on communicator `key` ("group 3", "peer 1").
+  Communicator& channel(const std::string& key, Communicator& communicator,
+                        const std::string& stream);
+  void abort_communicators();
   TensorView view(int index) const;
   const plan::Tensor& tensor_named(const std::string& name) const;
   void upload_input(const plan::BatchInput& input, const Batch& batch);
@@ -73,6 +83,12 @@ class Session {
   SessionOptions options_;
   uint64_t arena_bytes_ = 0;
   uint8_t* arena_ = nullptr;
+  std::map<int, std::unique_ptr<Communicator>> groups_;  // by group id
+  std::map<int, std::unique_ptr<Communicator>> peers_;   // by global rank, for send/recv
+  std::map<std::pair<std::string, std::string>, std::unique_ptr<Communicator>> channels_;
+  std::vector<int> zeroed_;  // tensors with zero_at_step_start
+  std::vector<uint8_t> zeros_;
+  // Declared last: its kernels use the communicators, so it goes first.
   std::unique_ptr<Executor> executor_;
   int64_t steps_done_ = 0;
 };

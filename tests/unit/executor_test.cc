@@ -208,8 +208,8 @@ TEST(Executor, RejectsTensorIndexOutOfRange) {
 }
 
 // On one rank a collective over a group of one is a copy; larger groups and point-to-point
-// transfers need a communicator.
-TEST(Executor, SingleRankCollectiveCopiesAndTransfersAreRefused) {
+// transfers need communicators (tests/unit/session_comm_test.cc runs them).
+TEST(Executor, SingleRankCollectiveCopiesAndTransfersNeedCommunicators) {
   PlanBuilder b;
   const int g = b.Tensor("g", {3});
   const int r = b.Tensor("r", {3});
@@ -231,11 +231,12 @@ TEST(Executor, SingleRankCollectiveCopiesAndTransfersAreRefused) {
     session.step({});
     ExpectNear(session.read_floats("r"), {-1, -2, -3}, 0, "all-reduce over one rank");
   }
+  plan.mutable_header()->set_world_size(2);
   group->add_ranks(1);
-  EXPECT_THAT(LoadError(plan), HasSubstr("stream 'main' instruction 1: a collective over 2 ranks "
-                                         "needs a communicator (not implemented yet)"));
+  EXPECT_THAT(LoadError(plan), HasSubstr("rank 0 of 2: group 4 needs communicators"));
   plan.mutable_streams(0)->mutable_instructions(1)->mutable_send()->set_peer(1);
-  EXPECT_THAT(LoadError(plan), HasSubstr("a send to rank 1 needs a communicator"));
+  plan.clear_groups();
+  EXPECT_THAT(LoadError(plan), HasSubstr("send/recv with rank 1 needs communicators"));
 }
 
 }  // namespace

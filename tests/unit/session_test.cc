@@ -231,8 +231,8 @@ TEST_F(SessionTest, LoadErrorsNameTheCulprit) {
   {
     plan::Plan plan = LinearPlan();
     plan.mutable_header()->set_world_size(2);
-    EXPECT_THAT(LoadError(plan), HasSubstr("multi-rank execution needs a communicator (not "
-                                           "implemented yet)"));
+    plan.mutable_header()->set_rank(2);
+    EXPECT_THAT(LoadError(plan), HasSubstr("the plan's header says rank 2 of 2"));
   }
   {
     plan::Plan plan = LinearPlan();

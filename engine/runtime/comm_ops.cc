@@ -1,0 +1,288 @@
+#include "engine/runtime/comm_ops.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "formats/error.h"
+
+namespace piper::engine {
+namespace {
+
+const char* kind_name(plan::Collective::Kind kind) {
+  switch (kind) {
+    case plan::Collective::ALL_REDUCE:
+      return "all_reduce";
+    case plan::Collective::REDUCE_SCATTER:
+      return "reduce_scatter";
+    case plan::Collective::ALL_GATHER:
+      return "all_gather";
+    case plan::Collective::BROADCAST:
+      return "broadcast";
+    case plan::Collective::ALL_TO_ALL:
+      return "all_to_all";
+    default:
+      return "unknown";
+  }
+}
+
+size_t elements(const CommTensor& tensor) { return static_cast<size_t>(tensor.view.elements()); }
+
+// One input/output pair of a collective, resolved at load time.
+struct Pair {
+  CommTensor in, out;
+  size_t in_count = 0, out_count = 0;  // elements
+  size_t k = 0;       // elements per member: all_reduce's whole count, else the shard size
+  size_t offset = 0;  // where this pair's k elements start within a fused shard
+};
+
+// Runs a collective's pairs. Several pairs of a reduction (a bucket) travel as one fused
+// operation: each member's shard of the fused buffer is the concatenation of every pair's
+// shard, so that a bucket costs one ring, not one per tensor.
+class CollectiveKernel : public PreparedKernel {
+ public:
+  CollectiveKernel(plan::Collective::Kind kind, bool average, int root, std::vector<Pair> pairs,
+                   Communicator& communicator)
+      : kind_(kind),
+        average_(average),
+        root_(root),
+        pairs_(std::move(pairs)),
+        communicator_(communicator),
+        n_(static_cast<size_t>(communicator.size())) {
+    for (Pair& pair : pairs_) {
+      pair.offset = fused_k_;
+      fused_k_ += pair.k;
+    }
+    const bool fusable = kind_ == plan::Collective::ALL_REDUCE ||
+                         kind_ == plan::Collective::REDUCE_SCATTER ||
+                         kind_ == plan::Collective::ALL_GATHER;
+    const bool direct =
+        pairs_.size() == 1 &&
+        (kind_ == plan::Collective::ALL_REDUCE ||
+         (kind_ == plan::Collective::REDUCE_SCATTER && pairs_[0].in_count == n_ * pairs_[0].k) ||
+         (kind_ == plan::Collective::ALL_GATHER && pairs_[0].out_count == n_ * pairs_[0].k));
+    fused_ = fusable && !pairs_.empty() && !direct;
+    if (fused_) {
+      const size_t whole = kind_ == plan::Collective::ALL_REDUCE ? fused_k_ : n_ * fused_k_;
+      full_.assign(whole, 0.0f);
+      if (kind_ != plan::Collective::ALL_REDUCE) shard_.assign(fused_k_, 0.0f);
+    }
+  }
+
+  void run(const StepContext&) override {
+    if (fused_) {
+      run_fused();
+      return;
+    }
+    for (Pair& pair : pairs_) {
+      void* in = pair.in.view.data;
+      void* out = pair.out.view.data;
+      switch (kind_) {
+        case plan::Collective::ALL_REDUCE:
+          if (in != out) std::memcpy(out, in, pair.in.view.bytes());
+          communicator_.all_reduce(static_cast<float*>(out), pair.out_count, average_);
+          break;
+        case plan::Collective::REDUCE_SCATTER:
+          communicator_.reduce_scatter(static_cast<const float*>(in), static_cast<float*>(out),
+                                       pair.k, average_);
+          break;
+        case plan::Collective::ALL_GATHER:
+          communicator_.all_gather(static_cast<const float*>(in), static_cast<float*>(out), pair.k);
+          break;
+        case plan::Collective::BROADCAST:
+          if (in != out && communicator_.rank() == root_) {
+            std::memcpy(out, in, pair.in.view.bytes());
+          }
+          communicator_.broadcast(out, pair.out.view.bytes(), root_);
+          break;
+        case plan::Collective::ALL_TO_ALL:
+          communicator_.all_to_all(in, out, pair.in.view.bytes() / n_);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+
+ private:
+  void run_fused() {
+    switch (kind_) {
+      case plan::Collective::ALL_REDUCE:
+        for (const Pair& pair : pairs_) {
+          std::memcpy(full_.data() + pair.offset, pair.in.view.data, pair.k * sizeof(float));
+        }
+        communicator_.all_reduce(full_.data(), fused_k_, average_);
+        for (const Pair& pair : pairs_) {
+          std::memcpy(pair.out.view.data, full_.data() + pair.offset, pair.k * sizeof(float));
+        }
+        break;
+      case plan::Collective::REDUCE_SCATTER:
+        // Shard r of the fused input: every pair's shard r, zero past the end of its input.
+        for (const Pair& pair : pairs_) {
+          const float* in = pair.in.view.as<const float>();
+          for (size_t r = 0; r < n_; ++r) {
+            float* target = full_.data() + r * fused_k_ + pair.offset;
+            const size_t first = r * pair.k;
+            const size_t have = first < pair.in_count ? std::min(pair.k, pair.in_count - first) : 0;
+            std::memcpy(target, in + first, have * sizeof(float));
+            std::fill(target + have, target + pair.k, 0.0f);
+          }
+        }
+        communicator_.reduce_scatter(full_.data(), shard_.data(), fused_k_, average_);
+        for (const Pair& pair : pairs_) {
+          std::memcpy(pair.out.view.data, shard_.data() + pair.offset, pair.k * sizeof(float));
+        }
+        break;
+      case plan::Collective::ALL_GATHER:
+        for (const Pair& pair : pairs_) {
+          std::memcpy(shard_.data() + pair.offset, pair.in.view.data, pair.k * sizeof(float));
+        }
+        communicator_.all_gather(shard_.data(), full_.data(), fused_k_);
+        // Output element i of a pair is element i % k of member i / k's shard; the output
+        // keeps the first out_count elements.
+        for (const Pair& pair : pairs_) {
+          float* out = pair.out.view.as<float>();
+          for (size_t r = 0; r < n_ && r * pair.k < pair.out_count; ++r) {
+            const size_t take = std::min(pair.k, pair.out_count - r * pair.k);
+            std::memcpy(out + r * pair.k, full_.data() + r * fused_k_ + pair.offset,
+                        take * sizeof(float));
+          }
+        }
+        break;
+      default:
+        break;
+    }
+  }
+
+  plan::Collective::Kind kind_;
+  bool average_;
+  int root_;
+  std::vector<Pair> pairs_;
+  Communicator& communicator_;
+  size_t n_;
+  bool fused_ = false;
+  size_t fused_k_ = 0;        // sum of the pairs' k
+  std::vector<float> full_;   // all_reduce: the bucket; else every member's shards
+  std::vector<float> shard_;  // this member's fused shard
+};
+
+class TransferKernel : public PreparedKernel {
+ public:
+  TransferKernel(CommTensor tensor, int peer, int tag, bool is_send, Communicator& communicator)
+      : tensor_(std::move(tensor)),
+        peer_(peer),
+        tag_(tag),
+        is_send_(is_send),
+        communicator_(communicator) {}
+
+  void run(const StepContext&) override {
+    if (is_send_) {
+      communicator_.send(tensor_.view.data, tensor_.view.bytes(), peer_, tag_);
+    } else {
+      communicator_.recv(tensor_.view.data, tensor_.view.bytes(), peer_, tag_);
+    }
+  }
+
+ private:
+  CommTensor tensor_;
+  int peer_;
+  int tag_;
+  bool is_send_;
+  Communicator& communicator_;
+};
+
+}  // namespace
+
+std::unique_ptr<PreparedKernel> prepare_collective(const plan::Collective& collective,
+                                                   std::vector<CommTensor> inputs,
+                                                   std::vector<CommTensor> outputs,
+                                                   Communicator& communicator) {
+  const plan::Collective::Kind kind = collective.kind();
+  const std::string name = kind_name(kind);
+  if (name == "unknown") {
+    throw Error("collective of unknown kind " + std::to_string(static_cast<int>(kind)));
+  }
+  const size_t n = static_cast<size_t>(communicator.size());
+  const std::string group = "a group of " + std::to_string(n);
+  if (inputs.size() != outputs.size()) {
+    throw Error(name + " has " + std::to_string(inputs.size()) + " inputs but " +
+                std::to_string(outputs.size()) + " outputs");
+  }
+  if (kind == plan::Collective::BROADCAST &&
+      (collective.root() < 0 || static_cast<size_t>(collective.root()) >= n)) {
+    throw Error("broadcast from root " + std::to_string(collective.root()) + " in " + group +
+                " (the root is a member index, 0 to " + std::to_string(n - 1) + ")");
+  }
+  std::vector<Pair> pairs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Pair pair{std::move(inputs[i]), std::move(outputs[i])};
+    const std::string what = name + " " + pair.in.label + " -> " + pair.out.label;
+    if (!pair.in.view.present() || !pair.out.view.present()) {
+      throw Error(what + ": every input and output must be given");
+    }
+    const bool reduction = kind == plan::Collective::ALL_REDUCE ||
+                           kind == plan::Collective::REDUCE_SCATTER ||
+                           kind == plan::Collective::ALL_GATHER;
+    if (reduction &&
+        (pair.in.view.dtype != plan::FLOAT32 || pair.out.view.dtype != plan::FLOAT32)) {
+      throw Error(what + ": " + name + " needs float32 tensors, got " +
+                  dtype_name(pair.in.view.dtype) + " -> " + dtype_name(pair.out.view.dtype));
+    }
+    if (pair.in.view.dtype != pair.out.view.dtype) {
+      throw Error(what + ": the input is " + dtype_name(pair.in.view.dtype) + ", the output " +
+                  dtype_name(pair.out.view.dtype));
+    }
+    const size_t in = elements(pair.in), out = elements(pair.out);
+    pair.in_count = in;
+    pair.out_count = out;
+    pair.k = kind == plan::Collective::REDUCE_SCATTER ? out
+             : kind == plan::Collective::ALL_GATHER   ? in
+                                                      : out;
+    switch (kind) {
+      case plan::Collective::ALL_REDUCE:
+      case plan::Collective::BROADCAST:
+        if (in != out) {
+          throw Error(what + ": input has " + std::to_string(in) + " elements, output " +
+                      std::to_string(out) + "; they must match");
+        }
+        break;
+      case plan::Collective::REDUCE_SCATTER:
+        if (in > n * out) {
+          throw Error(what + ": input has " + std::to_string(in) + " elements, more than " + group +
+                      " times the output's " + std::to_string(out));
+        }
+        break;
+      case plan::Collective::ALL_GATHER:
+        if (out > n * in) {
+          throw Error(what + ": output has " + std::to_string(out) + " elements, more than " +
+                      group + " times the input's " + std::to_string(in));
+        }
+        break;
+      case plan::Collective::ALL_TO_ALL:
+        if (in != out || in % n != 0) {
+          throw Error(what + ": input and output need the same number of elements, divisible " +
+                      "by the group size " + std::to_string(n) + "; got " + std::to_string(in) +
+                      " and " + std::to_string(out));
+        }
+        break;
+      default:
+        break;
+    }
+    pairs.push_back(std::move(pair));
+  }
+  return std::make_unique<CollectiveKernel>(kind, collective.average(), collective.root(),
+                                            std::move(pairs), communicator);
+}
+
+std::unique_ptr<PreparedKernel> prepare_send(CommTensor tensor, int peer, int tag,
+                                             Communicator& communicator) {
+  if (!tensor.view.present()) throw Error("send of a missing tensor");
+  return std::make_unique<TransferKernel>(std::move(tensor), peer, tag, true, communicator);
+}
+
+std::unique_ptr<PreparedKernel> prepare_recv(CommTensor tensor, int peer, int tag,
+                                             Communicator& communicator) {
+  if (!tensor.view.present()) throw Error("recv into a missing tensor");
+  return std::make_unique<TransferKernel>(std::move(tensor), peer, tag, false, communicator);
+}
+
+}  // namespace piper::engine
