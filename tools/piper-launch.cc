@@ -1,0 +1,33 @@
+// piper-launch: runs every rank plan of a directory as local piper-run processes.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "engine/launch/launcher.h"
+
+int main(int argc, char** argv) {
+  piper::engine::LaunchOptions options;
+  CLI::App app{
+      "Starts one piper-run per DIR/rank<N>.plan on this machine, meeting through a tcp:// "
+      "rendezvous on a free localhost port. Every other flag goes to each piper-run "
+      "(--steps, --data, --metrics, --timeout, ...). Output lines are prefixed with their "
+      "rank; Ctrl-C is passed on; when one rank fails the others are stopped and piper-launch "
+      "exits non-zero naming it."};
+  app.add_option("--plans", options.plans_dir, "Directory of rank0.plan, rank1.plan, ...")
+      ->required();
+  app.add_option("--piper-run", options.piper_run,
+                 "The piper-run to start (default: the one next to piper-launch)");
+  app.add_option("--grace", options.grace_s,
+                 "Seconds the other ranks get to exit on their own after one fails, before "
+                 "they are stopped")
+      ->default_val(5)
+      ->check(CLI::NonNegativeNumber);
+  app.allow_extras();
+  CLI11_PARSE(app, argc, argv);
+  options.run_args = app.remaining();
+  try {
+    return piper::engine::launch(options);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "piper-launch: error: %s\n", error.what());
+    return 1;
+  }
+}
