@@ -19,6 +19,7 @@ CpuBackend::CpuBackend() {
   register_shape_kernels(table_);
   register_loss_kernels(table_);
   register_optimizer_kernels(table_);
+  register_data_parallel_kernels(table_);
   register_indexing_kernels(table_);
   register_layout_kernels(table_);
   register_sequence_kernels(table_);
