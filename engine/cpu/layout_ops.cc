@@ -173,9 +173,13 @@ class SliceInputs {
 
   // True (and the values updated) when an input changed since the last call.
   bool refresh() {
-    std::vector<std::vector<int64_t>> now = read();
-    if (now == values_) return false;
-    values_ = std::move(now);
+    bool same = true;
+    for (size_t i = 0; same && i < views_.size(); ++i) {
+      const int64_t* data = views_[i].present() ? views_[i].as<const int64_t>() : nullptr;
+      same = data == nullptr || std::equal(values_[i].begin(), values_[i].end(), data);
+    }
+    if (same) return false;
+    values_ = read();
     return true;
   }
   const std::vector<int64_t>& starts() const { return values_[0]; }
