@@ -87,3 +87,65 @@ def strategy(global_batch, optimizer, **extra):
 def read_metrics(path):
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def train_exported_model_like_pytorch(test, work, model, inputs, optimizer, make_optimizer,
+                                      steps, global_batch, loss_rtol, weight_rtol,
+                                      **strategy_extra):
+    """Exports `model` (forward(a, b) -> loss) with a dynamic batch, trains it
+    with Piper on `inputs` (two arrays, samples first) and with PyTorch from
+    the same weights on the same rows (step s uses rows (s*G + i) mod N), and
+    asserts every step's loss and every final weight agree; frozen buffers
+    must not change."""
+    import numpy as np
+    import onnx
+    import torch
+    from onnx import numpy_helper
+
+    x, t = inputs
+    samples = x.shape[0]
+    os.makedirs(os.path.join(work, "data"))
+    np.save(os.path.join(work, "data", "a.npy"), x)
+    np.save(os.path.join(work, "data", "b.npy"), t)
+    model_path = os.path.join(work, "model.onnx")
+    torch.onnx.export(model, (torch.from_numpy(x[:2]), torch.from_numpy(t[:2])), model_path,
+                      opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
+                      do_constant_folding=False, input_names=["a", "b"],
+                      output_names=["loss"],
+                      dynamic_axes={"a": {0: "batch"}, "b": {0: "batch"}})
+    ops = {node.op_type for node in onnx.load(model_path).graph.node}
+    print(f"[{work}] exported ops: {' '.join(sorted(ops))}")
+
+    plan_strategy = write_json(os.path.join(work, "strategy.json"),
+                               strategy(global_batch, optimizer, **strategy_extra))
+    plans = os.path.join(work, "plans")
+    run_ok([Tools.plan, model_path, plan_strategy, "-o", plans])
+    metrics = os.path.join(work, "metrics.jsonl")
+    trained = os.path.join(work, "trained.onnx")
+    run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan"), "--steps", steps,
+            "--data", os.path.join(work, "data"), "--metrics", metrics, "--save-onnx", trained])
+    losses = [record["loss"] for record in read_metrics(metrics)]
+
+    reference = make_optimizer(model.parameters())
+    expected = []
+    for step in range(steps):
+        rows = (step * global_batch + np.arange(global_batch)) % samples
+        loss = model(torch.from_numpy(x[rows]), torch.from_numpy(t[rows]))
+        expected.append(loss.item())
+        reference.zero_grad()
+        loss.backward()
+        reference.step()
+
+    test.assertEqual(len(losses), steps)
+    for step, (got, want) in enumerate(zip(losses, expected)):
+        test.assertLessEqual(abs(got - want) / abs(want), loss_rtol,
+                             f"[{work}] step {step}: piper {got!r}, pytorch {want!r}")
+    saved = {t.name: numpy_helper.to_array(t) for t in onnx.load(trained).graph.initializer}
+    for param, value in model.named_parameters():
+        want = value.detach().numpy()
+        error = np.linalg.norm(saved[param] - want) / np.linalg.norm(want)
+        print(f"[{work}] {param}: relative error {error:.2e}")
+        test.assertLessEqual(error, weight_rtol, f"[{work}] final {param}")
+    for buffer, value in model.named_buffers():
+        np.testing.assert_array_equal(saved[buffer], value.numpy(),
+                                      f"[{work}] frozen buffer {buffer} changed")

@@ -12,11 +12,9 @@ import tempfile
 import unittest
 
 import numpy as np
-import onnx
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from onnx import numpy_helper
 
 import harness
 from harness import Tools
@@ -96,53 +94,12 @@ class IndexingOpsMatchPyTorch(unittest.TestCase):
         cls.tmp.cleanup()
 
     def check(self, name, optimizer, make_optimizer):
-        work = os.path.join(self.tmp.name, name)
-        os.makedirs(os.path.join(work, "data"))
         torch.manual_seed(11)
         model = MODELS[name]()
-        x, t = inputs_for(name, np.random.default_rng(3))
-        np.save(os.path.join(work, "data", "a.npy"), x)
-        np.save(os.path.join(work, "data", "b.npy"), t)
-        model_path = os.path.join(work, "model.onnx")
-        torch.onnx.export(model, (torch.from_numpy(x[:2]), torch.from_numpy(t[:2])), model_path,
-                          opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
-                          do_constant_folding=False, input_names=["a", "b"],
-                          output_names=["loss"],
-                          dynamic_axes={"a": {0: "batch"}, "b": {0: "batch"}})
-        ops = {node.op_type for node in onnx.load(model_path).graph.node}
-        print(f"[{name}] exported ops: {' '.join(sorted(ops))}")
-
-        strategy = harness.write_json(os.path.join(work, "strategy.json"),
-                                      harness.strategy(GLOBAL_BATCH, optimizer))
-        plans = os.path.join(work, "plans")
-        harness.run_ok([Tools.plan, model_path, strategy, "-o", plans])
-        metrics = os.path.join(work, "metrics.jsonl")
-        trained = os.path.join(work, "trained.onnx")
-        harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan"), "--steps", STEPS,
-                        "--data", os.path.join(work, "data"), "--metrics", metrics,
-                        "--save-onnx", trained])
-        losses = [record["loss"] for record in harness.read_metrics(metrics)]
-
-        reference = make_optimizer(model.parameters())
-        expected = []
-        for step in range(STEPS):
-            rows = (step * GLOBAL_BATCH + np.arange(GLOBAL_BATCH)) % SAMPLES
-            loss = model(torch.from_numpy(x[rows]), torch.from_numpy(t[rows]))
-            expected.append(loss.item())
-            reference.zero_grad()
-            loss.backward()
-            reference.step()
-
-        self.assertEqual(len(losses), STEPS)
-        for step, (got, want) in enumerate(zip(losses, expected)):
-            self.assertLessEqual(abs(got - want) / abs(want), LOSS_RTOL,
-                                 f"[{name}] step {step}: piper {got!r}, pytorch {want!r}")
-        saved = {t.name: numpy_helper.to_array(t) for t in onnx.load(trained).graph.initializer}
-        for param, value in model.named_parameters():
-            want = value.detach().numpy()
-            error = np.linalg.norm(saved[param] - want) / np.linalg.norm(want)
-            print(f"[{name}] {param}: relative error {error:.2e}")
-            self.assertLessEqual(error, WEIGHT_RTOL, f"[{name}] final {param}")
+        harness.train_exported_model_like_pytorch(
+            self, os.path.join(self.tmp.name, name), model,
+            inputs_for(name, np.random.default_rng(3)), optimizer,
+            make_optimizer, STEPS, GLOBAL_BATCH, LOSS_RTOL, WEIGHT_RTOL)
 
     def test_decoder_adamw(self):
         self.check("decoder", {"type": "adamw", "lr": 0.01},

@@ -9,11 +9,9 @@ import tempfile
 import unittest
 
 import numpy as np
-import onnx
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from onnx import numpy_helper
 
 import harness
 from harness import Tools
@@ -94,54 +92,12 @@ class VariantsMatchPyTorch(unittest.TestCase):
         cls.tmp.cleanup()
 
     def check(self, name, optimizer, make_optimizer, **strategy_extra):
-        work = os.path.join(self.tmp.name, name + "_" + optimizer["type"])
-        os.makedirs(os.path.join(work, "data"))
         torch.manual_seed(7)
         model = MODELS[name]()
-        x, t = inputs_for(name, np.random.default_rng(5))
-        np.save(os.path.join(work, "data", "a.npy"), x)
-        np.save(os.path.join(work, "data", "b.npy"), t)
-        model_path = os.path.join(work, "model.onnx")
-        torch.onnx.export(model, (torch.from_numpy(x[:2]), torch.from_numpy(t[:2])), model_path,
-                          opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
-                          do_constant_folding=False, input_names=["a", "b"],
-                          output_names=["loss"],
-                          dynamic_axes={"a": {0: "batch"}, "b": {0: "batch"}})
-
-        strategy = harness.write_json(os.path.join(work, "strategy.json"),
-                                      harness.strategy(GLOBAL_BATCH, optimizer, **strategy_extra))
-        plans = os.path.join(work, "plans")
-        harness.run_ok([Tools.plan, model_path, strategy, "-o", plans])
-        metrics = os.path.join(work, "metrics.jsonl")
-        trained = os.path.join(work, "trained.onnx")
-        harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan"), "--steps", STEPS,
-                        "--data", os.path.join(work, "data"), "--metrics", metrics,
-                        "--save-onnx", trained])
-        losses = [record["loss"] for record in harness.read_metrics(metrics)]
-
-        reference = make_optimizer(model.parameters())
-        expected = []
-        for step in range(STEPS):
-            rows = (step * GLOBAL_BATCH + np.arange(GLOBAL_BATCH)) % SAMPLES
-            loss = model(torch.from_numpy(x[rows]), torch.from_numpy(t[rows]))
-            expected.append(loss.item())
-            reference.zero_grad()
-            loss.backward()
-            reference.step()
-
-        self.assertEqual(len(losses), STEPS)
-        for step, (got, want) in enumerate(zip(losses, expected)):
-            self.assertLessEqual(abs(got - want) / abs(want), LOSS_RTOL,
-                                 f"[{name}] step {step}: piper {got!r}, pytorch {want!r}")
-        saved = {t.name: numpy_helper.to_array(t) for t in onnx.load(trained).graph.initializer}
-        for param, value in model.named_parameters():
-            want = value.detach().numpy()
-            error = np.linalg.norm(saved[param] - want) / np.linalg.norm(want)
-            print(f"[{name}] {param}: relative error {error:.2e}")
-            self.assertLessEqual(error, WEIGHT_RTOL, f"[{name}] final {param}")
-        for buffer, value in model.named_buffers():
-            np.testing.assert_array_equal(saved[buffer], value.numpy(),
-                                          f"[{name}] frozen buffer {buffer} changed")
+        work = os.path.join(self.tmp.name, name + "_" + optimizer["type"])
+        harness.train_exported_model_like_pytorch(
+            self, work, model, inputs_for(name, np.random.default_rng(5)), optimizer,
+            make_optimizer, STEPS, GLOBAL_BATCH, LOSS_RTOL, WEIGHT_RTOL, **strategy_extra)
 
     def test_pooled3d_adamw(self):
         self.check("pooled3d", {"type": "adamw", "lr": 0.01},
