@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds Piper with warnings as errors and runs the whole test suite (unit and
-# integration). This is what CI runs (.ci/run).
+# Builds Piper with warnings as errors and runs the whole test suite (unit,
+# conformance and integration). This is what CI runs (.ci/run).
 #
 #   tools/test.sh              # as root on Debian 12, from anywhere
 set -euo pipefail
