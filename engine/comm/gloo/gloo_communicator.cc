@@ -160,12 +160,21 @@ class Exchange {
   void send(const void* data, size_t bytes, int peer, uint64_t slot) {
     if (bytes == 0) return;
     Entry& entry = add(const_cast<void*>(data), bytes, peer, true);
-    entry.buffer->send(peer, slot);
+    try {
+      entry.buffer->send(peer, slot);
+    } catch (const std::exception& failure) {
+      // Posting fails at once when the peer's connection is already gone.
+      throw failed(entry, gloo_message(failure.what()));
+    }
   }
   void recv(void* data, size_t bytes, int peer, uint64_t slot) {
     if (bytes == 0) return;
     Entry& entry = add(data, bytes, peer, false);
-    entry.buffer->recv(peer, slot);
+    try {
+      entry.buffer->recv(peer, slot);
+    } catch (const std::exception& failure) {
+      throw failed(entry, gloo_message(failure.what()));
+    }
   }
 
   // Waits for every transfer; throws piper::Error naming the peer that did not complete.
