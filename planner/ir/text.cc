@@ -1,12 +1,13 @@
 // The IR's text form. One item per line, in this order when printed:
 //
-//   tensor NAME DTYPE[DIMS] ROLE [init=NAME] [high=INT] [data=0xHEX | data=[NUMBERS]]
+//   tensor NAME DTYPE[DIMS] ROLE [init=NAME] [high=INT] [accumulated=1]
+//          [data=0xHEX | data=[NUMBERS]]
 //   op INDEX TYPE "NAME" (IN, ...) -> (OUT, ...) [{KEY=VALUE, ...}] [pass=PASS] [tags={K:V, ...}]
 //   inputs NAME ...
-//   loss NAME
+//   loss NAME [seed=NAME]
 //   trained NAME [grad=NAME] [state=[NAME, ...]]
 //   task INDEX KIND PASS [mb=INT] [tags={...}] [devices=[INT, ...]] [stream=NAME]
-//        [ops=[INT, ...]] [tensors=[NAME, ...]] [peer=INT]
+//        [ops=[INT, ...]] [tensors=[NAME, ...]] [peer=INT] [average=1]
 //   edge FROM -> TO [data | temporal]
 //
 // Names are bare words ([A-Za-z0-9_./]) or C-style quoted strings; `_` in an
@@ -153,7 +154,11 @@ class Printer {
       for (TensorId input : ops_.inputs) out_ += " " + tensor_ref(input);
       out_ += "\n";
     }
-    if (ops_.loss >= 0) out_ += "loss " + tensor_ref(ops_.loss) + "\n";
+    if (ops_.loss >= 0) {
+      out_ += "loss " + tensor_ref(ops_.loss);
+      if (ops_.loss_seed >= 0) out_ += " seed=" + tensor_ref(ops_.loss_seed);
+      out_ += "\n";
+    }
     for (const TrainedParameter& trained : ops_.trained) print_trained(trained);
     for (TaskId id = 0; id < graph_.num_tasks(); ++id) print_task(id);
     for (const Edge& edge : graph_.edges()) {
@@ -181,6 +186,7 @@ class Printer {
             to_string(tensor.shape) + " " + to_string(tensor.role);
     if (!tensor.initializer.empty()) out_ += " init=" + name_text(tensor.initializer);
     if (tensor.int_high != 0) out_ += " high=" + std::to_string(tensor.int_high);
+    if (tensor.accumulated) out_ += " accumulated=1";
     if (!tensor.data.empty()) out_ += " data=" + data_text(tensor);
     out_ += "\n";
   }
@@ -215,6 +221,7 @@ class Printer {
     if (!task.ops.empty()) out_ += " ops=" + list_text(task.ops, int_text);
     if (!task.tensors.empty()) out_ += " tensors=[" + tensor_refs(task.tensors, ",") + "]";
     if (task.peer != -1) out_ += " peer=" + std::to_string(task.peer);
+    if (task.average) out_ += " average=1";
     out_ += "\n";
   }
 
@@ -600,9 +607,10 @@ class Parser {
     tensor.role = in.choice(
         "a role (input, activation, parameter, gradient, optimizer_state, loss, constant)",
         parse_role);
-    in.fields({"init", "high", "data"}, [&](const std::string& key) {
+    in.fields({"init", "high", "accumulated", "data"}, [&](const std::string& key) {
       if (key == "init") tensor.initializer = in.name("an initializer name");
       if (key == "high") tensor.int_high = in.integer("an integer");
+      if (key == "accumulated") tensor.accumulated = in.integer("0 or 1") != 0;
       if (key == "data") tensor.data = parse_data(in, tensor.dtype);
     });
     const std::string name = tensor.name;
@@ -639,7 +647,7 @@ class Parser {
 
   void parse_loss(LineReader& in) {
     ops().loss = tensor_ref(in);
-    in.expect_end();
+    in.fields({"seed"}, [&](const std::string&) { ops().loss_seed = tensor_ref(in); });
   }
 
   void parse_trained(LineReader& in) {
@@ -660,7 +668,7 @@ class Parser {
         "broadcast)",
         parse_task_kind);
     task.pass = in.choice("a pass (F, B, BI, BW, U)", parse_pass);
-    in.fields({"mb", "tags", "devices", "stream", "ops", "tensors", "peer"},
+    in.fields({"mb", "tags", "devices", "stream", "ops", "tensors", "peer", "average"},
               [&](const std::string& key) {
                 if (key == "mb") task.microbatch = static_cast<int>(in.integer("a microbatch"));
                 if (key == "tags") task.tags = tags(in);
@@ -669,6 +677,7 @@ class Parser {
                 if (key == "ops") task.ops = int_list(in);
                 if (key == "tensors") task.tensors = tensor_list(in, "[", "]");
                 if (key == "peer") task.peer = static_cast<int>(in.integer("a peer device"));
+                if (key == "average") task.average = in.integer("0 or 1") != 0;
               });
     graph_.add_task(std::move(task));
   }

@@ -76,6 +76,8 @@ TaskGraph graph_with_every_feature() {
   ops.add_op({"piper.Nop2", "", {}, {}, {}, Pass::kBackwardInput, {}});
   ops.inputs = {x, ids};
   ops.loss = l;
+  ops.loss_seed = scale;
+  ops.tensor(dw).accumulated = true;
   ops.trained = {{w, dw, {m, v}}, {scale, -1, {}}};
 
   TaskGraph graph(std::move(ops));
@@ -88,7 +90,16 @@ TaskGraph graph_with_every_feature() {
   const TaskKind collectives[] = {TaskKind::kAllReduce, TaskKind::kReduceScatter,
                                   TaskKind::kAllGather, TaskKind::kAllToAll, TaskKind::kBroadcast};
   for (TaskKind kind : collectives) {
-    graph.add_task({kind, {}, Pass::kBackward, 0, {}, {0, 1, 2}, "dp stream", {dw}, -1});
+    graph.add_task({kind,
+                    {},
+                    Pass::kBackward,
+                    0,
+                    {},
+                    {0, 1, 2},
+                    "dp stream",
+                    {dw},
+                    -1,
+                    kind != TaskKind::kBroadcast});
   }
   graph.add_task({TaskKind::kCompute, {}, Pass::kUpdate, 0, {3, 99}, {}, "", {}, -1});
   graph.add_edge(a, send, EdgeKind::kData);
@@ -106,6 +117,7 @@ void expect_equal(const Tensor& a, const Tensor& b) {
   EXPECT_EQ(a.initializer, b.initializer) << a.name;
   EXPECT_EQ(a.data, b.data) << a.name;
   EXPECT_EQ(a.int_high, b.int_high) << a.name;
+  EXPECT_EQ(a.accumulated, b.accumulated) << a.name;
 }
 
 void expect_equal(const Op& a, const Op& b) {
@@ -128,6 +140,7 @@ void expect_equal(const Task& a, const Task& b) {
   EXPECT_EQ(a.stream, b.stream);
   EXPECT_EQ(a.tensors, b.tensors);
   EXPECT_EQ(a.peer, b.peer);
+  EXPECT_EQ(a.average, b.average);
 }
 
 void expect_equal(const TaskGraph& a, const TaskGraph& b) {
@@ -139,6 +152,7 @@ void expect_equal(const TaskGraph& a, const TaskGraph& b) {
   for (OpId id = 0; id < x.num_ops(); ++id) expect_equal(x.op(id), y.op(id));
   EXPECT_EQ(x.inputs, y.inputs);
   EXPECT_EQ(x.loss, y.loss);
+  EXPECT_EQ(x.loss_seed, y.loss_seed);
   ASSERT_EQ(x.trained.size(), y.trained.size());
   for (size_t i = 0; i < x.trained.size(); ++i) {
     EXPECT_EQ(x.trained[i].parameter, y.trained[i].parameter);
@@ -189,13 +203,16 @@ TEST(TextTest, PrintsReadableLines) {
   has_line(
       "op 3 piper.Adam \"/adam\" (\"onnx::Gemm_5\", dw, m, \"\") -> (_, m, \"\") pass=U tags={}");
   has_line("inputs x ids");
-  has_line("loss \"_\"");
+  has_line("loss \"_\" seed=scale");
+  has_line("tensor dw f32[8,16] gradient accumulated=1");
   has_line("trained \"onnx::Gemm_5\" grad=dw state=[m,\"\"]");
   has_line("trained scale");
   has_line("task 0 compute F mb=0 tags={LAYER:0} devices=[0] stream=compute ops=[0,1]");
   has_line(
       "task 1 send F mb=3 tags={LAYER:0} devices=[0] stream=p2p tensors=[\"h out\",\"_\"] peer=1");
-  has_line("task 3 all_reduce B mb=0 tags={} devices=[0,1,2] stream=\"dp stream\" tensors=[dw]");
+  has_line(
+      "task 3 all_reduce B mb=0 tags={} devices=[0,1,2] stream=\"dp stream\" tensors=[dw] "
+      "average=1");
   has_line("task 8 compute U mb=0 tags={} devices=[] stream=\"\" ops=[3,99]");
   has_line("edge 0 -> 7 temporal");
   has_line("edge -1 -> 12 data");
@@ -287,9 +304,10 @@ TEST(TextTest, ErrorsNameTheLineAndWhatWasExpected) {
                      "line 1: expected hex bytes (0x0a1b...) or [numbers], got '0x123'");
   expect_parse_error("tensor x bool[2] constant data=[1,2]",
                      "line 1: expected a bool value, got '2'");
-  expect_parse_error("task 0 compute F devices=[0] colour=red",
-                     "line 1: expected mb=, tags=, devices=, stream=, ops=, tensors= or peer=, "
-                     "got 'colour'");
+  expect_parse_error(
+      "task 0 compute F devices=[0] colour=red",
+      "line 1: expected mb=, tags=, devices=, stream=, ops=, tensors=, peer= or average=, "
+      "got 'colour'");
   expect_parse_error("task 0 compute X", "line 1: expected a pass (F, B, BI, BW, U), got 'X'");
   expect_parse_error("edge 0 -> 1 both", "line 1: expected data or temporal, got 'both'");
   expect_parse_error("loss x", "line 1: expected the name of a declared tensor, got 'x'");
