@@ -94,25 +94,22 @@ struct Replication {
     return result;
   }
 
-  ir::TaskId update_task(size_t p) {
-    for (ir::OpId id = 0; id < ops().num_ops(); ++id) {
-      const ir::Op& op = ops().op(id);
-      if (op.pass == ir::Pass::kUpdate && op.inputs.at(0) == ops().trained[p].parameter) {
-        const auto tasks = tasks_running(id);
-        if (tasks.size() != 1)
-          throw Error(context.where() + ": the update of a parameter is split");
-        return tasks[0];
-      }
-    }
-    throw Error(context.where() + ": a trained parameter has no update op");
-  }
-
   ir::OpId update_op(size_t p) {
     for (ir::OpId id = 0; id < ops().num_ops(); ++id) {
       const ir::Op& op = ops().op(id);
       if (op.pass == ir::Pass::kUpdate && op.inputs.at(0) == ops().trained[p].parameter) return id;
     }
-    return -1;
+    throw Error(context.where() + ": trained parameter '" +
+                ops().tensor(ops().trained[p].parameter).name + "' has no update op");
+  }
+
+  ir::TaskId update_task(size_t p) {
+    const auto tasks = tasks_running(update_op(p));
+    if (tasks.size() != 1) {
+      throw Error(context.where() + ": the update of '" +
+                  ops().tensor(ops().trained[p].parameter).name + "' is not in exactly one task");
+    }
+    return tasks[0];
   }
 
   void all_reduce_gradients() {
