@@ -38,21 +38,10 @@ struct DivOp {
 // the output's shape.
 void check_broadcast(const KernelArgs& args, const std::vector<TensorView>& inputs,
                      const TensorView& y) {
-  Shape shape = inputs[0].shape;
   for (size_t i = 0; i < inputs.size(); ++i) {
     args.expect_dtype(inputs[i], y.dtype, "input " + std::to_string(i));
-    if (i > 0) {
-      try {
-        shape = broadcast_shapes(shape, inputs[i].shape);
-      } catch (const Error& error) {
-        args.fail(std::string("inputs do not broadcast: ") + error.what());
-      }
-    }
   }
-  if (shape != y.shape) {
-    args.fail("inputs broadcast to " + shape_string(shape) + " but the output has shape " +
-              shape_string(y.shape));
-  }
+  args.expect_broadcast(inputs, y);
 }
 
 // y[i] = op(a[...], b[...]) with a and b broadcast to y.

@@ -15,21 +15,6 @@
 namespace piper::engine::cpu {
 namespace {
 
-int64_t product(const Shape& shape, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t d = begin; d < end; ++d) n *= shape[d];
-  return n;
-}
-
-// `axis` (negative counts from the end) as an index into a shape of `rank`.
-int64_t normalize_axis(const KernelArgs& args, int64_t axis, int64_t rank) {
-  const int64_t a = axis < 0 ? axis + rank : axis;
-  if (a < 0 || a >= rank) {
-    args.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
-  }
-  return a;
-}
-
 // An index into an axis of `size`, wrapped once if negative; throws when out of range.
 int64_t checked_index(const std::string& op, int64_t index, int64_t size, int64_t position) {
   const int64_t i = index < 0 ? index + size : index;
@@ -54,7 +39,7 @@ GatherGeometry gather_geometry(const KernelArgs& args, const Shape& data, const 
   args.expect_dtype(indices, plan::INT64, "indices (input 1)");
   const int64_t rank = static_cast<int64_t>(data.size());
   if (rank == 0) args.fail("data must have at least one dimension");
-  const int64_t axis = normalize_axis(args, args.attributes().get_int("axis", 0), rank);
+  const int64_t axis = args.normalize_axis(args.attributes().get_int("axis", 0), rank);
   Shape expected(data.begin(), data.begin() + axis);
   expected.insert(expected.end(), indices.shape.begin(), indices.shape.end());
   expected.insert(expected.end(), data.begin() + axis + 1, data.end());
@@ -141,7 +126,7 @@ ElementsGeometry elements_geometry(const KernelArgs& args, const Shape& data,
     args.fail("indices " + shape_string(indices.shape) + " must have the rank of the data " +
               shape_string(data) + " (at least 1)");
   }
-  const int64_t axis = normalize_axis(args, args.attributes().get_int("axis", 0), rank);
+  const int64_t axis = args.normalize_axis(args.attributes().get_int("axis", 0), rank);
   for (int64_t d = 0; d < rank; ++d) {
     if (d != axis && indices.shape[d] > data[d]) {
       args.fail("indices " + shape_string(indices.shape) + " exceed the data " +
@@ -183,8 +168,8 @@ void for_each_element(const ElementsGeometry& g, int64_t index_stride, F&& f) {
 }
 
 int64_t axis_stride(const KernelArgs& args, const Shape& shape) {
-  const int64_t axis = normalize_axis(args, args.attributes().get_int("axis", 0),
-                                      static_cast<int64_t>(shape.size()));
+  const int64_t axis =
+      args.normalize_axis(args.attributes().get_int("axis", 0), static_cast<int64_t>(shape.size()));
   return contiguous_strides(shape)[axis];
 }
 
@@ -259,7 +244,7 @@ std::unique_ptr<PreparedKernel> one_hot_factory(const KernelArgs& args) {
     args.fail("the output " + shape_string(y.shape) + " must have one more dimension than the " +
               "indices " + shape_string(indices.shape));
   }
-  const int64_t axis = normalize_axis(args, args.attributes().get_int("axis", -1), y.rank());
+  const int64_t axis = args.normalize_axis(args.attributes().get_int("axis", -1), y.rank());
   Shape expected = indices.shape;
   expected.insert(expected.begin() + axis, y.shape[axis]);
   if (expected != y.shape) {
@@ -322,7 +307,7 @@ std::unique_ptr<PreparedKernel> arg_extreme_factory(const KernelArgs& args) {
   const TensorView& y = args.output(0);
   args.expect_dtype(y, plan::INT64, "output 0");
   if (x.rank() == 0) args.fail("the input must have at least one dimension");
-  const int64_t axis = normalize_axis(args, args.attributes().get_int("axis", 0), x.rank());
+  const int64_t axis = args.normalize_axis(args.attributes().get_int("axis", 0), x.rank());
   const bool keepdims = args.attributes().get_int("keepdims", 1) != 0;
   const bool last = args.attributes().get_int("select_last_index", 0) != 0;
   Shape expected = x.shape;
@@ -395,7 +380,7 @@ std::unique_ptr<PreparedKernel> top_k_factory(const KernelArgs& args) {
   args.expect_dtype(values, x.dtype, "values (output 0)");
   args.expect_dtype(indices, plan::INT64, "indices (output 1)");
   if (x.rank() == 0) args.fail("the input must have at least one dimension");
-  const int64_t axis = normalize_axis(args, args.attributes().get_int("axis", -1), x.rank());
+  const int64_t axis = args.normalize_axis(args.attributes().get_int("axis", -1), x.rank());
   args.expect_same_shape(values, "values (output 0)", indices, "indices (output 1)");
   Shape expected = x.shape;
   expected[axis] = values.rank() == x.rank() ? values.shape[axis] : -1;

@@ -1,5 +1,6 @@
 #include "engine/cpu/kernel_registry.h"
 
+#include "engine/cpu/strided_loop.h"
 #include "formats/error.h"
 
 namespace piper::engine::cpu {
@@ -54,6 +55,30 @@ void KernelArgs::expect_same_shape(const TensorView& a, const std::string& a_wha
     fail(a_what + " has shape " + shape_string(a.shape) + " but " + b_what + " has shape " +
          shape_string(b.shape) + "; they must be equal");
   }
+}
+
+void KernelArgs::expect_broadcast(const std::vector<TensorView>& inputs,
+                                  const TensorView& output) const {
+  Shape shape = inputs.at(0).shape;
+  for (size_t i = 1; i < inputs.size(); ++i) {
+    try {
+      shape = broadcast_shapes(shape, inputs[i].shape);
+    } catch (const Error& error) {
+      fail(std::string("inputs do not broadcast: ") + error.what());
+    }
+  }
+  if (shape != output.shape) {
+    fail("inputs broadcast to " + shape_string(shape) + " but the output has shape " +
+         shape_string(output.shape));
+  }
+}
+
+int64_t KernelArgs::normalize_axis(int64_t axis, int64_t rank) const {
+  const int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= rank) {
+    fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  }
+  return a;
 }
 
 void KernelArgs::fail(const std::string& message) const { throw Error(op() + ": " + message); }

@@ -41,6 +41,11 @@ class KernelArgs {
   // Throws naming both tensors unless their shapes are equal.
   void expect_same_shape(const TensorView& a, const std::string& a_what, const TensorView& b,
                          const std::string& b_what) const;
+  // Throws unless the inputs broadcast (numpy rules) to exactly `output`'s shape.
+  void expect_broadcast(const std::vector<TensorView>& inputs, const TensorView& output) const;
+  // `axis` (negative counts from the end) as an index into a shape of `rank`; throws when out
+  // of range.
+  int64_t normalize_axis(int64_t axis, int64_t rank) const;
   // A piper::Error "<op>: <message>".
   [[noreturn]] void fail(const std::string& message) const;
 
@@ -68,18 +73,18 @@ std::unique_ptr<PreparedKernel> make_kernel(F body) {
   return std::make_unique<Closure>(std::move(body));
 }
 
-void register_elementwise_kernels(KernelTable& table);  // elementwise.cc
-void register_gemm_kernels(KernelTable& table);         // gemm.cc
-void register_reduce_kernels(KernelTable& table);       // reduce.cc
-void register_shape_kernels(KernelTable& table);        // shape_ops.cc
-void register_loss_kernels(KernelTable& table);         // loss.cc
-void register_optimizer_kernels(KernelTable& table);    // optimizers.cc
+void register_elementwise_kernels(KernelTable& table);    // elementwise.cc
+void register_gemm_kernels(KernelTable& table);           // gemm.cc
+void register_reduce_kernels(KernelTable& table);         // reduce.cc
+void register_shape_kernels(KernelTable& table);          // shape_ops.cc
+void register_loss_kernels(KernelTable& table);           // loss.cc
+void register_optimizer_kernels(KernelTable& table);      // optimizers.cc
 void register_data_parallel_kernels(KernelTable& table);  // data_parallel.cc
-void register_indexing_kernels(KernelTable& table);     // indexing.cc
-void register_layout_kernels(KernelTable& table);       // layout_ops.cc
-void register_sequence_kernels(KernelTable& table);     // sequence_ops.cc
-void register_einsum_kernels(KernelTable& table);       // einsum.cc
-void register_nll_loss_kernels(KernelTable& table);     // nll_loss.cc
+void register_indexing_kernels(KernelTable& table);       // indexing.cc
+void register_layout_kernels(KernelTable& table);         // layout_ops.cc
+void register_sequence_kernels(KernelTable& table);       // sequence_ops.cc
+void register_einsum_kernels(KernelTable& table);         // einsum.cc
+void register_nll_loss_kernels(KernelTable& table);       // nll_loss.cc
 
 void register_math_kernels(KernelTable& table);           // math.cc
 void register_normalization_kernels(KernelTable& table);  // normalization.cc

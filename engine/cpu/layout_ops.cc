@@ -12,20 +12,6 @@
 namespace piper::engine::cpu {
 namespace {
 
-int64_t product(const Shape& shape, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t d = begin; d < end; ++d) n *= shape[d];
-  return n;
-}
-
-int64_t normalize_axis(const KernelArgs& args, int64_t axis, int64_t rank) {
-  const int64_t a = axis < 0 ? axis + rank : axis;
-  if (a < 0 || a >= rank) {
-    args.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
-  }
-  return a;
-}
-
 // Calls f.template operator()<T>() with T an unsigned integer of the dtype's size.
 template <typename F>
 auto by_element_size(plan::DType dtype, F&& f) {
@@ -65,7 +51,7 @@ struct Pieces {
 Pieces pieces(const KernelArgs& args, const TensorView& joined,
               const std::vector<const TensorView*>& parts, const std::string& part_kind) {
   if (joined.rank() == 0) args.fail("cannot concatenate or split a scalar");
-  const int64_t axis = normalize_axis(args, args.attributes().get_int("axis", 0), joined.rank());
+  const int64_t axis = args.normalize_axis(args.attributes().get_int("axis", 0), joined.rank());
   const size_t element = dtype_size(joined.dtype);
   const int64_t inner = product(joined.shape, axis + 1, joined.shape.size());
   Pieces p;
@@ -131,7 +117,7 @@ std::unique_ptr<PreparedKernel> split_factory(const KernelArgs& args) {
   if (args.has_input(1)) {
     const TensorView& split = args.input(1);
     args.expect_dtype(split, plan::INT64, "split (input 1)");
-    const int64_t axis = normalize_axis(args, args.attributes().get_int("axis", 0), x.rank());
+    const int64_t axis = args.normalize_axis(args.attributes().get_int("axis", 0), x.rank());
     const int64_t* values = split.as<const int64_t>();
     bool agree = split.elements() == static_cast<int64_t>(parts.size());
     for (size_t i = 0; agree && i < parts.size(); ++i) agree = values[i] == parts[i]->shape[axis];

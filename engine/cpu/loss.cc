@@ -1,43 +1,18 @@
 // ONNX SoftmaxCrossEntropyLoss (opset 17) and its gradient,
 // piper.SoftmaxCrossEntropyLossGrad. Scores are [N, C] or [N, C, d1, ...], labels
 // [N] or [N, d1, ...] int64, optional per-class weights [C].
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "engine/cpu/kernel_registry.h"
-#include "formats/error.h"
+#include "engine/cpu/class_loss.h"
 
 namespace piper::engine::cpu {
 namespace {
 
-enum class Reduction { kNone, kSum, kMean };
-
-// Shapes, attributes and pointers shared by the loss and its gradient.
-struct SceGeometry {
-  int64_t n = 0, c = 0, d = 1;  // scores viewed as [N, C, D]
-  Reduction reduction = Reduction::kMean;
-  bool has_ignore = false;
-  int64_t ignore_index = 0;
+// The shared geometry plus the scores, for the softmax.
+struct SceGeometry : ClassLossGeometry {
   const float* scores = nullptr;
-  const int64_t* labels = nullptr;
-  const float* weights = nullptr;  // null: every class weighs 1
-  std::string op;
-
-  // The weight of sample (i, j)'s label: 0 when ignored; throws for a label out of range.
-  float label_weight(int64_t i, int64_t j, int64_t* label) const {
-    *label = labels[i * d + j];
-    if (has_ignore && *label == ignore_index) {
-      return 0.0f;
-    }
-    if (*label < 0 || *label >= c) {
-      throw Error(op + ": label " + std::to_string(*label) + " at position " +
-                  std::to_string(i * d + j) + " is outside the " + std::to_string(c) +
-                  " classes [0, " + std::to_string(c) + ")" +
-                  (has_ignore ? " and is not ignore_index " + std::to_string(ignore_index) : "") +
-                  "; check the labels data");
-    }
-    return weights ? weights[*label] : 1.0f;
-  }
 
   // log(sum_c exp(scores[i, c, j])), computed stably.
   double log_sum_exp(int64_t i, int64_t j) const {
@@ -52,57 +27,11 @@ struct SceGeometry {
 
 SceGeometry sce_geometry(const KernelArgs& args, const TensorView& scores, const TensorView& labels,
                          size_t weights_input) {
-  args.expect_dtype(scores, plan::FLOAT32, "scores");
-  args.expect_dtype(labels, plan::INT64, "labels");
-  if (scores.rank() < 2) {
-    args.fail("scores must be [N, C] or [N, C, d1, ...], got " + shape_string(scores.shape));
-  }
-  Shape expected_labels = {scores.shape[0]};
-  expected_labels.insert(expected_labels.end(), scores.shape.begin() + 2, scores.shape.end());
-  if (labels.shape != expected_labels) {
-    args.fail("labels have shape " + shape_string(labels.shape) + " but scores " +
-              shape_string(scores.shape) + " need labels of shape " +
-              shape_string(expected_labels));
-  }
   SceGeometry g;
-  g.op = args.op();
-  g.n = scores.shape[0];
-  g.c = scores.shape[1];
-  for (int64_t k = 2; k < scores.rank(); ++k) g.d *= scores.shape[k];
-  const std::string reduction = args.attributes().get_string("reduction", "mean");
-  if (reduction == "none") {
-    g.reduction = Reduction::kNone;
-  } else if (reduction == "sum") {
-    g.reduction = Reduction::kSum;
-  } else if (reduction == "mean") {
-    g.reduction = Reduction::kMean;
-  } else {
-    args.fail("reduction '" + reduction + "' is not one of none, sum, mean");
-  }
-  g.has_ignore = args.attributes().has("ignore_index");
-  g.ignore_index = args.attributes().get_int("ignore_index", 0);
+  static_cast<ClassLossGeometry&>(g) = class_loss_geometry(
+      args, scores, labels, weights_input, {"scores", "labels", "label", "weights"});
   g.scores = scores.as<const float>();
-  g.labels = labels.as<const int64_t>();
-  if (args.has_input(weights_input)) {
-    const TensorView& w = args.input(weights_input);
-    args.expect_dtype(w, plan::FLOAT32, "weights");
-    if (w.shape != Shape{g.c}) {
-      args.fail("weights have shape " + shape_string(w.shape) + ", expected [" +
-                std::to_string(g.c) + "] (one per class)");
-    }
-    g.weights = w.as<const float>();
-  }
   return g;
-}
-
-// The loss output's shape for a reduction: labels' shape for none, a scalar otherwise.
-void check_loss_shape(const KernelArgs& args, const SceGeometry& g, const TensorView& loss,
-                      const TensorView& labels, const std::string& what) {
-  args.expect_dtype(loss, plan::FLOAT32, what);
-  if (g.reduction == Reduction::kNone ? loss.shape != labels.shape : loss.elements() != 1) {
-    args.fail(what + " has shape " + shape_string(loss.shape) + ", expected " +
-              (g.reduction == Reduction::kNone ? shape_string(labels.shape) : "[] (a scalar)"));
-  }
 }
 
 std::unique_ptr<PreparedKernel> sce_factory(const KernelArgs& args) {
@@ -160,14 +89,7 @@ std::unique_ptr<PreparedKernel> sce_grad_factory(const KernelArgs& args) {
   return make_kernel(
       [g, pdl = dl.as<const float>(), out = dscores.as<float>()](const StepContext&) {
         double scale = 1.0;
-        if (g.reduction == Reduction::kMean) {
-          double weight_sum = 0.0;
-          int64_t label = 0;
-          for (int64_t i = 0; i < g.n; ++i) {
-            for (int64_t j = 0; j < g.d; ++j) weight_sum += g.label_weight(i, j, &label);
-          }
-          scale = 1.0 / weight_sum;
-        }
+        if (g.reduction == Reduction::kMean) scale = 1.0 / g.weight_sum();
         for (int64_t i = 0; i < g.n; ++i) {
           for (int64_t j = 0; j < g.d; ++j) {
             const float* x = g.scores + i * g.c * g.d + j;

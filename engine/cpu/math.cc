@@ -11,23 +11,6 @@
 namespace piper::engine::cpu {
 namespace {
 
-// Throws unless the inputs broadcast to exactly the output's shape.
-void check_broadcast(const KernelArgs& args, const std::vector<TensorView>& inputs,
-                     const TensorView& y) {
-  Shape shape = inputs[0].shape;
-  for (size_t i = 1; i < inputs.size(); ++i) {
-    try {
-      shape = broadcast_shapes(shape, inputs[i].shape);
-    } catch (const Error& error) {
-      args.fail(std::string("inputs do not broadcast: ") + error.what());
-    }
-  }
-  if (shape != y.shape) {
-    args.fail("inputs broadcast to " + shape_string(shape) + " but the output has shape " +
-              shape_string(y.shape));
-  }
-}
-
 // A loop over y's shape: operand 0 is y (contiguous), operand k + 1 reads inputs[k]
 // broadcast to y.
 StridedLoop broadcast_loop(const TensorView& y, const std::vector<TensorView>& inputs) {
@@ -121,7 +104,7 @@ std::unique_ptr<PreparedKernel> pow_factory(const KernelArgs& args) {
   const TensorView& a = args.input(0);
   const TensorView& b = args.input(1);
   const TensorView& y = args.output(0);
-  check_broadcast(args, {a, b}, y);
+  args.expect_broadcast({a, b}, y);
   args.expect_dtype(y, a.dtype, "output 0 (the base's dtype)");
   if (a.dtype == plan::INT64) {
     if (b.dtype == plan::FLOAT32) return make_pow<int64_t, float>(a, b, y);
@@ -155,7 +138,7 @@ void check_pow_grad(const KernelArgs& args) {
   args.expect_dtype(args.input(0), plan::FLOAT32, "dY (input 0)");
   args.expect_dtype(args.input(1), plan::FLOAT32, "A (input 1)");
   args.expect_same_shape(args.input(0), "dY (input 0)", dx, "output 0");
-  check_broadcast(args, {args.input(0), args.input(1), args.input(2)}, dx);
+  args.expect_broadcast({args.input(0), args.input(1), args.input(2)}, dx);
 }
 
 // piper.PowBaseGrad(dY, A, B): dY · B · A^(B−1), 0 where B = 0 (as PyTorch).
@@ -265,7 +248,7 @@ std::unique_ptr<PreparedKernel> extremum_factory(const KernelArgs& args) {
   std::vector<TensorView> inputs;
   for (size_t i = 0; i < args.num_inputs(); ++i) inputs.push_back(args.input(i));
   const TensorView& y = args.output(0);
-  check_broadcast(args, inputs, y);
+  args.expect_broadcast(inputs, y);
   for (size_t i = 0; i < inputs.size(); ++i) {
     args.expect_dtype(inputs[i], y.dtype, "input " + std::to_string(i));
   }

@@ -53,4 +53,10 @@ std::string shape_string(const Shape& shape) {
   return text + "]";
 }
 
+int64_t product(const Shape& shape, size_t begin, size_t end) {
+  int64_t n = 1;
+  for (size_t d = begin; d < end; ++d) n *= shape[d];
+  return n;
+}
+
 }  // namespace piper::engine

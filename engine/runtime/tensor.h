@@ -21,6 +21,8 @@ std::string dtype_name(plan::DType dtype);
 int64_t num_elements(const Shape& shape);
 // "[2, 3]"; "[]" for a scalar.
 std::string shape_string(const Shape& shape);
+// The number of elements of dimensions [begin, end) of `shape`.
+int64_t product(const Shape& shape, size_t begin, size_t end);
 
 // A tensor in a backend's memory. `data` is null for an omitted optional input or output.
 struct TensorView {
