@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/nary_fold.h"
 #include "engine/cpu/strided_loop.h"
 #include "formats/error.h"
 
@@ -94,53 +95,12 @@ KernelFactory binary_factory(bool allow_int64) {
 }
 
 // ONNX Sum: y = x0 + x1 + ... with every input broadcast to y.
-template <typename T>
-std::unique_ptr<PreparedKernel> make_sum(const KernelArgs& args) {
-  const TensorView& y = args.output(0);
-  std::vector<StridedLoop> loops;
-  std::vector<const T*> inputs;
-  for (size_t i = 0; i < args.num_inputs(); ++i) {
-    const TensorView& x = args.input(i);
-    loops.emplace_back(y.shape,
-                       std::vector<std::vector<int64_t>>{contiguous_strides(y.shape),
-                                                         broadcast_strides(x.shape, y.shape)});
-    inputs.push_back(x.as<const T>());
+struct SumFold {
+  template <typename T>
+  T operator()(T accumulated, T x) const {
+    return accumulated + x;
   }
-  return make_kernel([loops, inputs, py = y.as<T>()](const StepContext&) {
-    for (size_t k = 0; k < loops.size(); ++k) {
-      const StridedLoop& loop = loops[k];
-      const int64_t s = loop.inner_stride(1);
-      const T* x = inputs[k];
-      loop.for_each_row([&](const int64_t* offsets, int64_t n) {
-        T* out = py + offsets[0];
-        const T* in = x + offsets[1];
-        if (k == 0) {
-          for (int64_t i = 0; i < n; ++i) out[i] = in[i * s];
-        } else {
-          for (int64_t i = 0; i < n; ++i) out[i] += in[i * s];
-        }
-      });
-    }
-  });
-}
-
-std::unique_ptr<PreparedKernel> sum_factory(const KernelArgs& args) {
-  if (args.num_inputs() < 1) {
-    args.fail("takes at least one input, the plan gives none");
-  }
-  args.expect_outputs(1, 1);
-  std::vector<TensorView> inputs;
-  for (size_t i = 0; i < args.num_inputs(); ++i) {
-    inputs.push_back(args.input(i));
-  }
-  const TensorView& y = args.output(0);
-  check_broadcast(args, inputs, y);
-  if (y.dtype == plan::INT64) {
-    return make_sum<int64_t>(args);
-  }
-  args.expect_dtype(y, plan::FLOAT32, "output 0");
-  return make_sum<float>(args);
-}
+};
 
 // A same-shape float32 map y[i] = f(x[i]); with kAllowInt64 also for int64 tensors.
 template <bool kAllowInt64, typename F>
@@ -205,7 +165,7 @@ void register_elementwise_kernels(KernelTable& table) {
   table["Sub"] = binary_factory<SubOp>(true);
   table["Mul"] = binary_factory<MulOp>(true);
   table["Div"] = binary_factory<DivOp>(false);
-  table["Sum"] = sum_factory;
+  table["Sum"] = nary_fold_factory<SumFold>;
   table["Neg"] = unary_factory<true>([](auto x) { return -x; });
   // NaN propagates, as in ONNX and PyTorch.
   table["Relu"] = unary_factory<false>([](float x) { return x < 0.0f ? 0.0f : x; });

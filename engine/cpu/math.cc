@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/nary_fold.h"
 #include "engine/cpu/strided_loop.h"
 #include "formats/error.h"
 
@@ -208,54 +209,16 @@ KernelFactory saved_grad_factory(F f, const char* saved) {
 
 // Max and Min: y = the largest (smallest) of the inputs broadcast to y; float32 or int64.
 // NaN propagates, as in PyTorch's maximum/minimum.
-template <typename T, bool kMax>
-std::unique_ptr<PreparedKernel> make_extremum(const KernelArgs& args) {
-  const TensorView& y = args.output(0);
-  std::vector<StridedLoop> loops;
-  std::vector<const T*> inputs;
-  for (size_t i = 0; i < args.num_inputs(); ++i) {
-    loops.push_back(broadcast_loop(y, {args.input(i)}));
-    inputs.push_back(args.input(i).as<const T>());
-  }
-  return make_kernel([loops, inputs, py = y.as<T>()](const StepContext&) {
-    const auto pick = [](T current, T x) {
-      if constexpr (std::is_floating_point_v<T>) {
-        if (std::isnan(x)) return x;
-      }
-      return (kMax ? x > current : x < current) ? x : current;
-    };
-    for (size_t k = 0; k < loops.size(); ++k) {
-      const StridedLoop& loop = loops[k];
-      const int64_t s = loop.inner_stride(1);
-      const T* x = inputs[k];
-      loop.for_each_row([&](const int64_t* offsets, int64_t n) {
-        T* out = py + offsets[0];
-        const T* in = x + offsets[1];
-        if (k == 0) {
-          for (int64_t i = 0; i < n; ++i) out[i] = in[i * s];
-        } else {
-          for (int64_t i = 0; i < n; ++i) out[i] = pick(out[i], in[i * s]);
-        }
-      });
-    }
-  });
-}
-
 template <bool kMax>
-std::unique_ptr<PreparedKernel> extremum_factory(const KernelArgs& args) {
-  if (args.num_inputs() < 1) args.fail("takes at least one input, the plan gives none");
-  args.expect_outputs(1, 1);
-  std::vector<TensorView> inputs;
-  for (size_t i = 0; i < args.num_inputs(); ++i) inputs.push_back(args.input(i));
-  const TensorView& y = args.output(0);
-  args.expect_broadcast(inputs, y);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    args.expect_dtype(inputs[i], y.dtype, "input " + std::to_string(i));
+struct ExtremumFold {
+  template <typename T>
+  T operator()(T current, T x) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (std::isnan(x)) return x;
+    }
+    return (kMax ? x > current : x < current) ? x : current;
   }
-  if (y.dtype == plan::INT64) return make_extremum<int64_t, kMax>(args);
-  args.expect_dtype(y, plan::FLOAT32, "output 0");
-  return make_extremum<float, kMax>(args);
-}
+};
 
 // piper.MaxMinGrad(dY, Y, X0, X1, ...), attribute `input` = i: dY · [Xi = Y] / #{j : Xj = Y}
 // in Y's shape.
@@ -325,8 +288,8 @@ void register_math_kernels(KernelTable& table) {
   table["Exp"] = unary_factory([](float x) { return std::exp(x); });
   table["Log"] = unary_factory([](float x) { return std::log(x); });
   table["Erf"] = unary_factory([](float x) { return std::erf(x); });
-  table["Max"] = extremum_factory<true>;
-  table["Min"] = extremum_factory<false>;
+  table["Max"] = nary_fold_factory<ExtremumFold<true>>;
+  table["Min"] = nary_fold_factory<ExtremumFold<false>>;
   table["piper.PowBaseGrad"] = pow_base_grad_factory;
   table["piper.PowExponentGrad"] = pow_exponent_grad_factory;
   table["piper.SqrtGrad"] =

@@ -1,0 +1,58 @@
+// Variadic element-wise folds (ONNX Sum, Max, Min): y = combine(...combine(x0, x1)..., xn)
+// with every input broadcast to y; float32 or int64.
+#pragma once
+
+#include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/strided_loop.h"
+
+namespace piper::engine::cpu {
+
+// `Combine` is a functor with `template <typename T> T operator()(T accumulated, T x)`.
+template <typename T, typename Combine>
+std::unique_ptr<PreparedKernel> make_nary_fold(const KernelArgs& args) {
+  const TensorView& y = args.output(0);
+  std::vector<StridedLoop> loops;
+  std::vector<const T*> inputs;
+  for (size_t i = 0; i < args.num_inputs(); ++i) {
+    const TensorView& x = args.input(i);
+    loops.emplace_back(y.shape,
+                       std::vector<std::vector<int64_t>>{contiguous_strides(y.shape),
+                                                         broadcast_strides(x.shape, y.shape)});
+    inputs.push_back(x.as<const T>());
+  }
+  return make_kernel([loops, inputs, py = y.as<T>()](const StepContext&) {
+    for (size_t k = 0; k < loops.size(); ++k) {
+      const StridedLoop& loop = loops[k];
+      const int64_t s = loop.inner_stride(1);
+      const T* x = inputs[k];
+      loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+        T* out = py + offsets[0];
+        const T* in = x + offsets[1];
+        if (k == 0) {
+          for (int64_t i = 0; i < n; ++i) out[i] = in[i * s];
+        } else {
+          for (int64_t i = 0; i < n; ++i) out[i] = Combine{}(out[i], in[i * s]);
+        }
+      });
+    }
+  });
+}
+
+// Checks one or more inputs of the output's dtype broadcasting to it, then prepares the fold.
+template <typename Combine>
+std::unique_ptr<PreparedKernel> nary_fold_factory(const KernelArgs& args) {
+  if (args.num_inputs() < 1) args.fail("takes at least one input, the plan gives none");
+  args.expect_outputs(1, 1);
+  std::vector<TensorView> inputs;
+  const TensorView& y = args.output(0);
+  for (size_t i = 0; i < args.num_inputs(); ++i) {
+    inputs.push_back(args.input(i));
+    args.expect_dtype(inputs[i], y.dtype, "input " + std::to_string(i));
+  }
+  args.expect_broadcast(inputs, y);
+  if (y.dtype == plan::INT64) return make_nary_fold<int64_t, Combine>(args);
+  args.expect_dtype(y, plan::FLOAT32, "output 0");
+  return make_nary_fold<float, Combine>(args);
+}
+
+}  // namespace piper::engine::cpu
