@@ -192,16 +192,16 @@ class TransferKernel : public PreparedKernel {
 
 }  // namespace
 
-std::unique_ptr<PreparedKernel> prepare_collective(const plan::Collective& collective,
-                                                   std::vector<CommTensor> inputs,
-                                                   std::vector<CommTensor> outputs,
-                                                   Communicator& communicator) {
+namespace {
+
+// The collective's (input, output) pairs, checked for a group of `n` members.
+std::vector<Pair> checked_pairs(const plan::Collective& collective, std::vector<CommTensor> inputs,
+                                std::vector<CommTensor> outputs, size_t n) {
   const plan::Collective::Kind kind = collective.kind();
   const std::string name = kind_name(kind);
   if (name == "unknown") {
     throw Error("collective of unknown kind " + std::to_string(static_cast<int>(kind)));
   }
-  const size_t n = static_cast<size_t>(communicator.size());
   const std::string group = "a group of " + std::to_string(n);
   if (inputs.size() != outputs.size()) {
     throw Error(name + " has " + std::to_string(inputs.size()) + " inputs but " +
@@ -269,8 +269,24 @@ std::unique_ptr<PreparedKernel> prepare_collective(const plan::Collective& colle
     }
     pairs.push_back(std::move(pair));
   }
-  return std::make_unique<CollectiveKernel>(kind, collective.average(), collective.root(),
-                                            std::move(pairs), communicator);
+  return pairs;
+}
+
+}  // namespace
+
+void check_collective(const plan::Collective& collective, std::vector<CommTensor> inputs,
+                      std::vector<CommTensor> outputs, size_t group_size) {
+  checked_pairs(collective, std::move(inputs), std::move(outputs), group_size);
+}
+
+std::unique_ptr<PreparedKernel> prepare_collective(const plan::Collective& collective,
+                                                   std::vector<CommTensor> inputs,
+                                                   std::vector<CommTensor> outputs,
+                                                   Communicator& communicator) {
+  std::vector<Pair> pairs = checked_pairs(collective, std::move(inputs), std::move(outputs),
+                                          static_cast<size_t>(communicator.size()));
+  return std::make_unique<CollectiveKernel>(collective.kind(), collective.average(),
+                                            collective.root(), std::move(pairs), communicator);
 }
 
 std::unique_ptr<PreparedKernel> prepare_send(CommTensor tensor, int peer, int tag,

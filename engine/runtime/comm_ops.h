@@ -21,6 +21,11 @@ struct CommTensor {
   std::string label;
 };
 
+// Checks `collective`'s tensors for a group of `group_size` members (dtypes, element counts,
+// the root). Throws piper::Error naming the tensor and the rule it breaks.
+void check_collective(const plan::Collective& collective, std::vector<CommTensor> inputs,
+                      std::vector<CommTensor> outputs, size_t group_size);
+
 // Checks `collective`'s tensors for a group of `communicator.size()` members (dtypes, element
 // counts, the root) and returns the kernel that runs it. Throws piper::Error naming the tensor
 // and the rule it breaks. The communicator must outlive the kernel.

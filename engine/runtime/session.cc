@@ -58,6 +58,7 @@ Session::Session(plan::Plan plan, std::unique_ptr<Backend> backend, SessionOptio
   try {
     write_constants();
     load_parameters();
+    check_collectives();
     connect_communicators();
     executor_ = prepare_streams();
   } catch (...) {
@@ -337,16 +338,39 @@ void Session::abort_communicators() {
   for (auto& [peer, communicator] : peers_) communicator->abort();
 }
 
+CommTensor Session::comm_tensor(int index, const char* what) const {
+  if (index < 0 || index >= plan_.tensors_size()) {
+    throw Error(std::string(what) + " tensor index " + std::to_string(index) +
+                " is out of range (the plan has " + std::to_string(plan_.tensors_size()) +
+                " tensors)");
+  }
+  return CommTensor{view(index), tensor_label(plan_, index)};
+}
+
+void Session::check_collectives() const {
+  for (const plan::Stream& stream : plan_.streams()) {
+    for (int i = 0; i < stream.instructions_size(); ++i) {
+      const plan::Instruction& instruction = stream.instructions(i);
+      if (!instruction.has_collective()) continue;
+      const plan::Collective& collective = instruction.collective();
+      for (const plan::CommGroup& group : plan_.groups()) {
+        if (group.id() != collective.group()) continue;
+        try {
+          std::vector<CommTensor> inputs, outputs;
+          for (int index : collective.inputs()) inputs.push_back(comm_tensor(index, "input"));
+          for (int index : collective.outputs()) outputs.push_back(comm_tensor(index, "output"));
+          check_collective(collective, std::move(inputs), std::move(outputs),
+                           static_cast<size_t>(group.ranks_size()));
+        } catch (const std::exception& error) {
+          throw Error(instruction_where(stream, i, instruction) + ": " + error.what());
+        }
+      }
+    }
+  }
+}
+
 std::unique_ptr<PreparedKernel> Session::prepare_comm(const plan::Instruction& instruction,
                                                       const std::string& stream) {
-  auto tensor = [&](int index, const char* what) {
-    if (index < 0 || index >= plan_.tensors_size()) {
-      throw Error(std::string(what) + " tensor index " + std::to_string(index) +
-                  " is out of range (the plan has " + std::to_string(plan_.tensors_size()) +
-                  " tensors)");
-    }
-    return CommTensor{view(index), tensor_label(plan_, index)};
-  };
   if (instruction.has_collective()) {
     const plan::Collective& collective = instruction.collective();
     const auto group = groups_.find(collective.group());
@@ -358,8 +382,8 @@ std::unique_ptr<PreparedKernel> Session::prepare_comm(const plan::Instruction& i
                            : std::string("which the plan does not define")));
     }
     std::vector<CommTensor> inputs, outputs;
-    for (int index : collective.inputs()) inputs.push_back(tensor(index, "input"));
-    for (int index : collective.outputs()) outputs.push_back(tensor(index, "output"));
+    for (int index : collective.inputs()) inputs.push_back(comm_tensor(index, "input"));
+    for (int index : collective.outputs()) outputs.push_back(comm_tensor(index, "output"));
     return prepare_collective(
         collective, std::move(inputs), std::move(outputs),
         channel("group " + std::to_string(collective.group()), *group->second, stream));
@@ -368,7 +392,7 @@ std::unique_ptr<PreparedKernel> Session::prepare_comm(const plan::Instruction& i
   const int peer = is_send ? instruction.send().peer() : instruction.recv().peer();
   const int tag = is_send ? instruction.send().tag() : instruction.recv().tag();
   const CommTensor data =
-      tensor(is_send ? instruction.send().tensor() : instruction.recv().tensor(), "transfer");
+      comm_tensor(is_send ? instruction.send().tensor() : instruction.recv().tensor(), "transfer");
   Communicator& link = channel("peer " + std::to_string(peer), *peers_.at(peer), stream);
   const int member = peer < static_cast<int>(plan_.header().rank()) ? 0 : 1;
   return is_send ? prepare_send(data, member, tag, link) : prepare_recv(data, member, tag, link);

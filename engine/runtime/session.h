@@ -12,6 +12,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/runtime/backend.h"
 #include "engine/runtime/batch.h"
+#include "engine/runtime/comm_ops.h"
 #include "engine/runtime/executor.h"
 #include "schemas/plan.pb.h"
 
@@ -64,6 +65,10 @@ class Session {
 
  private:
   void check_tensors();
+  // Checks every collective against its group's size, so that a plan that cannot run fails
+  // the same way on every rank before any of them connects.
+  void check_collectives() const;
+  CommTensor comm_tensor(int index, const char* what) const;
   void write_constants();
   void load_parameters();
   std::unique_ptr<Executor> prepare_streams();
