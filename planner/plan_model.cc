@@ -15,6 +15,7 @@
 #include "planner/autodiff/optimizer.h"
 #include "planner/directives/directive.h"
 #include "planner/directives/expand.h"
+#include "planner/fusion/fusion.h"
 #include "planner/import/import.h"
 #include "planner/ir/verify.h"
 #include "planner/lower/lower.h"
@@ -71,7 +72,8 @@ int64_t planned_batch(const strategy::Strategy& strategy) {
   return strategy.global_batch / parts;
 }
 
-ir::OpGraph training_graph(const std::string& model_path, const strategy::Strategy& strategy) {
+ir::OpGraph training_graph(const std::string& model_path, const strategy::Strategy& strategy,
+                           const PlanningOptions& options, std::map<std::string, int>& fusions) {
   ImportOptions import_options;
   import_options.batch = planned_batch(strategy);
   import_options.is_frozen = [&](const std::string& name) {
@@ -84,6 +86,7 @@ ir::OpGraph training_graph(const std::string& model_path, const strategy::Strate
       import_model(formats::load_onnx_model(model_path), import_options, model_path);
   check_supported_ops(graph, model_path);
   annotate(graph, strategy.annotations, strategy.source);
+  if (options.fuse) fusions = fuse(graph, default_fusion_rules());
   try {
     differentiate(graph);
   } catch (const Error& error) {
@@ -99,7 +102,8 @@ PlanningResult plan_model(const std::string& model_path, const strategy::Strateg
                           const PlanningOptions& options) {
   const strategy::Strategy strategy = expand_generators(written);
   check_strategy(strategy);
-  ir::OpGraph ops = training_graph(model_path, strategy);
+  PlanningResult result;
+  ir::OpGraph ops = training_graph(model_path, strategy, options, result.fusions);
   const int num_ops = ops.num_ops();
   ir::TaskGraph graph = [&] {
     try {
@@ -119,7 +123,6 @@ PlanningResult plan_model(const std::string& model_path, const strategy::Strateg
   lower_context.model_path = std::filesystem::absolute(model_path).lexically_normal().string();
   lower_context.global_batch = strategy.global_batch;
   lower_context.optimizer = strategy.optimizer;
-  PlanningResult result;
   result.num_tasks = graph.num_tasks();
   result.num_ops = num_ops;
   for (int rank = 0; rank < graph.world_size(); ++rank) {

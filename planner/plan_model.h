@@ -1,6 +1,7 @@
 // The planner's whole flow: ONNX model + strategy -> one plan per rank.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -12,12 +13,17 @@ namespace piper::planner {
 struct PlanningOptions {
   // Run the IR verifier after every directive (cheap; on by default).
   bool verify = true;
+  // Rewrite attention, LayerNorm and GELU patterns into fused ops before autodiff
+  // (planner/fusion); off: train the ops as exported.
+  bool fuse = true;
 };
 
 struct PlanningResult {
   std::vector<plan::Plan> plans;  // index = rank
   int num_tasks = 0;
   int num_ops = 0;
+  // Fusions made, per fusion rule (empty when fusion is off).
+  std::map<std::string, int> fusions;
 };
 
 // Throws piper::Error naming the file, JSON path or ONNX node at fault.

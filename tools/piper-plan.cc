@@ -27,6 +27,11 @@ std::string human_bytes(uint64_t bytes) {
 void print_summary(const piper::planner::PlanningResult& result, const std::string& dir) {
   std::cout << "planned " << result.plans.size() << " rank(s), " << result.num_ops << " ops in "
             << result.num_tasks << " tasks -> " << dir << "\n";
+  if (!result.fusions.empty()) {
+    std::cout << "  fused:";
+    for (const auto& [rule, count] : result.fusions) std::cout << " " << rule << " " << count;
+    std::cout << "\n";
+  }
   for (const auto& plan : result.plans) {
     const auto& memory = plan.memory();
     size_t instructions = 0;
@@ -48,6 +53,7 @@ int main(int argc, char** argv) {
       "(DIR/rank{r}.plan) for piper-run."};
   std::string model_path, strategy_path, output_dir;
   bool expand = false;
+  bool no_fuse = false;
   app.add_option("model", model_path, "ONNX model exported with its loss as the first output")
       ->required();
   app.add_option("strategy", strategy_path, "strategy JSON file (docs/strategy.md)")->required();
@@ -55,6 +61,9 @@ int main(int argc, char** argv) {
                  "directory for the plans; replaced atomically, left untouched on failure");
   app.add_flag("--expand", expand,
                "print the strategy with every default and generator expanded, as JSON, and exit");
+  app.add_flag("--no-fuse", no_fuse,
+               "train the model's ops as exported: do not rewrite attention, LayerNorm and GELU "
+               "patterns into fused ops");
   CLI11_PARSE(app, argc, argv);
   try {
     const piper::strategy::Strategy strategy = piper::strategy::load_strategy(strategy_path);
@@ -64,7 +73,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (output_dir.empty()) throw piper::Error("no output directory: pass -o DIR");
-    const auto result = piper::planner::plan_model(model_path, strategy);
+    piper::planner::PlanningOptions options;
+    options.fuse = !no_fuse;
+    const auto result = piper::planner::plan_model(model_path, strategy, options);
     piper::planner::write_plans(result.plans, output_dir);
     print_summary(result, output_dir);
   } catch (const std::exception& error) {

@@ -29,6 +29,8 @@ CpuBackend::CpuBackend() {
   register_normalization_kernels(table_);
   register_logical_kernels(table_);
   register_dropout_kernels(table_);
+  register_fused_attention_kernels(table_);
+  register_fused_bias_gelu_kernels(table_);
 }
 
 void* CpuBackend::allocate(size_t bytes) {

@@ -73,6 +73,14 @@ void KernelArgs::expect_broadcast(const std::vector<TensorView>& inputs,
   }
 }
 
+float* KernelArgs::gradient_output(size_t output, size_t input) const {
+  if (!has_output(output)) return nullptr;
+  const std::string what = "output " + std::to_string(output);
+  expect_dtype(outputs_[output], plan::FLOAT32, what);
+  expect_same_shape(outputs_[output], what, this->input(input), "input " + std::to_string(input));
+  return outputs_[output].as<float>();
+}
+
 int64_t KernelArgs::normalize_axis(int64_t axis, int64_t rank) const {
   const int64_t a = axis < 0 ? axis + rank : axis;
   if (a < 0 || a >= rank) {

@@ -43,6 +43,9 @@ class KernelArgs {
                          const std::string& b_what) const;
   // Throws unless the inputs broadcast (numpy rules) to exactly `output`'s shape.
   void expect_broadcast(const std::vector<TensorView>& inputs, const TensorView& output) const;
+  // Output `output` as the float32 gradient of input `input` (equal shapes), or null when the
+  // output is omitted; throws naming both otherwise.
+  float* gradient_output(size_t output, size_t input) const;
   // `axis` (negative counts from the end) as an index into a shape of `rank`; throws when out
   // of range.
   int64_t normalize_axis(int64_t axis, int64_t rank) const;
@@ -90,5 +93,8 @@ void register_math_kernels(KernelTable& table);           // math.cc
 void register_normalization_kernels(KernelTable& table);  // normalization.cc
 void register_logical_kernels(KernelTable& table);        // logical.cc
 void register_dropout_kernels(KernelTable& table);        // dropout.cc
+
+void register_fused_attention_kernels(KernelTable& table);  // fused_attention.cc
+void register_fused_bias_gelu_kernels(KernelTable& table);  // fused_bias_gelu.cc
 
 }  // namespace piper::engine::cpu

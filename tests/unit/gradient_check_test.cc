@@ -26,6 +26,8 @@ struct GradientCase {
   std::vector<int64_t> out_shape;
   std::vector<std::string> parameters;
   bool out_is_loss = false;  // "out" is already the scalar loss
+  // An op type the plan must run: the fused op the pattern built by `build` becomes.
+  std::string fused_op = "";
 };
 
 std::vector<float> random_values(int64_t count, uint32_t seed, float low = -1, float high = 1,
@@ -81,6 +83,15 @@ TEST_P(GradientCheck, MatchesCentralDifferences) {
   strategy.optimizer.lr = 0;  // the step leaves parameters as they are
   strategy.frozen = {"r"};
   auto planned = planner::plan_model(model_path, strategy);
+  if (!c.fused_op.empty()) {
+    bool runs = false;
+    for (const auto& stream : planned.plans.at(0).streams()) {
+      for (const auto& instruction : stream.instructions()) {
+        runs = runs || instruction.kernel().op_type() == c.fused_op;
+      }
+    }
+    ASSERT_TRUE(runs) << c.name << ": the plan does not run " << c.fused_op;
+  }
   engine::Session session(planned.plans.at(0), engine::make_backend("cpu"));
 
   const double loss = session.step({});
@@ -113,20 +124,6 @@ TEST_P(GradientCheck, MatchesCentralDifferences) {
 
 onnx::NodeProto& node(OnnxBuilder& b, const std::string& op, std::vector<std::string> in) {
   return b.node(op, std::move(in), {"out"});
-}
-
-// A float tensor attribute `value` on a Constant node, so the value is a planner constant
-// rather than a trained initializer.
-void float_constant(OnnxBuilder& b, const std::string& name, std::vector<int64_t> dims,
-                    const std::vector<float>& values) {
-  auto& n = b.node("Constant", {}, {name});
-  auto* attr = n.add_attribute();
-  attr->set_name("value");
-  attr->set_type(onnx::AttributeProto::TENSOR);
-  auto* tensor = attr->mutable_t();
-  tensor->set_data_type(onnx::TensorProto::FLOAT);
-  for (int64_t d : dims) tensor->add_dims(d);
-  for (float v : values) tensor->add_float_data(v);
 }
 
 void string_attr(onnx::NodeProto& n, const std::string& name, const std::string& value) {
@@ -272,7 +269,7 @@ void add_indexing_and_layout_cases(std::vector<GradientCase>& all) {
                    OnnxBuilder::attr(arg, "axis", int64_t{1});
                    OnnxBuilder::attr(arg, "keepdims", int64_t{0});
                    b.int_initializer("depth", {}, {4});
-                   float_constant(b, "values", {2}, {0.5f, 2.0f});
+                   b.float_constant("values", {2}, {0.5f, 2.0f});
                    b.node("OneHot", {"arg", "depth", "values"}, {"mask"});
                    node(b, "Mul", {"a", "mask"});
                  },
@@ -293,7 +290,7 @@ void add_indexing_and_layout_cases(std::vector<GradientCase>& all) {
   all.push_back({"NegativeLogLikelihoodLoss_weights_ignore_index_3d",
                  [](OnnxBuilder& b) {
                    param(b, "input", {2, 3, 2}, 44);
-                   float_constant(b, "cw", {3}, {0.5f, 1.5f, 1.0f});
+                   b.float_constant("cw", {3}, {0.5f, 1.5f, 1.0f});
                    b.int_initializer("target", {2, 2}, {1, -1, 2, 0});
                    auto& n = node(b, "NegativeLogLikelihoodLoss", {"input", "target", "cw"});
                    OnnxBuilder::attr(n, "ignore_index", int64_t{-1});
@@ -490,6 +487,93 @@ void add_math_and_normalization_cases(std::vector<GradientCase>& all) {
                  {"s"}});
 }
 
+// The fused ops of planner/fusion, built from the op patterns the fusion pass rewrites.
+void add_fused_cases(std::vector<GradientCase>& all) {
+  const auto attention = [](const std::string& mask) {
+    return [mask](OnnxBuilder& b) {
+      param(b, "q", {1, 2, 4, 3}, 40);
+      param(b, "kt", {1, 2, 3, 4}, 41);
+      param(b, "v", {1, 2, 4, 2}, 42);
+      b.float_constant("scale", {}, {0.6f});
+      b.node("MatMul", {"q", "kt"}, {"s"});
+      b.node("Mul", {"s", "scale"}, {"scaled"});
+      if (mask == "causal") {
+        b.float_constant("lower", {4, 4}, {1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 1, 1, 1, 1});
+        b.float_constant("zero", {}, {0.0f});
+        b.node("Equal", {"lower", "zero"}, {"hidden"});
+        b.float_constant("fill", {}, {-INFINITY});
+        b.node("Where", {"hidden", "fill", "scaled"}, {"masked"});
+      } else {
+        b.float_constant("bias", {4, 4}, random_values(16, 43));
+        b.node("Add", {"scaled", "bias"}, {"masked"});
+      }
+      OnnxBuilder::attr(b.node("Softmax", {"masked"}, {"p"}), "axis", int64_t{-1});
+      b.node("MatMul", {"p", "v"}, {"out"});
+    };
+  };
+  for (const char* mask : {"causal", "additive"}) {
+    all.push_back({std::string("FusedAttention_") + mask + "_mask",
+                   attention(mask),
+                   {1, 2, 4, 2},
+                   {"q", "kt", "v"},
+                   false,
+                   "piper.FusedAttention"});
+  }
+  for (const bool tanh : {false, true}) {
+    all.push_back({tanh ? "BiasGelu_tanh" : "BiasGelu_erf",
+                   [tanh](OnnxBuilder& b) {
+                     param(b, "x", {3, 4}, 44, -2, 2);
+                     param(b, "bias", {4}, 45);
+                     b.node("Add", {"x", "bias"}, {"h"});
+                     if (tanh) {
+                       b.node("Mul", {"h", "h"}, {"h2"});
+                       b.node("Mul", {"h", "h2"}, {"h3"});
+                       b.float_constant("c", {}, {0.044715f});
+                       b.node("Mul", {"c", "h3"}, {"ch3"});
+                       b.node("Add", {"h", "ch3"}, {"inner"});
+                       b.float_constant("k", {}, {0.7978845608f});
+                       b.node("Mul", {"k", "inner"}, {"u"});
+                       b.node("Tanh", {"u"}, {"e"});
+                     } else {
+                       b.float_constant("root2", {}, {1.41421356f});
+                       b.node("Div", {"h", "root2"}, {"u"});
+                       b.node("Erf", {"u"}, {"e"});
+                     }
+                     b.float_constant("one", {}, {1.0f});
+                     b.node("Add", {"e", "one"}, {"a"});
+                     b.node("Mul", {"h", "a"}, {"m"});
+                     b.float_constant("half", {}, {0.5f});
+                     b.node("Mul", {"m", "half"}, {"out"});
+                   },
+                   {3, 4},
+                   {"x", "bias"},
+                   false,
+                   "piper.BiasGelu"});
+  }
+  all.push_back(
+      {"LayerNorm_from_separate_ops",
+       [](OnnxBuilder& b) {
+         param(b, "x", {3, 5}, 46, -2, 2);
+         param(b, "gamma", {5}, 47);
+         param(b, "beta", {5}, 48);
+         OnnxBuilder::attr(b.node("ReduceMean", {"x"}, {"mean"}), "axes", std::vector<int64_t>{-1});
+         b.node("Sub", {"x", "mean"}, {"d"});
+         b.float_constant("two", {}, {2.0f});
+         b.node("Pow", {"d", "two"}, {"sq"});
+         OnnxBuilder::attr(b.node("ReduceMean", {"sq"}, {"var"}), "axes", std::vector<int64_t>{-1});
+         b.float_constant("eps", {}, {1e-5f});
+         b.node("Add", {"var", "eps"}, {"ve"});
+         b.node("Sqrt", {"ve"}, {"std"});
+         b.node("Div", {"d", "std"}, {"n"});
+         b.node("Mul", {"n", "gamma"}, {"scaled"});
+         b.node("Add", {"scaled", "beta"}, {"out"});
+       },
+       {3, 5},
+       {"x", "gamma", "beta"},
+       false,
+       "LayerNormalization"});
+}
+
 std::vector<GradientCase> cases() {
   std::vector<GradientCase> all;
   for (int64_t ta : {0, 1}) {
@@ -643,6 +727,7 @@ std::vector<GradientCase> cases() {
   add_indexing_and_layout_cases(all);
   add_einsum_cases(all);
   add_math_and_normalization_cases(all);
+  add_fused_cases(all);
   return all;
 }
 

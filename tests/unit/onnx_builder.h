@@ -63,6 +63,20 @@ class OnnxBuilder {
     return *node;
   }
 
+  // A Constant node writing a float tensor, so the value is a planner constant rather than a
+  // trained initializer.
+  OnnxBuilder& float_constant(const std::string& name, std::vector<int64_t> dims,
+                              const std::vector<float>& values) {
+    auto* attr = node("Constant", {}, {name}).add_attribute();
+    attr->set_name("value");
+    attr->set_type(onnx::AttributeProto::TENSOR);
+    auto* tensor = attr->mutable_t();
+    tensor->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t dim : dims) tensor->add_dims(dim);
+    for (float value : values) tensor->add_float_data(value);
+    return *this;
+  }
+
   static void attr(onnx::NodeProto& node, const std::string& name, int64_t value) {
     auto* a = node.add_attribute();
     a->set_name(name);

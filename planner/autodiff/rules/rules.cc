@@ -28,6 +28,7 @@ const GradientRules& gradient_rules() {
     add_normalization_rules(rules);
     add_dropout_rules(rules);
     add_logical_rules(rules);
+    add_fused_rules(rules);
     return rules;
   }();
   return kRules;

@@ -30,6 +30,7 @@ void add_math_rules(GradientRules& rules);           // math.cc
 void add_normalization_rules(GradientRules& rules);  // normalization.cc
 void add_dropout_rules(GradientRules& rules);        // dropout.cc
 void add_logical_rules(GradientRules& rules);        // logical.cc
+void add_fused_rules(GradientRules& rules);          // fused.cc (ops of planner/fusion)
 
 const GradientRules& gradient_rules();
 

@@ -1,0 +1,288 @@
+// piper.FusedAttention(Q, Kt, V[, Mask]) → Y[, RowMax, RowInvSum] and
+// piper.FusedAttentionGrad(dY, Q, Kt, V, Mask, RowMax, RowInvSum) → dQ, dKt, dV
+// (docs/plan-format.md): scaled-dot-product attention that holds the probabilities of one
+// block of query rows of one batch index at a time, never the whole [..., T, Tk] tensor.
+//
+// Per block: S = scale · Q Kt, masked (Mask added, or set to `fill` where a bool Mask equals
+// `fill_if`), P = softmax(S) along keys, Y = P V. The forward saves each row's maximum and
+// 1 / Σ exp(S − max); the backward recomputes P from them exactly as the forward had it.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/strided_loop.h"
+
+namespace piper::engine::cpu {
+namespace {
+
+// Floats of one block of scores (query rows × keys) the kernels work on at a time.
+constexpr int64_t kBlockFloats = 32768;
+
+struct AttentionGeometry {
+  int64_t batch = 1;  // product of the leading dimensions
+  int64_t t = 0, d = 0, tk = 0, dv = 0;
+  int64_t block_rows = 1;
+  float scale = 1;
+  // The mask, read through element offsets per batch index and strides over rows and keys
+  // (0 where it broadcasts).
+  enum class MaskKind { kNone, kAdd, kFill } mask = MaskKind::kNone;
+  float fill = 0;
+  bool fill_if = true;
+  std::vector<int64_t> mask_offsets;
+  int64_t mask_row_stride = 0, mask_key_stride = 0;
+};
+
+int blas_dim(const KernelArgs& args, int64_t value) {
+  if (value > INT32_MAX) {
+    args.fail("dimension " + std::to_string(value) + " exceeds the BLAS integer range");
+  }
+  return static_cast<int>(value);
+}
+
+// Checks Q [..., T, D], Kt [..., D, Tk], V [..., Tk, Dv] (inputs first..first+2) and the mask
+// (input first+3, optional) and plans their layout.
+AttentionGeometry attention_geometry(const KernelArgs& args, size_t first) {
+  const TensorView& q = args.input(first);
+  const TensorView& kt = args.input(first + 1);
+  const TensorView& v = args.input(first + 2);
+  const std::string names[] = {"Q (input " + std::to_string(first) + ")",
+                               "Kt (input " + std::to_string(first + 1) + ")",
+                               "V (input " + std::to_string(first + 2) + ")"};
+  for (size_t i = 0; i < 3; ++i) args.expect_dtype(args.input(first + i), plan::FLOAT32, names[i]);
+  const int64_t rank = q.rank();
+  const bool same_batch = rank >= 2 && kt.rank() == rank && v.rank() == rank &&
+                          std::equal(q.shape.begin(), q.shape.end() - 2, kt.shape.begin()) &&
+                          std::equal(q.shape.begin(), q.shape.end() - 2, v.shape.begin());
+  AttentionGeometry g;
+  if (same_batch) {
+    g.t = q.shape[rank - 2];
+    g.d = q.shape[rank - 1];
+    g.tk = kt.shape[rank - 1];
+    g.dv = v.shape[rank - 1];
+  }
+  if (!same_batch || kt.shape[rank - 2] != g.d || v.shape[rank - 2] != g.tk) {
+    args.fail(
+        "needs Q [..., T, D], Kt [..., D, Tk] and V [..., Tk, Dv] with equal leading "
+        "dimensions; got Q " +
+        shape_string(q.shape) + ", Kt " + shape_string(kt.shape) + ", V " + shape_string(v.shape));
+  }
+  for (int64_t dim : {g.t, g.d, g.tk, g.dv}) blas_dim(args, dim);
+  g.batch = product(q.shape, 0, rank - 2);
+  g.block_rows =
+      std::clamp<int64_t>(kBlockFloats / std::max<int64_t>(g.tk, 1), 1, std::max<int64_t>(g.t, 1));
+  g.scale = static_cast<float>(args.attributes().get_float("scale", 1.0));
+  if (!args.has_input(first + 3)) return g;
+
+  const TensorView& mask = args.input(first + 3);
+  Shape scores(q.shape.begin(), q.shape.end() - 1);
+  scores.push_back(g.tk);
+  if (!broadcasts_to(mask.shape, scores)) {
+    args.fail("Mask (input " + std::to_string(first + 3) + ") of shape " +
+              shape_string(mask.shape) + " does not broadcast to the scores " +
+              shape_string(scores));
+  }
+  if (mask.dtype == plan::BOOL) {
+    g.mask = AttentionGeometry::MaskKind::kFill;
+    g.fill = static_cast<float>(args.attributes().require_float("fill"));
+    g.fill_if = args.attributes().get_int("fill_if", 1) != 0;
+  } else {
+    args.expect_dtype(mask, plan::FLOAT32, "Mask (input " + std::to_string(first + 3) + ")");
+    g.mask = AttentionGeometry::MaskKind::kAdd;
+  }
+  const std::vector<int64_t> strides = broadcast_strides(mask.shape, scores);
+  g.mask_row_stride = strides[rank - 2];
+  g.mask_key_stride = strides[rank - 1];
+  g.mask_offsets.resize(static_cast<size_t>(g.batch));
+  for (int64_t b = 0; b < g.batch; ++b) {
+    int64_t rest = b;
+    int64_t offset = 0;
+    for (int64_t dim = rank - 3; dim >= 0; --dim) {
+      offset += rest % scores[dim] * strides[dim];
+      rest /= scores[dim];
+    }
+    g.mask_offsets[b] = offset;
+  }
+  return g;
+}
+
+// Whether a bool mask sets key j of query row `row` of batch index b to `fill` (its score
+// then does not depend on Q or K).
+bool is_filled(const AttentionGeometry& g, const void* mask, int64_t b, int64_t row, int64_t j) {
+  const auto* m = static_cast<const uint8_t*>(mask);
+  return (m[g.mask_offsets[b] + row * g.mask_row_stride + j * g.mask_key_stride] != 0) == g.fill_if;
+}
+
+// Scores S of query rows [row, row + rows) of batch index b into s [rows, Tk], masked.
+void block_scores(const AttentionGeometry& g, const float* q, const float* kt, const void* mask,
+                  int64_t b, int64_t row, int64_t rows, float* s) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
+              static_cast<int>(g.tk), static_cast<int>(g.d), g.scale, q + (b * g.t + row) * g.d,
+              static_cast<int>(g.d), kt + b * g.d * g.tk, static_cast<int>(g.tk), 0.0f, s,
+              static_cast<int>(g.tk));
+  if (g.mask == AttentionGeometry::MaskKind::kNone) return;
+  for (int64_t i = 0; i < rows; ++i) {
+    float* out = s + i * g.tk;
+    if (g.mask == AttentionGeometry::MaskKind::kAdd) {
+      const float* m =
+          static_cast<const float*>(mask) + g.mask_offsets[b] + (row + i) * g.mask_row_stride;
+      for (int64_t j = 0; j < g.tk; ++j) out[j] += m[j * g.mask_key_stride];
+    } else {
+      for (int64_t j = 0; j < g.tk; ++j) {
+        if (is_filled(g, mask, b, row + i, j)) out[j] = g.fill;
+      }
+    }
+  }
+}
+
+// A scratch buffer per thread, reused across steps.
+float* scratch(size_t floats) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < floats) buffer.resize(floats);
+  return buffer.data();
+}
+
+void check_stats(const KernelArgs& args, const TensorView& stats, const AttentionGeometry& g,
+                 const std::string& what) {
+  args.expect_dtype(stats, plan::FLOAT32, what);
+  if (stats.elements() != g.batch * g.t) {
+    args.fail(what + " has shape " + shape_string(stats.shape) + ", expected one value per " +
+              "query row (" + std::to_string(g.batch * g.t) + ")");
+  }
+}
+
+std::unique_ptr<PreparedKernel> fused_attention_factory(const KernelArgs& args) {
+  args.expect_inputs(3, 4);
+  args.expect_outputs(1, 3);
+  const AttentionGeometry g = attention_geometry(args, 0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(y, plan::FLOAT32, "Y (output 0)");
+  Shape expected(args.input(0).shape.begin(), args.input(0).shape.end() - 1);
+  expected.push_back(g.dv);
+  if (y.shape != expected) {
+    args.fail("Y (output 0) has shape " + shape_string(y.shape) + ", expected " +
+              shape_string(expected));
+  }
+  float* row_max = nullptr;
+  float* row_inv_sum = nullptr;
+  if (args.has_output(1)) {
+    check_stats(args, args.output(1), g, "RowMax (output 1)");
+    row_max = args.output(1).as<float>();
+  }
+  if (args.has_output(2)) {
+    check_stats(args, args.output(2), g, "RowInvSum (output 2)");
+    row_inv_sum = args.output(2).as<float>();
+  }
+  return make_kernel([g, row_max, row_inv_sum, q = args.input(0).as<const float>(),
+                      kt = args.input(1).as<const float>(), v = args.input(2).as<const float>(),
+                      mask = args.has_input(3) ? args.input(3).data : nullptr,
+                      py = y.as<float>()](const StepContext&) {
+    float* p = scratch(static_cast<size_t>(g.block_rows * g.tk));
+    for (int64_t b = 0; b < g.batch; ++b) {
+      for (int64_t row = 0; row < g.t; row += g.block_rows) {
+        const int64_t rows = std::min(g.block_rows, g.t - row);
+        block_scores(g, q, kt, mask, b, row, rows, p);
+        for (int64_t i = 0; i < rows; ++i) {
+          float* s = p + i * g.tk;
+          const float m = *std::max_element(s, s + g.tk);
+          float sum = 0.0f;
+          for (int64_t j = 0; j < g.tk; ++j) {
+            s[j] = std::exp(s[j] - m);
+            sum += s[j];
+          }
+          const float inv = 1.0f / sum;
+          for (int64_t j = 0; j < g.tk; ++j) s[j] *= inv;
+          if (row_max != nullptr) row_max[b * g.t + row + i] = m;
+          if (row_inv_sum != nullptr) row_inv_sum[b * g.t + row + i] = inv;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
+                    static_cast<int>(g.dv), static_cast<int>(g.tk), 1.0f, p, static_cast<int>(g.tk),
+                    v + b * g.tk * g.dv, static_cast<int>(g.dv), 0.0f, py + (b * g.t + row) * g.dv,
+                    static_cast<int>(g.dv));
+      }
+    }
+  });
+}
+
+// Per block, with P recomputed and dY_blk the block's rows of dY:
+//   dV += Pᵀ dY_blk;  dP = dY_blk Vᵀ;  dS = P · (dP − Σ_keys dP·P), 0 where the mask filled;
+//   dQ_blk = scale · dS Ktᵀ;  dKt += scale · Q_blkᵀ dS.
+std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& args) {
+  args.expect_inputs(7, 7);
+  args.expect_outputs(1, 3);
+  const AttentionGeometry g = attention_geometry(args, 1);
+  const TensorView& dy = args.input(0);
+  args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
+  if (dy.elements() != g.batch * g.t * g.dv) {
+    args.fail("dY (input 0) has shape " + shape_string(dy.shape) + ", expected " +
+              std::to_string(g.batch * g.t * g.dv) + " elements ([..., T, Dv])");
+  }
+  check_stats(args, args.input(5), g, "RowMax (input 5)");
+  check_stats(args, args.input(6), g, "RowInvSum (input 6)");
+  return make_kernel([g, dq = args.gradient_output(0, 1), dkt = args.gradient_output(1, 2),
+                      dv = args.gradient_output(2, 3), pdy = dy.as<const float>(),
+                      q = args.input(1).as<const float>(), kt = args.input(2).as<const float>(),
+                      v = args.input(3).as<const float>(),
+                      mask = args.has_input(4) ? args.input(4).data : nullptr,
+                      row_max = args.input(5).as<const float>(),
+                      row_inv_sum = args.input(6).as<const float>()](const StepContext&) {
+    const auto block = static_cast<size_t>(g.block_rows * g.tk);
+    float* p = scratch(2 * block);
+    float* ds = p + block;
+    const int tk = static_cast<int>(g.tk), d = static_cast<int>(g.d), dvn = static_cast<int>(g.dv);
+    for (int64_t b = 0; b < g.batch; ++b) {
+      const float* kt_b = kt + b * g.d * g.tk;
+      const float* v_b = v + b * g.tk * g.dv;
+      for (int64_t row = 0; row < g.t; row += g.block_rows) {
+        const int rows = static_cast<int>(std::min(g.block_rows, g.t - row));
+        const float* dy_blk = pdy + (b * g.t + row) * g.dv;
+        const float* q_blk = q + (b * g.t + row) * g.d;
+        const float beta = row == 0 ? 0.0f : 1.0f;  // the first block overwrites dKt and dV
+        block_scores(g, q, kt, mask, b, row, rows, p);
+        for (int64_t i = 0; i < rows; ++i) {
+          float* s = p + i * g.tk;
+          const float m = row_max[b * g.t + row + i];
+          const float inv = row_inv_sum[b * g.t + row + i];
+          for (int64_t j = 0; j < g.tk; ++j) s[j] = std::exp(s[j] - m) * inv;
+        }
+        if (dv != nullptr) {
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tk, dvn, rows, 1.0f, p, tk, dy_blk,
+                      dvn, beta, dv + b * g.tk * g.dv, dvn);
+        }
+        if (dq == nullptr && dkt == nullptr) continue;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, tk, dvn, 1.0f, dy_blk, dvn, v_b,
+                    dvn, 0.0f, ds, tk);
+        for (int64_t i = 0; i < rows; ++i) {
+          const float* pi = p + i * g.tk;
+          float* gi = ds + i * g.tk;
+          float dot = 0.0f;
+          for (int64_t j = 0; j < g.tk; ++j) dot += gi[j] * pi[j];
+          for (int64_t j = 0; j < g.tk; ++j) gi[j] = pi[j] * (gi[j] - dot);
+          if (g.mask != AttentionGeometry::MaskKind::kFill) continue;
+          for (int64_t j = 0; j < g.tk; ++j) {
+            if (is_filled(g, mask, b, row + i, j)) gi[j] = 0.0f;
+          }
+        }
+        if (dq != nullptr) {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, d, tk, g.scale, ds, tk, kt_b,
+                      tk, 0.0f, dq + (b * g.t + row) * g.d, d);
+        }
+        if (dkt != nullptr) {
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, tk, rows, g.scale, q_blk, d, ds,
+                      tk, beta, dkt + b * g.d * g.tk, tk);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void register_fused_attention_kernels(KernelTable& table) {
+  table["piper.FusedAttention"] = fused_attention_factory;
+  table["piper.FusedAttentionGrad"] = fused_attention_grad_factory;
+}
+
+}  // namespace piper::engine::cpu

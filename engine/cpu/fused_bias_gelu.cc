@@ -1,0 +1,133 @@
+// piper.BiasGelu(X[, Bias]) → Y and piper.BiasGeluGrad(dY, X[, Bias]) → dX[, dBias]
+// (docs/plan-format.md): Y = GELU(X + Bias), Bias over X's last dimension, with attribute
+// `approximate` "none" (erf) or "tanh". The arithmetic follows the op order PyTorch exports
+// at opset 17, so the fused forward rounds as the unfused ops do.
+#include <algorithm>
+#include <cmath>
+
+#include "engine/cpu/kernel_registry.h"
+
+namespace piper::engine::cpu {
+namespace {
+
+enum class Approximation { kErf, kTanh };
+
+constexpr float kSqrt2 = 1.41421356237f;
+constexpr float kSqrt2OverPi = 0.7978845608f;
+constexpr float kCubic = 0.044715f;
+constexpr float kInvSqrt2Pi = 0.3989422804f;  // 1 / √(2π)
+
+template <Approximation kA>
+float gelu(float h) {
+  if constexpr (kA == Approximation::kErf) {
+    return (h * (1.0f + std::erf(h / kSqrt2))) * 0.5f;
+  } else {
+    return 0.5f * (h * (1.0f + std::tanh(kSqrt2OverPi * (h + kCubic * (h * (h * h))))));
+  }
+}
+
+template <Approximation kA>
+float gelu_derivative(float h) {
+  if constexpr (kA == Approximation::kErf) {
+    return 0.5f * (1.0f + std::erf(h / kSqrt2)) + h * kInvSqrt2Pi * std::exp(-0.5f * h * h);
+  } else {
+    const float t = std::tanh(kSqrt2OverPi * (h + kCubic * h * h * h));
+    return 0.5f * (1.0f + t) +
+           0.5f * h * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kCubic * h * h);
+  }
+}
+
+// X viewed as [rows, n]: n is the bias length, or all of X when there is no bias.
+struct GeluView {
+  int64_t rows = 1, n = 1;
+  Approximation approximation = Approximation::kErf;
+};
+
+GeluView gelu_view(const KernelArgs& args, const TensorView& x, size_t bias_input) {
+  GeluView view;
+  const std::string approximate = args.attributes().get_string("approximate", "none");
+  if (approximate == "tanh") {
+    view.approximation = Approximation::kTanh;
+  } else if (approximate != "none") {
+    args.fail("approximate is '" + approximate + "'; expected \"none\" or \"tanh\"");
+  }
+  args.expect_dtype(x, plan::FLOAT32, "X (input " + std::to_string(bias_input - 1) + ")");
+  view.n = x.elements();
+  if (!args.has_input(bias_input)) return view;
+  const TensorView& bias = args.input(bias_input);
+  const std::string what = "Bias (input " + std::to_string(bias_input) + ")";
+  args.expect_dtype(bias, plan::FLOAT32, what);
+  if (x.rank() == 0 || bias.shape != Shape{x.shape.back()}) {
+    args.fail(what + " has shape " + shape_string(bias.shape) + "; expected one value per " +
+              "element of X's last dimension (X " + shape_string(x.shape) + ")");
+  }
+  view.n = x.shape.back();
+  view.rows = view.n == 0 ? 0 : x.elements() / view.n;
+  return view;
+}
+
+template <Approximation kA>
+void gelu_forward(const GeluView& v, const float* x, const float* bias, float* y) {
+  for (int64_t r = 0; r < v.rows; ++r) {
+    const float* in = x + r * v.n;
+    float* out = y + r * v.n;
+    for (int64_t i = 0; i < v.n; ++i) out[i] = gelu<kA>(bias ? in[i] + bias[i] : in[i]);
+  }
+}
+
+// dX = dY · GELU'(X + Bias); dBias = Σ_rows dX. Either output may be null.
+template <Approximation kA>
+void gelu_backward(const GeluView& v, const float* dy, const float* x, const float* bias, float* dx,
+                   float* dbias) {
+  if (dbias != nullptr) std::fill(dbias, dbias + v.n, 0.0f);
+  for (int64_t r = 0; r < v.rows; ++r) {
+    const float* in = x + r * v.n;
+    const float* g = dy + r * v.n;
+    for (int64_t i = 0; i < v.n; ++i) {
+      const float grad = g[i] * gelu_derivative<kA>(bias ? in[i] + bias[i] : in[i]);
+      if (dx != nullptr) dx[r * v.n + i] = grad;
+      if (dbias != nullptr) dbias[i] += grad;
+    }
+  }
+}
+
+std::unique_ptr<PreparedKernel> bias_gelu_factory(const KernelArgs& args) {
+  args.expect_inputs(1, 2);
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  const GeluView v = gelu_view(args, x, 1);
+  args.expect_dtype(args.output(0), plan::FLOAT32, "Y (output 0)");
+  args.expect_same_shape(x, "X (input 0)", args.output(0), "Y (output 0)");
+  const auto run = v.approximation == Approximation::kTanh ? gelu_forward<Approximation::kTanh>
+                                                           : gelu_forward<Approximation::kErf>;
+  return make_kernel(
+      [v, run, px = x.as<const float>(),
+       bias = args.has_input(1) ? args.input(1).as<const float>() : nullptr,
+       py = args.output(0).as<float>()](const StepContext&) { run(v, px, bias, py); });
+}
+
+std::unique_ptr<PreparedKernel> bias_gelu_grad_factory(const KernelArgs& args) {
+  args.expect_inputs(2, 3);
+  args.expect_outputs(1, 2);
+  const TensorView& dy = args.input(0);
+  const TensorView& x = args.input(1);
+  const GeluView v = gelu_view(args, x, 2);
+  args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
+  args.expect_same_shape(dy, "dY (input 0)", x, "X (input 1)");
+  float* dx = args.gradient_output(0, 1);
+  float* dbias = args.gradient_output(1, 2);
+  const auto run = v.approximation == Approximation::kTanh ? gelu_backward<Approximation::kTanh>
+                                                           : gelu_backward<Approximation::kErf>;
+  return make_kernel([v, run, dx, dbias, pdy = dy.as<const float>(), px = x.as<const float>(),
+                      bias = args.has_input(2) ? args.input(2).as<const float>() : nullptr](
+                         const StepContext&) { run(v, pdy, px, bias, dx, dbias); });
+}
+
+}  // namespace
+
+void register_fused_bias_gelu_kernels(KernelTable& table) {
+  table["piper.BiasGelu"] = bias_gelu_factory;
+  table["piper.BiasGeluGrad"] = bias_gelu_grad_factory;
+}
+
+}  // namespace piper::engine::cpu
