@@ -223,6 +223,12 @@ void write_parameters(std::ostringstream& out, const plan::Plan& plan) {
     if (parameter.tensor() >= 0 && parameter.tensor() < plan.tensors_size()) {
       out << "  " << role_to_text(plan.tensors(parameter.tensor()).role());
     }
+    if (parameter.has_shard()) {
+      const plan::ParameterShard& shard = parameter.shard();
+      out << "  shard: elements [" << shard.element_offset() << ", "
+          << shard.element_offset() + shard.element_count() << ") of " << shard.elements()
+          << ", group " << shard.group();
+    }
     out << '\n';
   }
   if (plan.constants_size() > 0) {

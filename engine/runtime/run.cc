@@ -110,10 +110,15 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
                       {"peak_bytes", session.peak_bytes()}});
     }
   }
-  if (save_onnx_path) {
-    const onnx::ModelProto model = formats::load_onnx_model(session.plan().header().model_path());
-    formats::save_onnx_with_initializers(model, session.trained_parameters(), *save_onnx_path);
-    out << "saved the trained model to " << *save_onnx_path << "\n";
+  if (options.save_onnx_path) {
+    // Every rank takes part: sharded parameters are gathered from all of them.
+    const auto trained = session.trained_parameters();
+    if (save_onnx_path) {
+      const onnx::ModelProto model =
+          formats::load_onnx_model(session.plan().header().model_path());
+      formats::save_onnx_with_initializers(model, trained, *save_onnx_path);
+      out << "saved the trained model to " << *save_onnx_path << "\n";
+    }
   }
   if (metrics) {
     metrics->commit();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <unordered_map>
 
@@ -178,21 +179,34 @@ void Session::load_parameters() {
     const Shape dims(initializer.dims().begin(), initializer.dims().end());
     const Shape shape(tensor.shape().begin(), tensor.shape().end());
     const plan::DType dtype = onnx_to_plan_dtype(initializer.data_type());
-    if (dtype != tensor.dtype() || dims != shape) {
+    const bool sharded = load.has_shard();
+    if (dtype != tensor.dtype() || (sharded ? num_elements(dims) != load.shard().elements()
+                                            : dims != shape)) {
       throw Error(what + " is " +
                   (dtype == plan::DTYPE_UNSPECIFIED
                        ? "ONNX type " + std::to_string(initializer.data_type())
                        : dtype_name(dtype)) +
                   " " + shape_string(dims) + " but the plan's " +
                   tensor_label(plan_, load.tensor()) + " is " + dtype_name(tensor.dtype()) + " " +
-                  shape_string(shape) + "; re-plan for this model");
+                  (sharded ? "slice of " + std::to_string(load.shard().elements()) + " elements"
+                           : shape_string(shape)) +
+                  "; re-plan for this model");
     }
     const std::vector<uint8_t> bytes = formats::initializer_bytes(initializer);
-    if (bytes.size() != tensor.bytes()) {
+    const size_t element = dtype_size(dtype);
+    const size_t whole = static_cast<size_t>(num_elements(dims)) * element;
+    if (bytes.size() != whole) {
       throw Error(what + " holds " + std::to_string(bytes.size()) + " bytes of data, its shape " +
-                  shape_string(dims) + " needs " + std::to_string(tensor.bytes()));
+                  shape_string(dims) + " needs " + std::to_string(whole));
     }
-    backend_->upload(arena_ + tensor.offset(), bytes.data(), bytes.size());
+    const uint64_t offset = sharded ? load.shard().element_offset() * element : 0;
+    const uint64_t count = sharded ? load.shard().element_count() * element : bytes.size();
+    if (offset + count > bytes.size() || count > tensor.bytes()) {
+      throw Error(what + ": the plan loads elements [" + std::to_string(offset / element) + ", " +
+                  std::to_string((offset + count) / element) + ") into " +
+                  tensor_label(plan_, load.tensor()) + ", which do not fit; re-plan");
+    }
+    backend_->upload(arena_ + tensor.offset(), bytes.data() + offset, count);
   }
 }
 
@@ -452,10 +466,7 @@ const plan::Tensor& Session::tensor_named(const std::string& name) const {
 }
 
 std::vector<uint8_t> Session::read_tensor(const std::string& name) const {
-  const plan::Tensor& tensor = tensor_named(name);
-  std::vector<uint8_t> bytes(tensor.bytes());
-  backend_->download(bytes.data(), arena_ + tensor.offset(), bytes.size());
-  return bytes;
+  return download(tensor_named(name));
 }
 
 std::vector<float> Session::read_floats(const std::string& name) const {
@@ -477,16 +488,41 @@ void Session::write_tensor(const std::string& name, const void* data, size_t byt
   backend_->upload(arena_ + tensor.offset(), data, bytes);
 }
 
-std::map<std::string, std::vector<uint8_t>> Session::trained_parameters() const {
+std::map<std::string, std::vector<uint8_t>> Session::trained_parameters() {
   std::map<std::string, std::vector<uint8_t>> values;
   for (const auto& load : plan_.parameters()) {
     const plan::Tensor& tensor = plan_.tensors(load.tensor());
     if (tensor.role() != plan::PARAMETER || values.count(load.initializer())) continue;
-    std::vector<uint8_t> bytes(tensor.bytes());
-    backend_->download(bytes.data(), arena_ + tensor.offset(), bytes.size());
-    values.emplace(load.initializer(), std::move(bytes));
+    values.emplace(load.initializer(),
+                   load.has_shard() ? gather_shards(load.shard(), tensor) : download(tensor));
   }
   return values;
+}
+
+std::vector<uint8_t> Session::download(const plan::Tensor& tensor) const {
+  std::vector<uint8_t> bytes(tensor.bytes());
+  backend_->download(bytes.data(), arena_ + tensor.offset(), bytes.size());
+  return bytes;
+}
+
+std::vector<uint8_t> Session::gather_shards(const plan::ParameterShard& shard,
+                                            const plan::Tensor& tensor) {
+  const auto group = groups_.find(shard.group());
+  if (group == groups_.end()) {
+    throw Error("parameter shard " + tensor.name() + " names group " +
+                std::to_string(shard.group()) + ", which this rank has not joined; re-plan");
+  }
+  const size_t count = tensor.bytes() / sizeof(float);
+  // Gathered in device memory, where communicators expect their buffers.
+  const std::unique_ptr<void, std::function<void(void*)>> whole(
+      backend_->allocate(count * group->second->size() * sizeof(float)),
+      [this](void* data) { backend_->release(data); });
+  channel("group " + std::to_string(shard.group()), *group->second, "save")
+      .all_gather(reinterpret_cast<const float*>(arena_ + tensor.offset()),
+                  static_cast<float*>(whole.get()), count);
+  std::vector<uint8_t> bytes(shard.elements() * sizeof(float));
+  backend_->download(bytes.data(), whole.get(), bytes.size());
+  return bytes;
 }
 
 }  // namespace piper::engine

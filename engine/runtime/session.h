@@ -53,8 +53,9 @@ class Session {
   // Overwrites the tensor named `name`; `bytes` must match its size.
   void write_tensor(const std::string& name, const void* data, size_t bytes);
   // Initializer name -> current bytes of its tensor, for every loaded parameter (role
-  // PARAMETER): what --save-onnx writes back into the model.
-  std::map<std::string, std::vector<uint8_t>> trained_parameters() const;
+  // PARAMETER): what --save-onnx writes back into the model. Sharded parameters are
+  // all-gathered from their group, so with shards every rank must call it.
+  std::map<std::string, std::vector<uint8_t>> trained_parameters();
 
   // Bytes this session holds on the device (the arena): its peak memory.
   uint64_t peak_bytes() const { return arena_bytes_; }
@@ -71,6 +72,9 @@ class Session {
   CommTensor comm_tensor(int index, const char* what) const;
   void write_constants();
   void load_parameters();
+  std::vector<uint8_t> download(const plan::Tensor& tensor) const;
+  // The whole initializer rebuilt from every member's slice in `tensor`.
+  std::vector<uint8_t> gather_shards(const plan::ParameterShard& shard, const plan::Tensor& tensor);
   std::unique_ptr<Executor> prepare_streams();
   void connect_communicators();
   std::unique_ptr<PreparedKernel> prepare_comm(const plan::Instruction& instruction,

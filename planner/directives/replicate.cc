@@ -2,7 +2,9 @@
 // set, each replica on its own rows of the batch; gradients are averaged by
 // bucketed all-reduce (ZeRO-0), and with sharding each replica keeps only its
 // slice of the optimizer state (ZeRO-1) and of the gradients (ZeRO-2),
-// updates its slice of the parameters and all-gathers them.
+// updates its slice of the parameters and all-gathers them. With sharded
+// parameters (ZeRO-3) a replica holds only its slice between uses: every task
+// that reads parameters has them all-gathered just before it and freed after.
 #include <algorithm>
 #include <map>
 
@@ -163,13 +165,16 @@ struct Replication {
   }
 
   // Each replica updates its slice of every parameter with its slice of the
-  // optimizer state, then the slices are all-gathered into the parameter.
+  // optimizer state. Without ZeRO-3 the slices are then all-gathered into the
+  // parameter; with it the slice is the parameter this replica keeps.
   void shard_updates(const std::map<size_t, ir::TensorId>& gradient_shards) {
     for (size_t p = 0; p < ops().trained.size(); ++p) {
       ir::TrainedParameter& trained = ops().trained[p];
       const ir::OpId update = update_op(p);
       const ir::TaskId task = update_task(p);
-      const ir::TensorId parameter_shard = shard_of(trained.parameter, task, update);
+      const ir::TensorId parameter_shard = spec.shard_params
+                                               ? kept_shard(trained.parameter)
+                                               : shard_of(trained.parameter, task, update);
       const auto found = gradient_shards.find(p);
       const ir::TensorId gradient_shard =
           found != gradient_shards.end() ? found->second : shard_of(trained.gradient, task, update);
@@ -179,6 +184,10 @@ struct Replication {
       ir::Op& op = ops().op(update);
       op.inputs[0] = parameter_shard;
       op.inputs[1] = gradient_shard;
+      if (spec.shard_params) {
+        trained.parameter = parameter_shard;
+        continue;
+      }
       const ir::TaskId gather =
           add_comm(ir::TaskKind::kAllGather, {parameter_shard, trained.parameter},
                    ir::Pass::kUpdate, 0, spec.gather_stream);
@@ -186,10 +195,85 @@ struct Replication {
     }
   }
 
+  // ZeRO-3: the parameter's slice a replica loads and keeps.
+  ir::TensorId kept_shard(ir::TensorId parameter) {
+    const ir::TensorId shard = add_shard_tensor(ops().tensor(parameter).name + "/shard",
+                                                shard_elements(parameter), ir::Role::kParameter);
+    ops().tensor(shard).initializer = ops().tensor(parameter).initializer;
+    ops().tensor(shard).shard_of = parameter;
+    return shard;
+  }
+
+  // ZeRO-3: every task that reads trained parameters reads gathered copies of
+  // them instead, one per task and microbatch, all-gathered from the shards
+  // on the gather stream just before the task. Tasks that run the same ops
+  // (the microbatches of one task) share the gathered tensors' names.
+  void gather_parameters_before_use() {
+    std::map<ir::TensorId, ir::TensorId> shards;  // whole parameter -> kept shard
+    for (const ir::TrainedParameter& trained : ops().trained) {
+      shards[ops().tensor(trained.parameter).shard_of] = trained.parameter;
+    }
+    std::map<std::vector<ir::OpId>, std::vector<ir::TensorId>> gathered_by_ops;
+    const std::vector<ir::TaskId> compute_order = compute_tasks_in_order();
+    for (size_t k = 0; k < compute_order.size(); ++k) {
+      const ir::TaskId id = compute_order[k];
+      const ir::Task task = graph.task(id);
+      auto found = gathered_by_ops.find(task.ops);
+      if (found == gathered_by_ops.end()) {
+        found = gathered_by_ops.emplace(task.ops, rename_parameters(task, shards)).first;
+      }
+      if (found->second.empty()) continue;
+      const ir::TaskId gather = add_comm(ir::TaskKind::kAllGather, found->second, task.pass,
+                                         task.microbatch, spec.gather_stream);
+      graph.add_edge(gather, id, ir::EdgeKind::kData);
+      // Prefetch one task ahead: the gather for this task may run alongside
+      // the previous one, but not earlier, so at most two tasks' parameters
+      // are gathered at a time.
+      if (k >= 2) graph.add_edge(compute_order[k - 2], gather, ir::EdgeKind::kTemporal);
+    }
+  }
+
+  // Makes the ops of `task` read a gathered copy of each sharded parameter
+  // they read; returns the all-gather's (shard, gathered) tensor pairs.
+  std::vector<ir::TensorId> rename_parameters(const ir::Task& task,
+                                              const std::map<ir::TensorId, ir::TensorId>& shards) {
+    std::map<ir::TensorId, ir::TensorId> gathered;
+    std::vector<ir::TensorId> pairs;
+    for (ir::OpId op : task.ops) {
+      for (ir::TensorId& input : ops().op(op).inputs) {
+        const auto shard = shards.find(input);
+        if (shard == shards.end()) continue;
+        auto copy = gathered.find(input);
+        if (copy == gathered.end()) {
+          ir::Tensor tensor = ops().tensor(input);
+          tensor.name += "/gathered/" + ir::to_string(task.pass);
+          for (const auto& [tag, value] : task.tags)
+            tensor.name += "/" + tag + std::to_string(value);
+          tensor.role = ir::Role::kActivation;
+          tensor.initializer.clear();
+          copy = gathered.emplace(input, ops().add_tensor(std::move(tensor))).first;
+          pairs.push_back(shard->second);
+          pairs.push_back(copy->second);
+        }
+        input = copy->second;
+      }
+    }
+    return pairs;
+  }
+
+  std::vector<ir::TaskId> compute_tasks_in_order() const {
+    std::vector<ir::TaskId> order;
+    for (ir::TaskId id : graph.topological_order()) {
+      if (graph.task(id).kind == ir::TaskKind::kCompute) order.push_back(id);
+    }
+    return order;
+  }
+
   // ZeRO-2: every microbatch's gradient is reduce-scattered as soon as it is
   // computed and this replica's slice accumulates; no replica holds a whole
   // gradient past its backward.
   std::map<size_t, ir::TensorId> reduce_scatter_gradients() {
+    const std::vector<ir::TaskId> compute_order = compute_tasks_in_order();
     std::map<size_t, ir::TensorId> shards;
     for (size_t p = 0; p < ops().trained.size(); ++p) {
       ir::TrainedParameter& trained = ops().trained[p];
@@ -226,6 +310,13 @@ struct Replication {
           const ir::TaskId accumulate_task = graph.add_task(std::move(add));
           graph.add_edge(scatter, accumulate_task, ir::EdgeKind::kData);
           graph.add_edge(accumulate_task, update_task(p), ir::EdgeKind::kData);
+          // Accumulate while the task after the next one has not begun: the
+          // scatter overlaps the next task, and the whole per-microbatch
+          // gradient is freed before backward moves two tasks further on.
+          const auto k = std::find(compute_order.begin(), compute_order.end(), id);
+          if (compute_order.end() - k > 2) {
+            graph.add_edge(accumulate_task, *(k + 2), ir::EdgeKind::kTemporal);
+          }
         } else {
           graph.add_edge(scatter, update_task(p), ir::EdgeKind::kData);
         }
@@ -260,6 +351,7 @@ struct Replication {
     average_loss();
     if (spec.shard_grads) {
       shard_updates(reduce_scatter_gradients());
+      if (spec.shard_params) gather_parameters_before_use();
     } else {
       all_reduce_gradients();
       if (spec.shard_optimizer) shard_updates({});
@@ -271,9 +363,6 @@ struct Replication {
 
 void apply_replicate(ir::TaskGraph& graph, const DirectiveContext& context) {
   const auto& spec = std::get<ReplicateDirective>(context.directive.spec);
-  if (spec.shard_params) {
-    throw Error(context.where("shard_params") + ": ZeRO-3 (shard_params) is not implemented yet");
-  }
   Replication replication{graph, spec, context, {spec.devices.begin(), spec.devices.end()}};
   replication.run();
 }

@@ -26,6 +26,10 @@ struct Tensor {
   int64_t int_high = 0;
   // Zeroed at the start of every step; piper.Accumulate ops add into it.
   bool accumulated = false;
+  // For a parameter shard (ZeRO-3): the whole parameter, flattened and zero-padded, of which
+  // each replica holds one slice of this tensor's size, in the order of the replicas of the
+  // tasks that use it.
+  TensorId shard_of = -1;
 };
 
 struct Op {

@@ -1,7 +1,7 @@
 // The IR's text form. One item per line, in this order when printed:
 //
 //   tensor NAME DTYPE[DIMS] ROLE [init=NAME] [high=INT] [accumulated=1]
-//          [data=0xHEX | data=[NUMBERS]]
+//          [shard_of=NAME] [data=0xHEX | data=[NUMBERS]]
 //   op INDEX TYPE "NAME" (IN, ...) -> (OUT, ...) [{KEY=VALUE, ...}] [pass=PASS] [tags={K:V, ...}]
 //   inputs NAME ...
 //   loss NAME [seed=NAME]
@@ -187,6 +187,7 @@ class Printer {
     if (!tensor.initializer.empty()) out_ += " init=" + name_text(tensor.initializer);
     if (tensor.int_high != 0) out_ += " high=" + std::to_string(tensor.int_high);
     if (tensor.accumulated) out_ += " accumulated=1";
+    if (tensor.shard_of >= 0) out_ += " shard_of=" + tensor_ref(tensor.shard_of);
     if (!tensor.data.empty()) out_ += " data=" + data_text(tensor);
     out_ += "\n";
   }
@@ -607,10 +608,11 @@ class Parser {
     tensor.role = in.choice(
         "a role (input, activation, parameter, gradient, optimizer_state, loss, constant)",
         parse_role);
-    in.fields({"init", "high", "accumulated", "data"}, [&](const std::string& key) {
+    in.fields({"init", "high", "accumulated", "shard_of", "data"}, [&](const std::string& key) {
       if (key == "init") tensor.initializer = in.name("an initializer name");
       if (key == "high") tensor.int_high = in.integer("an integer");
       if (key == "accumulated") tensor.accumulated = in.integer("0 or 1") != 0;
+      if (key == "shard_of") tensor.shard_of = tensor_ref(in);
       if (key == "data") tensor.data = parse_data(in, tensor.dtype);
     });
     const std::string name = tensor.name;

@@ -91,8 +91,8 @@ class Lowering {
 
   plan::Plan run() {
     write_header();
-    const std::vector<ir::TaskId> order = local_tasks();
-    for (ir::TaskId id : order) emit_task(id);
+    order_ = local_tasks();
+    for (ir::TaskId id : order_) emit_task(id);
     add_groups();
     add_batch_inputs();
     add_loss();
@@ -156,6 +156,7 @@ class Lowering {
       }
     }
     first_position_[id] = position_;
+    using_task_ = &task;
     if (task.kind == ir::TaskKind::kCompute) {
       for (ir::OpId op : task.ops) emit_op(out, task, id, ops_.op(op));
     } else {
@@ -277,12 +278,25 @@ class Lowering {
       plan::ParameterLoad& load = *plan_.add_parameters();
       load.set_initializer(tensor.initializer);
       load.set_tensor(index);
+      if (tensor.shard_of >= 0) describe_shard(*load.mutable_shard(), tensor);
     } else if (!tensor.data.empty()) {
       plan::ConstantValue& constant = *plan_.add_constants();
       constant.set_tensor(index);
       constant.set_data(tensor.data.data(), tensor.data.size());
     }
     return index;
+  }
+
+  // This rank's slice of a sharded parameter: the one at its place among the
+  // replicas of the task that uses it.
+  void describe_shard(plan::ParameterShard& shard, const ir::Tensor& tensor) const {
+    const int64_t size = ir::num_elements(tensor.shape);
+    const int64_t elements = ir::num_elements(ops_.tensor(tensor.shard_of).shape);
+    const int64_t offset = replica_index(*using_task_) * size;
+    shard.set_element_offset(offset);
+    shard.set_element_count(std::clamp<int64_t>(elements - offset, 0, size));
+    shard.set_elements(elements);
+    shard.set_group(group_ids_.at(using_task_->devices));
   }
 
   void add_batch_inputs() {
@@ -356,10 +370,12 @@ class Lowering {
   }
 
   // A transfer runs on its own stream, concurrently with compute. What it
-  // reads stays allocated until a task that waits for it begins; what it
-  // writes gets bytes of its own, since no single stream order says when a
-  // previous occupant of those bytes is done with them.
+  // reads stays allocated until a task that waits for it begins. What it
+  // writes may take the bytes of a buffer only if every use of that buffer
+  // happened before the transfer began: its lifetime starts at the first
+  // compute task that is not among the transfer's ancestors.
   void keep_comm_buffers_alive() {
+    const std::vector<std::vector<bool>> ancestors = local_ancestors();
     for (const auto& [id, inputs] : comm_inputs_) {
       int waiter = position_;
       for (const ir::Edge& edge : graph_.edges()) {
@@ -369,8 +385,48 @@ class Lowering {
         }
       }
       for (int index : inputs) lifetimes_[index].last = std::max(lifetimes_[index].last, waiter);
-      for (int index : comm_outputs_.at(id)) lifetimes_[index].persistent = true;
+      const auto& before = ancestors[local_index_.at(id)];
+      int start = position_;
+      for (size_t i = 0; i < order_.size(); ++i) {
+        if (graph_.task(order_[i]).kind == ir::TaskKind::kCompute && !before[i]) {
+          start = first_position_.at(order_[i]);
+          break;
+        }
+      }
+      for (int index : comm_outputs_.at(id)) {
+        lifetimes_[index].first = std::min(lifetimes_[index].first, start);
+      }
     }
+  }
+
+  // ancestors[i][j]: local task j (in emission order) finishes before local
+  // task i starts, by a chain of edges and of instructions on one stream.
+  std::vector<std::vector<bool>> local_ancestors() {
+    for (size_t i = 0; i < order_.size(); ++i) local_index_[order_[i]] = i;
+    std::vector<std::vector<size_t>> predecessors(order_.size());
+    std::map<std::string, size_t> last_on_stream;
+    for (size_t i = 0; i < order_.size(); ++i) {
+      const auto previous = last_on_stream.find(graph_.task(order_[i]).stream);
+      if (previous != last_on_stream.end()) predecessors[i].push_back(previous->second);
+      last_on_stream[graph_.task(order_[i]).stream] = i;
+    }
+    for (const ir::Edge& edge : graph_.edges()) {
+      const auto from = local_index_.find(edge.from);
+      const auto to = local_index_.find(edge.to);
+      if (from != local_index_.end() && to != local_index_.end()) {
+        predecessors[to->second].push_back(from->second);
+      }
+    }
+    std::vector<std::vector<bool>> ancestors(order_.size(), std::vector<bool>(order_.size()));
+    for (size_t i = 0; i < order_.size(); ++i) {
+      for (size_t p : predecessors[i]) {
+        ancestors[i][p] = true;
+        for (size_t j = 0; j < p; ++j) {
+          if (ancestors[p][j]) ancestors[i][j] = true;
+        }
+      }
+    }
+    return ancestors;
   }
 
   const ir::TaskGraph& graph_;
@@ -385,6 +441,9 @@ class Lowering {
   int microbatches_ = 1;
   std::map<std::vector<int>, int> group_ids_;
   std::map<Instance, int> input_replica_;
+  std::vector<ir::TaskId> order_;  // this rank's tasks in emission order
+  std::map<ir::TaskId, size_t> local_index_;
+  const ir::Task* using_task_ = nullptr;  // the task being emitted
   std::map<ir::TaskId, int> first_position_;
   std::map<ir::TaskId, std::vector<int>> comm_inputs_;
   std::map<ir::TaskId, std::vector<int>> comm_outputs_;

@@ -1,8 +1,10 @@
 """Data parallelism and ZeRO across real processes: samples/mlp and
-samples/gpt trained with 2 and 4 replicas x ZeRO 0, 1, 2 x 1 and 4
+samples/gpt trained with 2 and 4 replicas x ZeRO 0, 1, 2, 3 x 1 and 4
 microbatches (piper-launch, Gloo over localhost) give the losses and final
-weights of the single-process run with the same global batch. Also checks the planned memory against the ZeRO
-accounting and that generators expand (piper-plan --expand)."""
+weights of the single-process run with the same global batch (with ZeRO-3,
+--save-onnx gathers the weights from their shards). Also checks the planned
+memory against the ZeRO accounting and that generators expand
+(piper-plan --expand)."""
 import json
 import os
 import subprocess
@@ -69,13 +71,13 @@ class DataParallelMatchesOneProcess(unittest.TestCase):
         cls.tmp.cleanup()
 
     @classmethod
-    def plan(cls, name, strategy_directives):
+    def plan(cls, name, strategy_directives, annotations=(), global_batch=GLOBAL_BATCH):
         work = os.path.join(cls.tmp.name, name)
         os.makedirs(work, exist_ok=True)
         strategy = harness.write_json(
             os.path.join(work, "strategy.json"),
-            harness.strategy(GLOBAL_BATCH, OPTIMIZER, directives=strategy_directives,
-                             frozen=cls.frozen))
+            harness.strategy(global_batch, OPTIMIZER, directives=strategy_directives,
+                             frozen=cls.frozen, annotations=list(annotations)))
         plans = os.path.join(work, "plans")
         harness.run_ok([Tools.plan, Tools.sample(cls.sample, "model.onnx"), strategy, "-o",
                         plans])
@@ -109,20 +111,20 @@ class DataParallelMatchesOneProcess(unittest.TestCase):
         print(f"[{name}] losses match to {LOSS_RTOL}, weights to {WEIGHT_RTOL}")
 
     def test_two_replicas(self):
-        for stage in (0, 1, 2):
+        for stage in (0, 1, 2, 3):
             for microbatches in (1, 4):
                 with self.subTest(stage=stage, microbatches=microbatches):
                     self.check(2, stage, microbatches)
 
     def test_four_replicas(self):
-        for stage in (0, 1, 2):
+        for stage in (0, 1, 2, 3):
             for microbatches in (1, 4):
                 with self.subTest(stage=stage, microbatches=microbatches):
                     self.check(4, stage, microbatches)
 
     def test_memory_follows_zero_accounting(self):
         memory = {}
-        for stage in (0, 1, 2):
+        for stage in (0, 1, 2, 3):
             _, plans = self.plan(f"memory{stage}", directives(4, stage, 1))
             dumped = harness.run_ok([Tools.dump, "--json", os.path.join(plans, "rank2.plan")])
             memory[stage] = json.loads(dumped.stdout)["memory"]
@@ -132,8 +134,8 @@ class DataParallelMatchesOneProcess(unittest.TestCase):
             # Each of the 4 ranks holds a quarter of every tensor, rounded up.
             return int(value) / 4
 
-        for stage, figures in memory.items():
-            self.assertEqual(int(figures["parameter_bytes"]), int(full["parameter_bytes"]))
+        for stage in (0, 1, 2):
+            self.assertEqual(int(memory[stage]["parameter_bytes"]), int(full["parameter_bytes"]))
         self.assertAlmostEqual(int(memory[1]["optimizer_bytes"]),
                                quarter(full["optimizer_bytes"]), delta=64)
         self.assertEqual(int(memory[1]["gradient_bytes"]), int(full["gradient_bytes"]))
@@ -141,6 +143,8 @@ class DataParallelMatchesOneProcess(unittest.TestCase):
                                quarter(full["optimizer_bytes"]), delta=64)
         self.assertAlmostEqual(int(memory[2]["gradient_bytes"]),
                                quarter(full["gradient_bytes"]), delta=64)
+        for role in ("parameter_bytes", "gradient_bytes", "optimizer_bytes"):
+            self.assertAlmostEqual(int(memory[3][role]), quarter(full[role]), delta=64, msg=role)
 
     def test_expand_prints_the_primitives(self):
         work = os.path.join(self.tmp.name, "expand")
@@ -177,6 +181,32 @@ class GptDataParallelMatchesOneProcess(DataParallelMatchesOneProcess):
     @classmethod
     def sample_data(cls):
         return gpt_data(os.path.join(cls.tmp.name, "data"))
+
+    def test_zero_three_gathers_one_layer_at_a_time(self):
+        """With a LAYER tag per block, a ZeRO-3 replica holds a quarter of
+        every parameter, and beyond the activations of one process training
+        on its rows only the gathered layers in flight: the running task's
+        and the next one's (prefetch), never the whole model."""
+        layers = [{"match": f"/blocks.{i}/*", "tags": {"LAYER": i}} for i in range(2)]
+
+        def memory(name, strategy_directives, global_batch=GLOBAL_BATCH):
+            _, plans = self.plan(name, strategy_directives, layers, global_batch)
+            dumped = harness.run_ok([Tools.dump, "--json", os.path.join(plans, "rank0.plan")])
+            return {k: int(v) for k, v in json.loads(dumped.stdout)["memory"].items()}
+
+        zero3 = memory("layers_zero3", directives(4, 3, 2))
+        one = memory("layers_one_replica", directives(1, 0, 2)[:1], GLOBAL_BATCH // 4)
+        whole = one["parameter_bytes"]
+        self.assertAlmostEqual(zero3["parameter_bytes"], whole / 4, delta=64 * 40)
+        block = sum(4 * int(np.prod(t.dims))
+                    for t in onnx.load(Tools.sample("gpt", "model.onnx")).graph.initializer
+                    if t.name.startswith("blocks.0.") and "mask" not in t.name)
+        in_flight = zero3["activation_bytes"] - one["activation_bytes"]
+        self.assertLessEqual(in_flight, 2 * block)
+        self.assertLess(zero3["arena_bytes"], one["arena_bytes"])
+        print(f"[gpt zero3 by layer] parameters {zero3['parameter_bytes']} B of {whole} B; "
+              f"activations {zero3['activation_bytes']} B, one replica's alone "
+              f"{one['activation_bytes']} B (one block's weights: {block} B)")
 
     # The planning checks above do not depend on the sample.
     test_memory_follows_zero_accounting = None

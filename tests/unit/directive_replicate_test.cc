@@ -1,7 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+
 #include "directive_fixture.h"
 #include "formats/error.h"
+#include "planner/lower/lower.h"
 
 namespace piper {
 namespace {
@@ -59,10 +63,70 @@ TEST(ReplicateDirective, ZeroTwoReduceScattersEveryMicrobatch) {
   EXPECT_EQ(count_tasks(graph, ir::TaskKind::kReduceScatter), 2 * 2);  // params x microbatches
 }
 
-TEST(ReplicateDirective, ShardingParametersIsNotImplementedYet) {
+TEST(ReplicateDirective, ZeroThreeKeepsParameterSlicesAndGathersThemBeforeEveryUse) {
+  ir::TaskGraph graph = two_layer_task_graph(2, R"({"type": "adamw"})");
+  apply_directives(graph, R"([{"op": "split", "dim_name": "MB", "num_microbatches": 2},
+      {"op": "zero", "stage": 3, "devices": [0, 1, 2]}])");
+  const ir::OpGraph& ops = graph.op_graph();
+  std::set<ir::TensorId> whole;
+  for (const ir::TrainedParameter& trained : ops.trained) {
+    const ir::Tensor& shard = ops.tensor(trained.parameter);
+    ASSERT_GE(shard.shard_of, 0);
+    whole.insert(shard.shard_of);
+    EXPECT_EQ(shard.role, ir::Role::kParameter);
+    EXPECT_EQ(shard.initializer, ops.tensor(shard.shard_of).initializer);
+    const int64_t n = elements(ops, shard.shard_of);
+    EXPECT_EQ(elements(ops, trained.parameter), (n + 2) / 3);
+    EXPECT_EQ(elements(ops, trained.gradient), (n + 2) / 3);
+  }
+  for (const ir::Op& op : ops.ops()) {
+    for (ir::TensorId input : op.inputs) {
+      EXPECT_EQ(whole.count(input), 0u) << op.name << " still reads a whole parameter";
+    }
+  }
+  // One gather before each forward and backward task of each microbatch, none after the update.
+  std::vector<ir::TaskId> gathers;
+  for (ir::TaskId id = 0; id < graph.num_tasks(); ++id) {
+    const ir::Task& task = graph.task(id);
+    if (task.kind != ir::TaskKind::kAllGather) continue;
+    gathers.push_back(id);
+    EXPECT_NE(task.pass, ir::Pass::kUpdate);
+    EXPECT_EQ(task.stream, "dp_gather");
+    // (shard, gathered) pairs: forward reads w1 and w2, backward only w2 (x needs no gradient).
+    EXPECT_EQ(task.tensors.size(), task.pass == ir::Pass::kForward ? 4u : 2u);
+  }
+  EXPECT_EQ(gathers.size(), 4u);
+  // Prefetch is bounded: every gather but the first two waits for a compute task.
+  int waiting = 0;
+  for (ir::TaskId gather : gathers) {
+    for (const ir::Edge& edge : graph.edges()) {
+      waiting += edge.to == gather && graph.task(edge.from).kind == ir::TaskKind::kCompute;
+    }
+  }
+  EXPECT_EQ(waiting, 2);
+}
+
+TEST(ReplicateDirective, ZeroThreeLowersEachRanksSliceOfEveryParameter) {
   ir::TaskGraph graph = two_layer_task_graph(2, R"({"type": "sgd"})");
-  EXPECT_THROW(apply_directives(graph, R"([{"op": "zero", "stage": 3, "devices": [0, 1]}])"),
-               Error);
+  apply_directives(graph, R"([{"op": "zero", "stage": 3, "devices": [0, 1, 2]}])");
+  const plan::Plan plan = planner::lower(graph, 2, {.plan_id = "test", .global_batch = 6});
+  std::map<std::string, plan::ParameterShard> shards;
+  for (const plan::ParameterLoad& load : plan.parameters())
+    shards[load.initializer()] = load.shard();
+  // w1 has 32 elements: slices of 11, the last holding 10 and a zero pad.
+  EXPECT_EQ(shards["w1"].element_offset(), 22);
+  EXPECT_EQ(shards["w1"].element_count(), 10);
+  EXPECT_EQ(shards["w1"].elements(), 32);
+  EXPECT_EQ(shards["w2"].element_offset(), 16);
+  EXPECT_EQ(shards["w2"].element_count(), 8);
+  EXPECT_EQ(plan.memory().parameter_bytes(), (11 + 8) * 4u);
+  int gathered = 0;
+  for (const plan::Tensor& tensor : plan.tensors()) {
+    if (tensor.name().find("/gathered/") == std::string::npos) continue;
+    ++gathered;
+    EXPECT_EQ(tensor.role(), plan::ACTIVATION) << tensor.name();
+  }
+  EXPECT_EQ(gathered, 3);  // w1 and w2 for forward, w2 for backward
 }
 
 TEST(ReplicateDirective, OneDeviceOnlyPlaces) {
