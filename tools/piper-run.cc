@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingDirectory);
   app.add_option("--metrics", options.metrics_path,
                  "Write per-step metrics as JSON lines (step, loss, seconds, samples_per_s, "
-                 "peak_bytes) to this file; written as FILE.tmp and renamed when the run ends. "
+                 "peak_bytes, peak_rss_bytes) to this file; written as FILE.tmp and renamed when the run ends. "
                  "Of several ranks only rank 0 writes it, unless the path holds %r");
   app.add_option("--save-onnx", options.save_onnx_path,
                  "After training, write the model (the plan's header.model_path) with the trained "
@@ -48,9 +48,16 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--seed", options.seed, "Seed of synthetic data and of seeded kernels")
       ->default_val(0);
-  app.add_option("--device", options.device, "Compute device")
+  app.add_option("--device", options.device,
+                 "Compute device: cpu, or cuda (this process's GPU: the launcher's local rank "
+                 "modulo the GPUs it sees)")
       ->default_val("cpu")
-      ->check(CLI::IsMember({"cpu"}));
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--comm", options.comm,
+                 "Communicators between ranks: gloo (TCP, host memory; with cuda it stages "
+                 "through host memory, so that ranks can share a GPU) or nccl (GPU memory, "
+                 "--device cuda). Default: gloo for cpu, nccl for cuda")
+      ->check(CLI::IsMember({"gloo", "nccl"}));
   CLI11_PARSE(app, argc, argv);
   try {
     piper::engine::run_training(options, std::cout);

@@ -1,9 +1,12 @@
 // The communicator interface: collectives and point-to-point transfers among
-// the members of one plan group (engine/comm/gloo implements it over TCP; an
-// NCCL one would implement the same). Every operation blocks until it is done
-// on this rank; each stream runs on its own thread, so a communicator is used by
-// one thread at a time and streams that communicate concurrently use channels.
-// Buffers are host memory. Sizes, counts and roots must agree on every member.
+// the members of one plan group (engine/comm/gloo implements it over TCP,
+// engine/comm/nccl over NCCL). Each stream runs on its own thread, so a
+// communicator is used by one thread at a time and streams that communicate
+// concurrently use channels. Buffers are host memory, and every operation blocks
+// until it is done on this rank, unless host_buffers() is false: then buffers are
+// the compute backend's device memory and operations are issued to the calling
+// thread's device stream, done in its order. Sizes, counts and roots must agree on
+// every member.
 // Failures throw piper::Error naming this rank, the operation, the group, and
 // what is known about the ranks that did not take part.
 #pragma once
@@ -18,6 +21,9 @@ namespace piper::engine {
 class Communicator {
  public:
   virtual ~Communicator() = default;
+
+  // Whether buffers are host memory (the default; Gloo) rather than device memory (NCCL).
+  virtual bool host_buffers() const { return true; }
 
   // This process's index in the group (0-based, in group order).
   virtual int rank() const = 0;

@@ -6,14 +6,19 @@
 
 namespace piper::engine {
 
+SelfCommunicator::SelfCommunicator()
+    : copy_([](void* dst, const void* src, size_t bytes) {
+        if (bytes != 0) std::memmove(dst, src, bytes);
+      }) {}
+
 void SelfCommunicator::all_reduce(float*, size_t, bool) {}
 
 void SelfCommunicator::reduce_scatter(const float* in, float* out, size_t count_per_rank, bool) {
-  std::memmove(out, in, count_per_rank * sizeof(float));
+  if (out != in) copy_(out, in, count_per_rank * sizeof(float));
 }
 
 void SelfCommunicator::all_gather(const float* in, float* out, size_t count_per_rank) {
-  std::memmove(out, in, count_per_rank * sizeof(float));
+  if (out != in) copy_(out, in, count_per_rank * sizeof(float));
 }
 
 void SelfCommunicator::broadcast(void*, size_t, int root) {
@@ -23,7 +28,7 @@ void SelfCommunicator::broadcast(void*, size_t, int root) {
 }
 
 void SelfCommunicator::all_to_all(const void* in, void* out, size_t bytes_per_rank) {
-  std::memmove(out, in, bytes_per_rank);
+  if (out != in) copy_(out, in, bytes_per_rank);
 }
 
 void SelfCommunicator::send(const void*, size_t, int peer, int tag) {
@@ -37,7 +42,7 @@ void SelfCommunicator::recv(void*, size_t, int peer, int tag) {
 }
 
 std::unique_ptr<Communicator> SelfCommunicator::channel(const std::string&) {
-  return std::make_unique<SelfCommunicator>();
+  return std::make_unique<SelfCommunicator>(*this);
 }
 
 }  // namespace piper::engine

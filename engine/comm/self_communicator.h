@@ -2,12 +2,23 @@
 // no peer to send to.
 #pragma once
 
+#include <functional>
+
 #include "engine/comm/communicator.h"
 
 namespace piper::engine {
 
 class SelfCommunicator : public Communicator {
  public:
+  // Copies `bytes` between buffers that may overlap.
+  using Copy = std::function<void(void* dst, const void* src, size_t bytes)>;
+
+  // Buffers are host memory, copied with memmove; or, given the compute backend's `copy`, that
+  // backend's memory.
+  SelfCommunicator();
+  explicit SelfCommunicator(Copy copy) : copy_(std::move(copy)), host_buffers_(false) {}
+
+  bool host_buffers() const override { return host_buffers_; }
   int rank() const override { return 0; }
   int size() const override { return 1; }
   void all_reduce(float* data, size_t count, bool average) override;
@@ -20,6 +31,10 @@ class SelfCommunicator : public Communicator {
   void recv(void* data, size_t bytes, int peer, int tag) override;
   std::unique_ptr<Communicator> channel(const std::string& name) override;
   void abort() override {}
+
+ private:
+  Copy copy_;
+  bool host_buffers_ = true;
 };
 
 }  // namespace piper::engine

@@ -1,7 +1,6 @@
 #include "engine/runtime/comm_ops.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "formats/error.h"
 
@@ -41,12 +40,13 @@ struct Pair {
 class CollectiveKernel : public PreparedKernel {
  public:
   CollectiveKernel(plan::Collective::Kind kind, bool average, int root, std::vector<Pair> pairs,
-                   Communicator& communicator)
+                   Communicator& communicator, Backend& memory)
       : kind_(kind),
         average_(average),
         root_(root),
         pairs_(std::move(pairs)),
         communicator_(communicator),
+        memory_(memory),
         n_(static_cast<size_t>(communicator.size())) {
     for (Pair& pair : pairs_) {
       pair.offset = fused_k_;
@@ -62,11 +62,20 @@ class CollectiveKernel : public PreparedKernel {
          (kind_ == plan::Collective::ALL_GATHER && pairs_[0].out_count == n_ * pairs_[0].k));
     fused_ = fusable && !pairs_.empty() && !direct;
     if (fused_) {
+      // Zero-filled once: the reduce-scatter padding is never written afterwards.
       const size_t whole = kind_ == plan::Collective::ALL_REDUCE ? fused_k_ : n_ * fused_k_;
-      full_.assign(whole, 0.0f);
-      if (kind_ != plan::Collective::ALL_REDUCE) shard_.assign(fused_k_, 0.0f);
+      full_ = static_cast<float*>(memory_.allocate(whole * sizeof(float)));
+      if (kind_ != plan::Collective::ALL_REDUCE) {
+        shard_ = static_cast<float*>(memory_.allocate(fused_k_ * sizeof(float)));
+      }
     }
   }
+  ~CollectiveKernel() override {
+    memory_.release(full_);
+    memory_.release(shard_);
+  }
+  CollectiveKernel(const CollectiveKernel&) = delete;
+  CollectiveKernel& operator=(const CollectiveKernel&) = delete;
 
   void run(const StepContext&) override {
     if (fused_) {
@@ -78,7 +87,7 @@ class CollectiveKernel : public PreparedKernel {
       void* out = pair.out.view.data;
       switch (kind_) {
         case plan::Collective::ALL_REDUCE:
-          if (in != out) std::memcpy(out, in, pair.in.view.bytes());
+          if (in != out) memory_.copy(out, in, pair.in.view.bytes());
           communicator_.all_reduce(static_cast<float*>(out), pair.out_count, average_);
           break;
         case plan::Collective::REDUCE_SCATTER:
@@ -90,7 +99,7 @@ class CollectiveKernel : public PreparedKernel {
           break;
         case plan::Collective::BROADCAST:
           if (in != out && communicator_.rank() == root_) {
-            std::memcpy(out, in, pair.in.view.bytes());
+            memory_.copy(out, in, pair.in.view.bytes());
           }
           communicator_.broadcast(out, pair.out.view.bytes(), root_);
           break;
@@ -108,11 +117,11 @@ class CollectiveKernel : public PreparedKernel {
     switch (kind_) {
       case plan::Collective::ALL_REDUCE:
         for (const Pair& pair : pairs_) {
-          std::memcpy(full_.data() + pair.offset, pair.in.view.data, pair.k * sizeof(float));
+          memory_.copy(full_ + pair.offset, pair.in.view.data, pair.k * sizeof(float));
         }
-        communicator_.all_reduce(full_.data(), fused_k_, average_);
+        communicator_.all_reduce(full_, fused_k_, average_);
         for (const Pair& pair : pairs_) {
-          std::memcpy(pair.out.view.data, full_.data() + pair.offset, pair.k * sizeof(float));
+          memory_.copy(pair.out.view.data, full_ + pair.offset, pair.k * sizeof(float));
         }
         break;
       case plan::Collective::REDUCE_SCATTER:
@@ -120,31 +129,29 @@ class CollectiveKernel : public PreparedKernel {
         for (const Pair& pair : pairs_) {
           const float* in = pair.in.view.as<const float>();
           for (size_t r = 0; r < n_; ++r) {
-            float* target = full_.data() + r * fused_k_ + pair.offset;
             const size_t first = r * pair.k;
             const size_t have = first < pair.in_count ? std::min(pair.k, pair.in_count - first) : 0;
-            std::memcpy(target, in + first, have * sizeof(float));
-            std::fill(target + have, target + pair.k, 0.0f);
+            memory_.copy(full_ + r * fused_k_ + pair.offset, in + first, have * sizeof(float));
           }
         }
-        communicator_.reduce_scatter(full_.data(), shard_.data(), fused_k_, average_);
+        communicator_.reduce_scatter(full_, shard_, fused_k_, average_);
         for (const Pair& pair : pairs_) {
-          std::memcpy(pair.out.view.data, shard_.data() + pair.offset, pair.k * sizeof(float));
+          memory_.copy(pair.out.view.data, shard_ + pair.offset, pair.k * sizeof(float));
         }
         break;
       case plan::Collective::ALL_GATHER:
         for (const Pair& pair : pairs_) {
-          std::memcpy(shard_.data() + pair.offset, pair.in.view.data, pair.k * sizeof(float));
+          memory_.copy(shard_ + pair.offset, pair.in.view.data, pair.k * sizeof(float));
         }
-        communicator_.all_gather(shard_.data(), full_.data(), fused_k_);
+        communicator_.all_gather(shard_, full_, fused_k_);
         // Output element i of a pair is element i % k of member i / k's shard; the output
         // keeps the first out_count elements.
         for (const Pair& pair : pairs_) {
           float* out = pair.out.view.as<float>();
           for (size_t r = 0; r < n_ && r * pair.k < pair.out_count; ++r) {
             const size_t take = std::min(pair.k, pair.out_count - r * pair.k);
-            std::memcpy(out + r * pair.k, full_.data() + r * fused_k_ + pair.offset,
-                        take * sizeof(float));
+            memory_.copy(out + r * pair.k, full_ + r * fused_k_ + pair.offset,
+                         take * sizeof(float));
           }
         }
         break;
@@ -158,11 +165,12 @@ class CollectiveKernel : public PreparedKernel {
   int root_;
   std::vector<Pair> pairs_;
   Communicator& communicator_;
+  Backend& memory_;  // where the tensors live: copies and the fused buffers
   size_t n_;
   bool fused_ = false;
-  size_t fused_k_ = 0;        // sum of the pairs' k
-  std::vector<float> full_;   // all_reduce: the bucket; else every member's shards
-  std::vector<float> shard_;  // this member's fused shard
+  size_t fused_k_ = 0;      // sum of the pairs' k
+  float* full_ = nullptr;   // all_reduce: the bucket; else every member's shards
+  float* shard_ = nullptr;  // this member's fused shard
 };
 
 class TransferKernel : public PreparedKernel {
@@ -282,11 +290,12 @@ void check_collective(const plan::Collective& collective, std::vector<CommTensor
 std::unique_ptr<PreparedKernel> prepare_collective(const plan::Collective& collective,
                                                    std::vector<CommTensor> inputs,
                                                    std::vector<CommTensor> outputs,
-                                                   Communicator& communicator) {
+                                                   Communicator& communicator, Backend& memory) {
   std::vector<Pair> pairs = checked_pairs(collective, std::move(inputs), std::move(outputs),
                                           static_cast<size_t>(communicator.size()));
   return std::make_unique<CollectiveKernel>(collective.kind(), collective.average(),
-                                            collective.root(), std::move(pairs), communicator);
+                                            collective.root(), std::move(pairs), communicator,
+                                            memory);
 }
 
 std::unique_ptr<PreparedKernel> prepare_send(CommTensor tensor, int peer, int tag,

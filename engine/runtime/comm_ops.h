@@ -1,5 +1,6 @@
 // Kernels for a plan's Collective, Send and Recv instructions: they run on a
-// communicator, over arena tensors in host memory. Tensors are flat element
+// communicator, over arena tensors in the memory the communicator works on (see
+// Communicator::host_buffers). Tensors are flat element
 // arrays (shapes do not matter, element counts do); see schemas/plan.proto for
 // each collective's contract, including REDUCE_SCATTER's zero padding of the
 // input and ALL_GATHER's truncated output.
@@ -28,11 +29,12 @@ void check_collective(const plan::Collective& collective, std::vector<CommTensor
 
 // Checks `collective`'s tensors for a group of `communicator.size()` members (dtypes, element
 // counts, the root) and returns the kernel that runs it. Throws piper::Error naming the tensor
-// and the rule it breaks. The communicator must outlive the kernel.
+// and the rule it breaks. `memory` is the backend whose memory holds the tensors: it copies
+// them and holds fused buckets. The communicator and `memory` must outlive the kernel.
 std::unique_ptr<PreparedKernel> prepare_collective(const plan::Collective& collective,
                                                    std::vector<CommTensor> inputs,
                                                    std::vector<CommTensor> outputs,
-                                                   Communicator& communicator);
+                                                   Communicator& communicator, Backend& memory);
 
 // Sends (or receives into) `tensor` to (from) member `peer` of `communicator`, paired by `tag`.
 std::unique_ptr<PreparedKernel> prepare_send(CommTensor tensor, int peer, int tag,

@@ -67,32 +67,52 @@ void run_kernel(const ExecInstruction& instruction, const StepContext& context) 
   }
 }
 
-void run_stream(const ExecStream& stream, const StepContext& context, StepEvents& events) {
-  try {
-    for (const ExecInstruction& instruction : stream.instructions) {
-      switch (instruction.kind) {
-        case ExecInstruction::Kind::kKernel:
-          if (events.failed()) return;
-          run_kernel(instruction, context);
-          break;
-        case ExecInstruction::Kind::kRecord:
-          events.record(instruction.event);
-          break;
-        case ExecInstruction::Kind::kWait:
-          if (!events.wait(instruction.event)) return;
-          break;
-      }
+void run_instructions(const ExecStream& stream, size_t index, DeviceStreams* device,
+                      const StepContext& context, StepEvents& events) {
+  for (const ExecInstruction& instruction : stream.instructions) {
+    switch (instruction.kind) {
+      case ExecInstruction::Kind::kKernel:
+        if (events.failed()) return;
+        run_kernel(instruction, context);
+        break;
+      case ExecInstruction::Kind::kRecord:
+        if (device) device->record(index, instruction.event);
+        events.record(instruction.event);
+        break;
+      case ExecInstruction::Kind::kWait:
+        if (!events.wait(instruction.event)) return;
+        if (device) device->wait(index, instruction.event);
+        break;
     }
+  }
+}
+
+void run_stream(const ExecStream& stream, size_t index, DeviceStreams* device,
+                const StepContext& context, StepEvents& events) {
+  try {
+    if (device) device->bind(index);
+    run_instructions(stream, index, device, context, events);
   } catch (...) {
     events.fail(std::current_exception());
+  }
+  // Also after a failure: the queue drains before the step's tensors are touched again.
+  if (device) {
+    try {
+      device->finish(index);
+    } catch (...) {
+      events.fail(std::current_exception());
+    }
   }
 }
 
 }  // namespace
 
 Executor::Executor(std::vector<ExecStream> streams, int num_events,
-                   std::function<void()> on_failure)
-    : streams_(std::move(streams)), num_events_(num_events), on_failure_(std::move(on_failure)) {
+                   std::function<void()> on_failure, std::unique_ptr<DeviceStreams> device)
+    : streams_(std::move(streams)),
+      num_events_(num_events),
+      on_failure_(std::move(on_failure)),
+      device_(std::move(device)) {
   check_events();
 }
 
@@ -167,13 +187,15 @@ void Executor::check_events() const {
 void Executor::run_step(const StepContext& context) {
   StepEvents events(num_events_, on_failure_);
   if (streams_.size() == 1) {
-    run_stream(streams_[0], context, events);
+    run_stream(streams_[0], 0, device_.get(), context, events);
   } else {
     std::vector<std::thread> threads;
     threads.reserve(streams_.size());
     try {
-      for (const auto& stream : streams_) {
-        threads.emplace_back([&stream, &context, &events] { run_stream(stream, context, events); });
+      for (size_t s = 0; s < streams_.size(); ++s) {
+        threads.emplace_back([this, s, &context, &events] {
+          run_stream(streams_[s], s, device_.get(), context, events);
+        });
       }
     } catch (const std::system_error& error) {
       events.fail(std::make_exception_ptr(

@@ -1,6 +1,8 @@
 // Runs a rank's instruction streams for one step: kernels in stream order, with
 // record/wait events ordering work across streams. Several streams run on one
-// thread each; a single stream runs inline on the caller's thread.
+// thread each; a single stream runs inline on the caller's thread. With a device
+// backend's DeviceStreams, each thread issues its stream's kernels to a device
+// queue and events order the queues too; a step ends when every queue is done.
 #pragma once
 
 #include <functional>
@@ -31,7 +33,9 @@ class Executor {
   // event recorded, and the streams free of deadlock. Throws piper::Error naming the stream,
   // instruction and event otherwise. `on_failure`, when given, is called once per failed step,
   // from the failing thread, to interrupt kernels blocked on other streams (communication).
-  Executor(std::vector<ExecStream> streams, int num_events, std::function<void()> on_failure = {});
+  // `device`, when given, holds the device queues of `streams` (Backend::make_device_streams).
+  Executor(std::vector<ExecStream> streams, int num_events, std::function<void()> on_failure = {},
+           std::unique_ptr<DeviceStreams> device = nullptr);
 
   // Runs every stream once. A kernel's failure stops all streams and is rethrown, prefixed
   // with the failing instruction's `where`.
@@ -46,6 +50,7 @@ class Executor {
   std::vector<ExecStream> streams_;
   int num_events_;
   std::function<void()> on_failure_;
+  std::unique_ptr<DeviceStreams> device_;
 };
 
 }  // namespace piper::engine

@@ -135,6 +135,15 @@ void run_training(const RunOptions& options, std::ostream& out) {
   if (!(options.timeout_s > 0)) {
     throw Error("--timeout must be more than 0 seconds, got " + std::to_string(options.timeout_s));
   }
+  const std::string comm =
+      options.comm.empty() ? default_communicator(options.device) : options.comm;
+  if (comm != "gloo" && comm != "nccl") {
+    throw Error("unknown --comm '" + comm + "'; available: gloo, nccl");
+  }
+  if (comm == "nccl" && options.device != "cuda") {
+    throw Error("--comm nccl works on GPU memory: it needs --device cuda, not --device " +
+                options.device + " (use --comm gloo)");
+  }
   const LaunchEnvironment launch = read_launch_environment(options.rendezvous.value_or(""));
   std::string plan_path = options.plan_path;
   if (has_rank_pattern(plan_path)) {
@@ -168,15 +177,24 @@ void run_training(const RunOptions& options, std::ostream& out) {
     meet.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000));
     rendezvous = std::make_unique<Rendezvous>(meet);
   }
+  // Declared before the session, whose communicators it makes: it goes after them.
+  std::unique_ptr<CommunicatorFactory> nccl;
   std::unique_ptr<Session> session;
   try {
     std::unique_ptr<BatchSource> source = options.data_dir
                                               ? make_npy_source(plan, *options.data_dir)
                                               : make_synthetic_source(plan, options.seed);
-    SessionOptions session_options{options.seed,
-                                   rendezvous ? &rendezvous->communicators() : nullptr};
-    session =
-        std::make_unique<Session>(std::move(plan), make_backend(options.device), session_options);
+    std::unique_ptr<Backend> backend = make_backend(options.device);
+    SessionOptions session_options{options.seed, nullptr};
+    if (rendezvous && comm == "nccl") {
+      nccl = make_nccl_communicators(
+          *backend, rendezvous->store(), rank, "piper/" + plan.header().plan_id(),
+          std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000)));
+      session_options.communicators = nccl.get();
+    } else if (rendezvous) {
+      session_options.communicators = &rendezvous->communicators();
+    }
+    session = std::make_unique<Session>(std::move(plan), std::move(backend), session_options);
     train(*session, *source, options, plan_path, out);
   } catch (const std::exception& error) {
     if (rendezvous) rendezvous->report_failure(error.what());

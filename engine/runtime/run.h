@@ -22,6 +22,8 @@ struct RunOptions {
   double timeout_s = 300;  // deadline of the rendezvous and of every collective
   uint64_t seed = 0;
   std::string device = "cpu";
+  // Communicators between ranks: "gloo" or "nccl"; empty: default_communicator(device).
+  std::string comm;
 };
 
 // Trains as `options` say, printing a summary and one line per step to `out`

@@ -8,6 +8,7 @@
 
 #include "engine/comm/self_communicator.h"
 #include "engine/runtime/comm_ops.h"
+#include "engine/runtime/host_staging.h"
 #include "formats/error.h"
 #include "formats/onnx_model.h"
 
@@ -270,8 +271,10 @@ std::unique_ptr<Executor> Session::prepare_streams() {
     }
     streams.push_back(std::move(exec));
   }
-  return std::make_unique<Executor>(std::move(streams), plan_.num_events(),
-                                    [this] { abort_communicators(); });
+  std::unique_ptr<DeviceStreams> device =
+      backend_->make_device_streams(streams.size(), plan_.num_events());
+  return std::make_unique<Executor>(
+      std::move(streams), plan_.num_events(), [this] { abort_communicators(); }, std::move(device));
 }
 
 void Session::connect_communicators() {
@@ -312,7 +315,12 @@ void Session::connect_communicators() {
     if (std::find(ranks.begin(), ranks.end(), me) == ranks.end()) continue;
     const std::string what = "group " + std::to_string(id);
     if (ranks.size() == 1) {
-      groups_[id] = std::make_unique<SelfCommunicator>();
+      groups_[id] = backend_->host_memory()
+                        ? std::make_unique<SelfCommunicator>()
+                        : std::make_unique<SelfCommunicator>(
+                              [backend = backend_.get()](void* dst, const void* src, size_t n) {
+                                backend->copy(dst, src, n);
+                              });
     } else {
       groups_[id] = factory(what).connect(what, ranks);
     }
@@ -385,6 +393,9 @@ void Session::check_collectives() const {
 
 std::unique_ptr<PreparedKernel> Session::prepare_comm(const plan::Instruction& instruction,
                                                       const std::string& stream) {
+  Communicator* link = nullptr;
+  int member = 0;  // the peer's member index in a send/recv pair
+  std::vector<CommTensor> inputs, outputs;
   if (instruction.has_collective()) {
     const plan::Collective& collective = instruction.collective();
     const auto group = groups_.find(collective.group());
@@ -395,21 +406,49 @@ std::unique_ptr<PreparedKernel> Session::prepare_comm(const plan::Instruction& i
                   (defined ? "which does not hold rank " + std::to_string(plan_.header().rank())
                            : std::string("which the plan does not define")));
     }
-    std::vector<CommTensor> inputs, outputs;
     for (int index : collective.inputs()) inputs.push_back(comm_tensor(index, "input"));
     for (int index : collective.outputs()) outputs.push_back(comm_tensor(index, "output"));
-    return prepare_collective(
-        collective, std::move(inputs), std::move(outputs),
-        channel("group " + std::to_string(collective.group()), *group->second, stream));
+    link = &channel("group " + std::to_string(collective.group()), *group->second, stream);
+  } else {
+    const bool is_send = instruction.has_send();
+    const int peer = is_send ? instruction.send().peer() : instruction.recv().peer();
+    (is_send ? inputs : outputs)
+        .push_back(comm_tensor(is_send ? instruction.send().tensor() : instruction.recv().tensor(),
+                               "transfer"));
+    link = &channel("peer " + std::to_string(peer), *peers_.at(peer), stream);
+    member = peer < static_cast<int>(plan_.header().rank()) ? 0 : 1;
   }
-  const bool is_send = instruction.has_send();
-  const int peer = is_send ? instruction.send().peer() : instruction.recv().peer();
-  const int tag = is_send ? instruction.send().tag() : instruction.recv().tag();
-  const CommTensor data =
-      comm_tensor(is_send ? instruction.send().tensor() : instruction.recv().tensor(), "transfer");
-  Communicator& link = channel("peer " + std::to_string(peer), *peers_.at(peer), stream);
-  const int member = peer < static_cast<int>(plan_.header().rank()) ? 0 : 1;
-  return is_send ? prepare_send(data, member, tag, link) : prepare_recv(data, member, tag, link);
+  // The kernel on tensors where `link` reads them, and the backend that copies them there.
+  auto prepare = [&](std::vector<CommTensor> in, std::vector<CommTensor> out,
+                     Backend& memory) -> std::unique_ptr<PreparedKernel> {
+    if (instruction.has_collective()) {
+      return prepare_collective(instruction.collective(), std::move(in), std::move(out), *link,
+                                memory);
+    }
+    if (instruction.has_send()) {
+      return prepare_send(std::move(in.at(0)), member, instruction.send().tag(), *link);
+    }
+    return prepare_recv(std::move(out.at(0)), member, instruction.recv().tag(), *link);
+  };
+  if (!link->host_buffers() || backend_->host_memory()) {
+    return prepare(std::move(inputs), std::move(outputs), *backend_);
+  }
+  // A host communicator (Gloo) with a device backend: the transfer goes through host copies.
+  if (!host_memory_) host_memory_ = make_backend("cpu");
+  auto views = [](const std::vector<CommTensor>& tensors) {
+    std::vector<TensorView> result;
+    for (const CommTensor& tensor : tensors) result.push_back(tensor.view);
+    return result;
+  };
+  auto relabel = [](std::vector<CommTensor> tensors, std::vector<TensorView> host) {
+    for (size_t i = 0; i < tensors.size(); ++i) tensors[i].view = host[i];
+    return tensors;
+  };
+  return prepare_on_host(*backend_, views(inputs), views(outputs),
+                         [&](std::vector<TensorView> host_in, std::vector<TensorView> host_out) {
+                           return prepare(relabel(inputs, std::move(host_in)),
+                                          relabel(outputs, std::move(host_out)), *host_memory_);
+                         });
 }
 
 void Session::upload_input(const plan::BatchInput& input, const Batch& batch) {

@@ -89,6 +89,8 @@ class Session {
 
   plan::Plan plan_;
   std::unique_ptr<Backend> backend_;
+  // Host memory for Gloo's transfers when backend_'s memory is a device's (prepare_comm).
+  std::unique_ptr<Backend> host_memory_;
   SessionOptions options_;
   uint64_t arena_bytes_ = 0;
   uint8_t* arena_ = nullptr;

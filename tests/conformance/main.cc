@@ -1,7 +1,7 @@
 // piper_conformance: runs the ONNX backend node tests (libonnx-testdata) through Piper's CPU
-// kernels and compares with the expected outputs. Exits 0 when every case that runs passes
-// and unsupported.txt is exact, 1 on a failure, 2 on a usage or setup error, 77 (ctest's
-// skip code) when the test data is not installed.
+// kernels (or another backend's, --device) and compares with the expected outputs. Exits 0 when
+// every case that runs passes and unsupported.txt is exact, 1 on a failure, 2 on a usage or setup
+// error, 77 (ctest's skip code) when the test data is not installed.
 #include <fnmatch.h>
 
 #include <CLI/CLI.hpp>
@@ -27,6 +27,7 @@ struct Options {
   std::string filter = "*";
   bool verbose = false;
   bool stale_check = true;
+  std::string device = "cpu";
   Tolerance tolerance;
 };
 
@@ -65,7 +66,7 @@ std::string case_problem(const TestCase& test) {
   return "";
 }
 
-CaseResult run_case(engine::cpu::CpuBackend& backend, const std::set<std::string>& supported,
+CaseResult run_case(engine::Backend& backend, const std::set<std::string>& supported,
                     const std::string& dir, UnsupportedList& list, const Options& options) {
   CaseResult result;
   result.name = std::filesystem::path(dir).filename().string();
@@ -127,14 +128,15 @@ int run(const Options& options) {
     return 77;
   }
   UnsupportedList list = UnsupportedList::load(options.unsupported);
-  engine::cpu::CpuBackend backend;
-  const auto ops = backend.supported_ops();
+  // Every backend runs the CPU backend's ops (the cuda one some of them on the host).
+  const auto ops = engine::cpu::CpuBackend().supported_ops();
   const std::set<std::string> supported(ops.begin(), ops.end());
+  const std::unique_ptr<engine::Backend> backend = engine::make_backend(options.device);
   Report report;
   for (const auto& dir : list_test_cases(options.data_dir)) {
     const std::string name = std::filesystem::path(dir).filename().string();
     if (fnmatch(options.filter.c_str(), name.c_str(), 0) != 0) continue;
-    report.add(run_case(backend, supported, dir, list, options));
+    report.add(run_case(*backend, supported, dir, list, options));
   }
   if (options.filter == "*") {
     for (const UnsupportedEntry* stale : list.unused()) {
@@ -143,7 +145,7 @@ int run(const Options& options) {
                        "matches); remove it");
     }
   }
-  report.print(std::cout, backend.name(), options.verbose);
+  report.print(std::cout, backend->name(), options.verbose);
   return report.ok() ? 0 : 1;
 }
 
@@ -164,6 +166,8 @@ int main(int argc, char** argv) {
   app.add_option("--atol", options.tolerance.atol, "float32 absolute tolerance")
       ->capture_default_str();
   app.add_flag("--verbose,-v", options.verbose, "print every case's outcome");
+  app.add_option("--device", options.device, "backend to run the cases on: cpu or cuda")
+      ->capture_default_str();
   app.add_flag("!--no-stale-check", options.stale_check,
                "do not run listed cases to check that they still fail");
   CLI11_PARSE(app, argc, argv);

@@ -1,0 +1,126 @@
+#include "engine/cuda/cuda_backend.h"
+
+#include <algorithm>
+
+#include "engine/cuda/check.h"
+#include "engine/runtime/host_staging.h"
+#include "formats/error.h"
+
+namespace piper::engine::cuda {
+
+CudaBackend::CudaBackend() {
+  register_elementwise_kernels(table_);
+  register_gemm_kernels(table_);
+  register_reduce_kernels(table_);
+  register_layout_kernels(table_);
+  register_normalization_kernels(table_);
+  register_indexing_kernels(table_);
+  register_loss_kernels(table_);
+  register_optimizer_kernels(table_);
+}
+
+void* CudaBackend::allocate(size_t bytes) {
+  context_.activate();
+  // cudaMalloc aligns to at least 256 bytes; one such unit stands in for 0 bytes.
+  const size_t size = std::max<size_t>(bytes, 256);
+  void* data = nullptr;
+  const cudaError_t status = cudaMalloc(&data, size);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    size_t free = 0, total = 0;
+    cudaMemGetInfo(&free, &total);
+    throw Error("cuda backend: cannot allocate " + std::to_string(bytes) + " bytes on GPU " +
+                std::to_string(context_.device()) + " (" + cudaGetErrorString(status) + "; " +
+                std::to_string(free >> 20) + " of " + std::to_string(total >> 20) +
+                " MiB free); use a plan with a smaller memory footprint");
+  }
+  try {
+    PIPER_CUDA_CHECK(cudaMemsetAsync(data, 0, size, context_.stream()));
+    PIPER_CUDA_CHECK(cudaStreamSynchronize(context_.stream()));
+  } catch (...) {
+    cudaFree(data);
+    throw;
+  }
+  return data;
+}
+
+void CudaBackend::release(void* data) {
+  if (data != nullptr) PIPER_CUDA_CHECK(cudaFree(data));
+}
+
+void CudaBackend::upload(void* device_dst, const void* host_src, size_t bytes) {
+  if (bytes == 0) return;
+  context_.activate();
+  const cudaStream_t stream = context_.stream();
+  PIPER_CUDA_CHECK(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, stream));
+  PIPER_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void CudaBackend::download(void* host_dst, const void* device_src, size_t bytes) {
+  if (bytes == 0) return;
+  context_.activate();
+  const cudaStream_t stream = context_.stream();
+  PIPER_CUDA_CHECK(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, stream));
+  PIPER_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void CudaBackend::copy(void* device_dst, const void* device_src, size_t bytes) {
+  if (bytes == 0 || device_dst == device_src) return;
+  const cudaStream_t stream = context_.stream();
+  const auto* dst = static_cast<const char*>(device_dst);
+  const auto* src = static_cast<const char*>(device_src);
+  if (dst + bytes <= src || src + bytes <= dst) {
+    PIPER_CUDA_CHECK(
+        cudaMemcpyAsync(device_dst, device_src, bytes, cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  // cudaMemcpy leaves overlapping ranges undefined: go through a stream-ordered temporary.
+  void* temporary = nullptr;
+  PIPER_CUDA_CHECK(cudaMallocAsync(&temporary, bytes, stream));
+  PIPER_CUDA_CHECK(cudaMemcpyAsync(temporary, device_src, bytes, cudaMemcpyDeviceToDevice, stream));
+  PIPER_CUDA_CHECK(cudaMemcpyAsync(device_dst, temporary, bytes, cudaMemcpyDeviceToDevice, stream));
+  PIPER_CUDA_CHECK(cudaFreeAsync(temporary, stream));
+}
+
+std::unique_ptr<DeviceStreams> CudaBackend::make_device_streams(size_t streams, int events) {
+  return context_.make_streams(streams, events);
+}
+
+std::vector<std::string> CudaBackend::device_ops() const {
+  std::vector<std::string> ops;
+  for (const auto& [op, factory] : table_) ops.push_back(op);
+  return ops;
+}
+
+std::vector<std::string> CudaBackend::host_ops() const {
+  std::vector<std::string> ops;
+  for (const std::string& op : host_.supported_ops()) {
+    if (!table_.count(op)) ops.push_back(op);
+  }
+  return ops;
+}
+
+std::unique_ptr<PreparedKernel> CudaBackend::prepare(const plan::Kernel& kernel,
+                                                     std::vector<TensorView> inputs,
+                                                     std::vector<TensorView> outputs) {
+  context_.activate();
+  const auto found = table_.find(kernel.op_type());
+  if (found != table_.end()) {
+    const KernelArgs args(kernel, std::move(inputs), std::move(outputs));
+    return found->second(args, context_);
+  }
+  const std::vector<std::string> on_host = host_ops();
+  if (std::find(on_host.begin(), on_host.end(), kernel.op_type()) == on_host.end()) {
+    std::string supported;
+    for (const auto& op : device_ops()) supported += (supported.empty() ? "" : ", ") + op;
+    for (const auto& op : on_host) supported += ", " + op + " (on the host)";
+    throw Error("op type '" + kernel.op_type() +
+                "' is not supported by the cuda backend; supported ops: " + supported);
+  }
+  return prepare_on_host(*this, std::move(inputs), std::move(outputs),
+                         [&](std::vector<TensorView> host_in, std::vector<TensorView> host_out) {
+                           return host_.prepare(kernel, std::move(host_in), std::move(host_out));
+                         });
+}
+
+}  // namespace piper::engine::cuda

@@ -1,0 +1,222 @@
+// Elementwise ops on CUDA: Add, Sub, Mul, Div, Sum, Max, Min (numpy broadcasting),
+// Neg, Relu, Tanh, Sigmoid, Sqrt, Reciprocal, Exp, Log, Erf and their saved-tensor
+// gradients, Equal, Less, Greater, Not, Where and Cast. Checks follow the CPU kernels
+// (engine/cpu/elementwise.cc, math.cc, logical.cc, layout_ops.cc).
+#include "engine/cpu/strided_loop.h"
+#include "engine/cuda/ops.h"
+#include "formats/error.h"
+
+namespace piper::engine::cuda {
+namespace {
+
+Shape broadcast_of(const KernelArgs& args, const std::vector<TensorView>& inputs) {
+  Shape shape = inputs.at(0).shape;
+  try {
+    for (size_t i = 1; i < inputs.size(); ++i)
+      shape = cpu::broadcast_shapes(shape, inputs[i].shape);
+  } catch (const Error& error) {
+    args.fail(std::string("inputs do not broadcast: ") + error.what());
+  }
+  return shape;
+}
+
+void expect_broadcast_to(const KernelArgs& args, const std::vector<TensorView>& inputs,
+                         const TensorView& out) {
+  const Shape shape = broadcast_of(args, inputs);
+  if (shape != out.shape) {
+    args.fail("inputs broadcast to " + shape_string(shape) + " but the output has shape " +
+              shape_string(out.shape));
+  }
+}
+
+// Add, Sub, Mul, Div: two inputs of the output's dtype (int64 unless `float_only`).
+CudaKernelFactory binary_factory(Binary op, bool float_only) {
+  return [op, float_only](const KernelArgs& args, CudaContext& context) {
+    args.expect_inputs(2, 2);
+    args.expect_outputs(1, 1);
+    const TensorView& a = args.input(0);
+    const TensorView& b = args.input(1);
+    const TensorView& y = args.output(0);
+    args.expect_dtype(a, y.dtype, "input 0");
+    args.expect_dtype(b, y.dtype, "input 1");
+    args.expect_broadcast({a, b}, y);
+    if (float_only) args.expect_dtype(y, plan::FLOAT32, "output 0");
+    const Element type = element_type(args, y, "output 0");
+    const StridedIndex index = broadcast_index(y.shape, {a.shape, b.shape});
+    return make_kernel(
+        [&context, op, type, index, pa = a.data, pb = b.data, py = y.data](const StepContext&) {
+          launch_binary(op, type, index, pa, pb, py, context.stream());
+        });
+  };
+}
+
+// Sum, Max, Min: y = x0 broadcast, then y = op(y, xk) for each further input.
+CudaKernelFactory fold_factory(Binary op) {
+  return [op](const KernelArgs& args, CudaContext& context) {
+    if (args.num_inputs() < 1) args.fail("takes at least one input, the plan gives none");
+    args.expect_outputs(1, 1);
+    const TensorView& y = args.output(0);
+    std::vector<TensorView> inputs;
+    for (size_t i = 0; i < args.num_inputs(); ++i) {
+      inputs.push_back(args.input(i));
+      args.expect_dtype(inputs[i], y.dtype, "input " + std::to_string(i));
+    }
+    args.expect_broadcast(inputs, y);
+    const Element type = element_type(args, y, "output 0");
+    const size_t width = dtype_size(y.dtype);
+    std::vector<std::pair<StridedIndex, const void*>> steps;
+    for (const TensorView& x : inputs) {
+      const StridedIndex index = steps.empty() ? broadcast_index(y.shape, {x.shape})
+                                               : broadcast_index(y.shape, {y.shape, x.shape});
+      steps.emplace_back(index, x.data);
+    }
+    return make_kernel([&context, op, type, width, steps, py = y.data](const StepContext&) {
+      launch_strided_copy(steps[0].first, width, steps[0].second, py, context.stream());
+      for (size_t k = 1; k < steps.size(); ++k) {
+        launch_binary(op, type, steps[k].first, py, steps[k].second, py, context.stream());
+      }
+    });
+  };
+}
+
+// Same-shape maps; kNeg also takes int64.
+CudaKernelFactory unary_factory(Unary op) {
+  return [op](const KernelArgs& args, CudaContext& context) {
+    args.expect_inputs(1, 1);
+    args.expect_outputs(1, 1);
+    const TensorView& x = args.input(0);
+    const TensorView& y = args.output(0);
+    args.expect_same_shape(x, "input 0", y, "output 0");
+    args.expect_dtype(x, y.dtype, "input 0");
+    Element type = Element::kFloat32;
+    if (op == Unary::kNot) {
+      args.expect_dtype(y, plan::BOOL, "output 0");
+      type = Element::kBool;
+    } else if (op != Unary::kNeg || y.dtype != plan::INT64) {
+      args.expect_dtype(y, plan::FLOAT32, "output 0");
+    } else {
+      type = Element::kInt64;
+    }
+    return make_kernel(
+        [&context, op, type, n = y.elements(), px = x.data, py = y.data](const StepContext&) {
+          launch_unary(op, type, n, px, py, context.stream());
+        });
+  };
+}
+
+// dX = f(dY, S) with S saved from the forward op; all three float32 of one shape.
+CudaKernelFactory saved_grad_factory(SavedGrad op, const char* saved) {
+  return [op, saved](const KernelArgs& args, CudaContext& context) {
+    args.expect_inputs(2, 2);
+    args.expect_outputs(1, 1);
+    const TensorView& dy = args.input(0);
+    const TensorView& s = args.input(1);
+    const TensorView& dx = args.output(0);
+    const std::string saved_what = std::string(saved) + " (input 1)";
+    args.expect_same_shape(dy, "dY (input 0)", dx, "dX (output 0)");
+    args.expect_same_shape(s, saved_what, dx, "dX (output 0)");
+    args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
+    args.expect_dtype(s, plan::FLOAT32, saved_what);
+    args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
+    return make_kernel([&context, op, n = dx.elements(), pdy = dy.as<const float>(),
+                        ps = s.as<const float>(), pdx = dx.as<float>()](const StepContext&) {
+      launch_saved_grad(op, n, pdy, ps, pdx, context.stream());
+    });
+  };
+}
+
+// Equal (also bool), Less, Greater: two inputs of one dtype broadcast to a bool output.
+CudaKernelFactory compare_factory(Binary op, bool allow_bool) {
+  return [op, allow_bool](const KernelArgs& args, CudaContext& context) {
+    args.expect_inputs(2, 2);
+    args.expect_outputs(1, 1);
+    const TensorView& a = args.input(0);
+    const TensorView& b = args.input(1);
+    const TensorView& y = args.output(0);
+    args.expect_dtype(y, plan::BOOL, "output 0");
+    args.expect_dtype(b, a.dtype, "input 1 (input 0's dtype)");
+    expect_broadcast_to(args, {a, b}, y);
+    const Element type = element_type(args, a, "inputs", allow_bool);
+    const StridedIndex index = broadcast_index(y.shape, {a.shape, b.shape});
+    return make_kernel(
+        [&context, op, type, index, pa = a.data, pb = b.data, py = y.data](const StepContext&) {
+          launch_binary(op, type, index, pa, pb, py, context.stream());
+        });
+  };
+}
+
+std::unique_ptr<PreparedKernel> where_factory(const KernelArgs& args, CudaContext& context) {
+  args.expect_inputs(3, 3);
+  args.expect_outputs(1, 1);
+  const TensorView& c = args.input(0);
+  const TensorView& x = args.input(1);
+  const TensorView& y = args.input(2);
+  const TensorView& out = args.output(0);
+  args.expect_dtype(c, plan::BOOL, "condition (input 0)");
+  args.expect_dtype(x, out.dtype, "X (input 1)");
+  args.expect_dtype(y, out.dtype, "Y (input 2)");
+  expect_broadcast_to(args, {c, x, y}, out);
+  const StridedIndex index = broadcast_index(out.shape, {c.shape, x.shape, y.shape});
+  return make_kernel([&context, index, width = dtype_size(out.dtype), pc = c.as<const uint8_t>(),
+                      px = x.data, py = y.data, po = out.data](const StepContext&) {
+    launch_where(index, width, pc, px, py, po, context.stream());
+  });
+}
+
+std::unique_ptr<PreparedKernel> cast_factory(const KernelArgs& args, CudaContext& context) {
+  args.expect_inputs(1, 1);
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_same_shape(x, "input 0", y, "output 0");
+  const int64_t to = args.attributes().require_int("to");
+  const plan::DType target = to == 1   ? plan::FLOAT32
+                             : to == 7 ? plan::INT64
+                             : to == 9 ? plan::BOOL
+                                       : plan::DTYPE_UNSPECIFIED;
+  if (target == plan::DTYPE_UNSPECIFIED) {
+    args.fail("to = " + std::to_string(to) +
+              " is not a data type Piper supports (1 float32, 7 int64, 9 bool)");
+  }
+  args.expect_dtype(y, target, "output 0 (the dtype `to` names)");
+  const Element from = element_type(args, x, "input", true);
+  if (x.dtype == y.dtype) return copy_kernel(context, x.data, y.data, y.bytes());
+  return make_kernel(
+      [&context, from, into = element_type(args, y, "output", true), n = y.elements(), px = x.data,
+       py = y.data](const StepContext&) { launch_cast(from, into, n, px, py, context.stream()); });
+}
+
+}  // namespace
+
+void register_elementwise_kernels(CudaKernelTable& table) {
+  table["Add"] = binary_factory(Binary::kAdd, false);
+  table["Sub"] = binary_factory(Binary::kSub, false);
+  table["Mul"] = binary_factory(Binary::kMul, false);
+  table["Div"] = binary_factory(Binary::kDiv, true);
+  table["Sum"] = fold_factory(Binary::kAdd);
+  table["Max"] = fold_factory(Binary::kMax);
+  table["Min"] = fold_factory(Binary::kMin);
+  table["Neg"] = unary_factory(Unary::kNeg);
+  table["Relu"] = unary_factory(Unary::kRelu);
+  table["Tanh"] = unary_factory(Unary::kTanh);
+  table["Sigmoid"] = unary_factory(Unary::kSigmoid);
+  table["Sqrt"] = unary_factory(Unary::kSqrt);
+  table["Reciprocal"] = unary_factory(Unary::kReciprocal);
+  table["Exp"] = unary_factory(Unary::kExp);
+  table["Log"] = unary_factory(Unary::kLog);
+  table["Erf"] = unary_factory(Unary::kErf);
+  table["Not"] = unary_factory(Unary::kNot);
+  table["piper.ReluGrad"] = saved_grad_factory(SavedGrad::kRelu, "Y");
+  table["piper.TanhGrad"] = saved_grad_factory(SavedGrad::kTanh, "Y");
+  table["piper.SigmoidGrad"] = saved_grad_factory(SavedGrad::kSigmoid, "Y");
+  table["piper.SqrtGrad"] = saved_grad_factory(SavedGrad::kSqrt, "Y");
+  table["piper.ReciprocalGrad"] = saved_grad_factory(SavedGrad::kReciprocal, "Y");
+  table["piper.ErfGrad"] = saved_grad_factory(SavedGrad::kErf, "X");
+  table["Equal"] = compare_factory(Binary::kEqual, true);
+  table["Less"] = compare_factory(Binary::kLess, false);
+  table["Greater"] = compare_factory(Binary::kGreater, false);
+  table["Where"] = where_factory;
+  table["Cast"] = cast_factory;
+}
+
+}  // namespace piper::engine::cuda

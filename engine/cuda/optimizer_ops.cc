@@ -1,0 +1,87 @@
+// piper.AdamW and piper.SGD on CUDA: in-place updates of the parameter (input 0) and its
+// state, checked as engine/cpu/optimizers.cc checks them.
+#include <cmath>
+
+#include "engine/cuda/ops.h"
+#include "engine/cuda/optimizers.h"
+
+namespace piper::engine::cuda {
+namespace {
+
+void check_state(const KernelArgs& args, const std::vector<const char*>& names) {
+  args.expect_outputs(0, 0);
+  const TensorView& p = args.input(0);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const TensorView& t = args.input(i);
+    args.expect_dtype(t, plan::FLOAT32, names[i]);
+    args.expect_same_shape(t, names[i], p, names[0]);
+  }
+}
+
+std::unique_ptr<PreparedKernel> sgd_factory(const KernelArgs& args, CudaContext& context) {
+  args.expect_inputs(2, 3);
+  const auto& attributes = args.attributes();
+  const double lr = attributes.require_float("lr");
+  const double momentum = attributes.get_float("momentum", 0.0);
+  const double dampening = attributes.get_float("dampening", 0.0);
+  const double weight_decay = attributes.get_float("weight_decay", 0.0);
+  const bool nesterov = attributes.get_int("nesterov", 0) != 0;
+  if (nesterov && (momentum <= 0.0 || dampening != 0.0)) {
+    args.fail("Nesterov momentum requires momentum > 0 and dampening = 0 (as torch.optim.SGD)");
+  }
+  if (momentum != 0.0) {
+    check_state(args, {"P (input 0)", "G (input 1)", "momentum buffer M (input 2)"});
+  } else {
+    check_state(args, {"P (input 0)", "G (input 1)"});
+  }
+  SgdStep step;
+  step.lr = static_cast<float>(lr);
+  step.momentum = static_cast<float>(momentum);
+  step.keep = static_cast<float>(1.0 - dampening);
+  step.weight_decay = static_cast<float>(weight_decay);
+  step.nesterov = nesterov;
+  const TensorView& p = args.input(0);
+  return make_kernel(
+      [&context, step, n = p.elements(), pp = p.as<float>(), pg = args.input(1).as<const float>(),
+       pm = momentum != 0.0 ? args.input(2).as<float>() : nullptr](const StepContext& run) mutable {
+        step.first = run.step == 1;
+        launch_sgd(step, n, pp, pg, pm, context.stream());
+      });
+}
+
+std::unique_ptr<PreparedKernel> adamw_factory(const KernelArgs& args, CudaContext& context) {
+  args.expect_inputs(4, 4);
+  check_state(args, {"P (input 0)", "G (input 1)", "M (input 2)", "V (input 3)"});
+  const auto& attributes = args.attributes();
+  const double lr = attributes.require_float("lr");
+  const double beta1 = attributes.get_float("beta1", 0.9);
+  const double beta2 = attributes.get_float("beta2", 0.999);
+  const double eps = attributes.get_float("eps", 1e-8);
+  const double weight_decay = attributes.get_float("weight_decay", 1e-2);
+  const TensorView& p = args.input(0);
+  return make_kernel([&context, n = p.elements(), pp = p.as<float>(),
+                      pg = args.input(1).as<const float>(), pm = args.input(2).as<float>(),
+                      pv = args.input(3).as<float>(), lr, beta1, beta2, eps,
+                      weight_decay](const StepContext& run) {
+    const auto t = static_cast<double>(run.step);
+    AdamWStep step;
+    step.decay = static_cast<float>(1.0 - lr * weight_decay);
+    step.beta1 = static_cast<float>(beta1);
+    step.beta2 = static_cast<float>(beta2);
+    step.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+    step.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+    step.step_size = static_cast<float>(lr / (1.0 - std::pow(beta1, t)));
+    step.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, t)));
+    step.epsilon = static_cast<float>(eps);
+    launch_adamw(step, n, pp, pg, pm, pv, context.stream());
+  });
+}
+
+}  // namespace
+
+void register_optimizer_kernels(CudaKernelTable& table) {
+  table["piper.SGD"] = sgd_factory;
+  table["piper.AdamW"] = adamw_factory;
+}
+
+}  // namespace piper::engine::cuda

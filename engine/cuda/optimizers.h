@@ -1,0 +1,32 @@
+// Launchers of the in-place optimizer updates (optimizers.cu), torch.optim semantics as
+// engine/cpu/optimizers.cc; the step-dependent factors are computed on the host.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace piper::engine::cuda {
+
+struct AdamWStep {
+  float decay = 1.0f;  // 1 − lr · weight_decay
+  float beta1 = 0.9f, beta2 = 0.999f, one_minus_beta1 = 0.1f, one_minus_beta2 = 0.001f;
+  float step_size = 0.0f;              // lr / (1 − beta1^t)
+  float bias_correction2_sqrt = 1.0f;  // sqrt(1 − beta2^t)
+  float epsilon = 1e-8f;
+};
+
+void launch_adamw(const AdamWStep& step, int64_t n, float* p, const float* g, float* m, float* v,
+                  cudaStream_t stream);
+
+struct SgdStep {
+  float lr = 0.0f, momentum = 0.0f, keep = 1.0f /* 1 − dampening */, weight_decay = 0.0f;
+  bool nesterov = false;
+  bool first = false;  // the first step seeds the momentum buffer with the gradient
+};
+
+// m is null without momentum.
+void launch_sgd(const SgdStep& step, int64_t n, float* p, const float* g, float* m,
+                cudaStream_t stream);
+
+}  // namespace piper::engine::cuda

@@ -1,0 +1,189 @@
+// Reductions on CUDA: ReduceSum, ReduceMean, ReduceMax (keepdims, axes as an
+// attribute or an input), piper.SumTo and its adjoint piper.BroadcastTo. Checks
+// follow engine/cpu/reduce.cc.
+#include <set>
+
+#include "engine/cpu/strided_loop.h"
+#include "engine/cuda/check.h"
+#include "engine/cuda/ops.h"
+#include "engine/cuda/reduce.h"
+#include "formats/error.h"
+
+namespace piper::engine::cuda {
+namespace {
+
+std::set<int64_t> normalize_axes(const KernelArgs& args, const std::vector<int64_t>& axes,
+                                 int64_t rank) {
+  std::set<int64_t> normalized;
+  for (int64_t axis : axes) {
+    const int64_t a = args.normalize_axis(axis, rank);
+    if (!normalized.insert(a).second) args.fail("axis " + std::to_string(axis) + " appears twice");
+  }
+  return normalized;
+}
+
+// Folds x over the dimensions where `kept` (x's rank; broadcasts to x) is 1 and x's is not.
+std::unique_ptr<PreparedKernel> make_reduction(CudaContext& context, Fold fold, const TensorView& x,
+                                               const Shape& kept, const TensorView& y,
+                                               double scale) {
+  const std::vector<int64_t> x_strides = cpu::contiguous_strides(x.shape);
+  Shape group_shape(x.shape.size(), 1);
+  std::vector<int64_t> kept_strides(x.shape.size(), 0);
+  for (size_t d = 0; d < x.shape.size(); ++d) {
+    if (kept[d] == 1) {
+      group_shape[d] = x.shape[d];
+    } else {
+      kept_strides[d] = x_strides[d];
+    }
+  }
+  ReducePlan plan;
+  plan.fold = fold;
+  plan.scale = scale;
+  plan.outputs = strided_index(kept, {kept_strides});
+  plan.group = strided_index(group_shape, {x_strides});
+  plan.chunks = reduce_chunks(plan.outputs.total, plan.group.total);
+  const std::shared_ptr<double> partials =
+      device_doubles(plan.chunks > 1 ? static_cast<size_t>(plan.chunks * plan.outputs.total) : 0);
+  return make_kernel(
+      [&context, plan, partials, px = x.as<const float>(), py = y.as<float>()](const StepContext&) {
+        launch_reduce(plan, px, py, partials.get(), context.stream());
+      });
+}
+
+// X's shape with 1 at the reduced axes (all when `axes` is empty), checked against the output
+// keepdims gives; `count` gets the number of elements folded into one.
+Shape kept_shape(const KernelArgs& args, const TensorView& x, const TensorView& y,
+                 const std::vector<int64_t>& axes, int64_t* count) {
+  std::set<int64_t> reduced = normalize_axes(args, axes, x.rank());
+  if (axes.empty()) {
+    for (int64_t a = 0; a < x.rank(); ++a) reduced.insert(a);
+  }
+  const bool keepdims = args.attributes().get_int("keepdims", 1) != 0;
+  Shape kept = x.shape, expected;
+  *count = 1;
+  for (int64_t a = 0; a < x.rank(); ++a) {
+    if (reduced.count(a)) {
+      *count *= x.shape[a];
+      kept[a] = 1;
+      if (keepdims) expected.push_back(1);
+    } else {
+      expected.push_back(x.shape[a]);
+    }
+  }
+  if (expected != y.shape) {
+    args.fail("reducing " + shape_string(x.shape) + " with keepdims=" + std::to_string(keepdims) +
+              " gives " + shape_string(expected) + " but the output has shape " +
+              shape_string(y.shape));
+  }
+  return kept;
+}
+
+// The optional axes input: a plan constant, read from device memory once.
+std::vector<int64_t> axes_input(const KernelArgs& args) {
+  if (!args.has_input(1)) return {};
+  const TensorView& t = args.input(1);
+  args.expect_dtype(t, plan::INT64, "axes (input 1)");
+  if (t.rank() != 1) args.fail("axes (input 1) must be 1-D, got shape " + shape_string(t.shape));
+  std::vector<int64_t> axes(static_cast<size_t>(t.elements()));
+  PIPER_CUDA_CHECK(cudaMemcpy(axes.data(), t.data, t.bytes(), cudaMemcpyDeviceToHost));
+  return axes;
+}
+
+// ReduceSum (opset 13+: axes input; noop_with_empty_axes), ReduceMean (opset 17: axes
+// attribute, or an opset 18 input) and ReduceMax (either; noop_with_empty_axes with the input).
+struct ReduceOp {
+  Fold fold = Fold::kSum;
+  bool mean = false;
+  bool axes_attribute = false;
+  bool noop = false;  // whether noop_with_empty_axes applies
+};
+
+CudaKernelFactory reduce_factory(ReduceOp op) {
+  return [op](const KernelArgs& args, CudaContext& context) -> std::unique_ptr<PreparedKernel> {
+    args.expect_inputs(1, 2);
+    args.expect_outputs(1, 1);
+    const TensorView& x = args.input(0);
+    const TensorView& y = args.output(0);
+    args.expect_dtype(x, plan::FLOAT32, "input 0");
+    args.expect_dtype(y, plan::FLOAT32, "output 0");
+    const bool from_input = !op.axes_attribute || args.has_input(1);
+    const std::vector<int64_t> axes =
+        from_input ? axes_input(args) : args.attributes().get_ints("axes", {});
+    if (op.noop && axes.empty() && from_input &&
+        args.attributes().get_int("noop_with_empty_axes", 0) != 0) {
+      args.expect_same_shape(x, "input 0", y, "output 0 (noop_with_empty_axes)");
+      return copy_kernel(context, x.data, y.data, y.bytes());
+    }
+    int64_t count = 1;
+    const Shape kept = kept_shape(args, x, y, axes, &count);
+    return make_reduction(context, op.fold, x, kept, y,
+                          op.mean ? 1.0 / static_cast<double>(count) : 1.0);
+  };
+}
+
+std::unique_ptr<PreparedKernel> sum_to_factory(const KernelArgs& args, CudaContext& context) {
+  args.expect_inputs(1, 1);
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(x, plan::FLOAT32, "input 0");
+  args.expect_dtype(y, plan::FLOAT32, "output 0");
+  if (!cpu::broadcasts_to(y.shape, x.shape)) {
+    args.fail("output shape " + shape_string(y.shape) + " does not broadcast to the input shape " +
+              shape_string(x.shape) + ", so X cannot be summed down to it");
+  }
+  Shape kept(x.shape.size() - y.shape.size(), 1);
+  kept.insert(kept.end(), y.shape.begin(), y.shape.end());
+  return make_reduction(context, Fold::kSum, x, kept, y, 1.0);
+}
+
+// piper.BroadcastTo: X with size-1 axes inserted at `axes` (Y's numbering), broadcast to Y's
+// shape, times `scale`.
+std::unique_ptr<PreparedKernel> broadcast_to_factory(const KernelArgs& args, CudaContext& context) {
+  args.expect_inputs(1, 1);
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(x, plan::FLOAT32, "input 0");
+  args.expect_dtype(y, plan::FLOAT32, "output 0");
+  const auto axes = args.attributes().get_ints("axes", {});
+  const int64_t rank = x.rank() + static_cast<int64_t>(axes.size());
+  if (rank > y.rank()) {
+    args.fail("X " + shape_string(x.shape) + " with " + std::to_string(axes.size()) +
+              " inserted axes has more dimensions than Y " + shape_string(y.shape));
+  }
+  const std::set<int64_t> inserted = normalize_axes(args, axes, y.rank());
+  Shape expanded;
+  size_t next = 0;
+  for (int64_t a = 0; a < rank; ++a) {
+    if (inserted.count(a + (y.rank() - rank))) {
+      expanded.push_back(1);
+    } else if (next < x.shape.size()) {
+      expanded.push_back(x.shape[next++]);
+    } else {
+      args.fail("axes do not fit X " + shape_string(x.shape) + " into Y " + shape_string(y.shape));
+    }
+  }
+  if (next != x.shape.size() || !cpu::broadcasts_to(expanded, y.shape)) {
+    args.fail("X " + shape_string(x.shape) + " with size-1 axes inserted (" +
+              shape_string(expanded) + ") does not broadcast to Y " + shape_string(y.shape));
+  }
+  const auto scale = static_cast<float>(args.attributes().get_float("scale", 1.0));
+  const StridedIndex index = broadcast_index(y.shape, {expanded});
+  return make_kernel(
+      [&context, index, scale, px = x.as<const float>(), py = y.as<float>()](const StepContext&) {
+        launch_scaled_copy(index, px, py, scale, context.stream());
+      });
+}
+
+}  // namespace
+
+void register_reduce_kernels(CudaKernelTable& table) {
+  table["ReduceSum"] = reduce_factory({Fold::kSum, false, false, true});
+  table["ReduceMean"] = reduce_factory({Fold::kSum, true, true, false});
+  table["ReduceMax"] = reduce_factory({Fold::kMax, false, true, true});
+  table["piper.SumTo"] = sum_to_factory;
+  table["piper.BroadcastTo"] = broadcast_to_factory;
+}
+
+}  // namespace piper::engine::cuda

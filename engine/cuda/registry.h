@@ -1,0 +1,34 @@
+// The CUDA kernel table: op type -> factory that validates a kernel's tensors and
+// attributes once (with the CPU backend's KernelArgs, so errors read alike) and
+// returns the prepared kernel, which issues its work to the calling thread's queue.
+// Each family's *_ops.cc registers its ops; the device code lives in the family's
+// .cu file behind plain launch functions.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "engine/cpu/kernel_registry.h"
+#include "engine/cuda/context.h"
+
+namespace piper::engine::cuda {
+
+using cpu::KernelArgs;
+using cpu::make_kernel;
+
+using CudaKernelFactory =
+    std::function<std::unique_ptr<PreparedKernel>(const KernelArgs&, CudaContext&)>;
+using CudaKernelTable = std::map<std::string, CudaKernelFactory>;
+
+void register_elementwise_kernels(CudaKernelTable& table);    // elementwise_ops.cc
+void register_gemm_kernels(CudaKernelTable& table);           // gemm_ops.cc
+void register_reduce_kernels(CudaKernelTable& table);         // reduce_ops.cc
+void register_layout_kernels(CudaKernelTable& table);         // layout_ops.cc
+void register_normalization_kernels(CudaKernelTable& table);  // normalization_ops.cc
+void register_indexing_kernels(CudaKernelTable& table);       // indexing_ops.cc
+void register_loss_kernels(CudaKernelTable& table);           // loss_ops.cc
+void register_optimizer_kernels(CudaKernelTable& table);      // optimizer_ops.cc
+
+}  // namespace piper::engine::cuda

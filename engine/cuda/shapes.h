@@ -1,0 +1,20 @@
+// Host-side geometry for the CUDA kernels: strided index spaces from the shapes the
+// CPU kernels use (engine/cpu/strided_loop.h), and launch sizes.
+#pragma once
+
+#include <vector>
+
+#include "engine/cuda/strided.h"
+#include "engine/runtime/tensor.h"
+
+namespace piper::engine::cuda {
+
+// The index space `shape` with one stride vector per operand (over `shape`'s dimensions),
+// simplified like cpu::StridedLoop. Throws piper::Error when more than StridedIndex::kMaxDims
+// dimensions remain or more than kMaxOperands operands are given.
+StridedIndex strided_index(const Shape& shape, const std::vector<std::vector<int64_t>>& strides);
+
+// Operand 0: `out` (contiguous); operand k + 1: inputs[k] broadcast to `out` (numpy rules).
+StridedIndex broadcast_index(const Shape& out, const std::vector<Shape>& inputs);
+
+}  // namespace piper::engine::cuda

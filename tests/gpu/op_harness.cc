@@ -1,0 +1,231 @@
+#include "tests/gpu/op_harness.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "engine/cpu/cpu_backend.h"
+#include "formats/error.h"
+
+namespace piper::engine::testing {
+namespace {
+
+// Host bytes of `spec`: its values, or random ones from `random`.
+std::vector<uint8_t> host_values(const TensorSpec& spec, std::mt19937& random) {
+  const int64_t n = num_elements(spec.shape);
+  std::vector<uint8_t> bytes(static_cast<size_t>(n) * dtype_size(spec.dtype));
+  for (int64_t i = 0; i < n; ++i) {
+    double v = 0.0;
+    if (!spec.values.empty()) {
+      v = spec.values.at(static_cast<size_t>(i) % spec.values.size());
+    } else if (spec.dtype == plan::FLOAT32) {
+      v = std::uniform_real_distribution<double>(spec.low, spec.high)(random);
+    } else {
+      v = static_cast<double>(std::uniform_int_distribution<int64_t>(
+          static_cast<int64_t>(spec.low), static_cast<int64_t>(spec.high) - 1)(random));
+    }
+    switch (spec.dtype) {
+      case plan::FLOAT32: {
+        const auto f = static_cast<float>(v);
+        std::memcpy(bytes.data() + i * 4, &f, 4);
+        break;
+      }
+      case plan::INT64: {
+        const auto x = static_cast<int64_t>(v);
+        std::memcpy(bytes.data() + i * 8, &x, 8);
+        break;
+      }
+      default:
+        bytes[static_cast<size_t>(i)] = v != 0.0 ? 1 : 0;
+        break;
+    }
+  }
+  return bytes;
+}
+
+// Every tensor of a case in one backend's memory.
+struct Tensors {
+  Backend& backend;
+  std::vector<void*> data;
+  ~Tensors() {
+    for (void* p : data) backend.release(p);
+  }
+};
+
+// Runs `c` on `backend` from `values` (inputs, then outputs) and returns every tensor's bytes.
+std::vector<std::vector<uint8_t>> run_case(Backend& backend, const OpCase& c,
+                                           const std::vector<std::vector<uint8_t>>& values,
+                                           const std::function<void()>& after_run) {
+  plan::Kernel kernel;
+  kernel.set_op_type(c.op);
+  for (const auto& attribute : c.attributes) *kernel.add_attributes() = attribute;
+  Tensors tensors{backend, {}};
+  std::vector<TensorView> inputs, outputs;
+  size_t k = 0;
+  for (const auto* specs : {&c.inputs, &c.outputs}) {
+    for (const TensorSpec& spec : *specs) {
+      TensorView view;
+      if (spec.dtype != plan::DTYPE_UNSPECIFIED) {
+        view = TensorView{backend.allocate(values[k].size()), spec.dtype, spec.shape};
+        tensors.data.push_back(view.data);
+        backend.upload(view.data, values[k].data(), values[k].size());
+      }
+      (specs == &c.inputs ? inputs : outputs).push_back(view);
+      (specs == &c.inputs ? kernel.add_inputs(-1) : kernel.add_outputs(-1));
+      ++k;
+    }
+  }
+  std::unique_ptr<PreparedKernel> prepared = backend.prepare(kernel, inputs, outputs);
+  for (int step = 1; step <= c.steps; ++step) prepared->run(StepContext{step, 7});
+  after_run();
+  std::vector<std::vector<uint8_t>> result;
+  for (const auto* views : {&inputs, &outputs}) {
+    for (const TensorView& view : *views) {
+      std::vector<uint8_t> bytes(view.present() ? view.bytes() : 0);
+      backend.download(bytes.data(), view.data, bytes.size());
+      result.push_back(std::move(bytes));
+    }
+  }
+  return result;
+}
+
+// Expects two tensors to agree: floats within the tolerance (NaN where both are NaN), other
+// dtypes bit for bit; names the tensor and its largest difference otherwise.
+void expect_same(const OpCase& c, const TensorSpec& spec, const std::string& what,
+                 const std::vector<uint8_t>& cuda, const std::vector<uint8_t>& cpu) {
+  ASSERT_EQ(cuda.size(), cpu.size()) << c.name << " " << what;
+  if (spec.dtype != plan::FLOAT32) {
+    EXPECT_TRUE(cuda == cpu) << c.name << " " << what << ": CUDA and CPU differ";
+    return;
+  }
+  const auto* a = reinterpret_cast<const float*>(cuda.data());
+  const auto* b = reinterpret_cast<const float*>(cpu.data());
+  double worst = 0.0;
+  size_t worst_at = 0, bad = 0;
+  for (size_t i = 0; i < cuda.size() / 4; ++i) {
+    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+    const double diff = std::abs(static_cast<double>(a[i]) - b[i]);
+    const bool ok = diff <= c.atol + c.rtol * std::abs(b[i]) || (std::isinf(a[i]) && a[i] == b[i]);
+    if (!ok) ++bad;
+    if (!ok && (std::isnan(diff) || diff > worst || bad == 1)) {
+      worst = diff;
+      worst_at = i;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << c.name << " " << what << ": " << bad << " elements differ; largest "
+                     << worst << " at element " << worst_at << " (cuda " << a[worst_at] << ", cpu "
+                     << b[worst_at] << "), tolerance " << c.atol << " + " << c.rtol << " * |cpu|";
+}
+
+// The case's tensors: random inputs (seeded by the case's name), and outputs poisoned, so that
+// an element a backend leaves unwritten differs.
+std::vector<std::vector<uint8_t>> case_values(const OpCase& c) {
+  std::mt19937 random(static_cast<uint32_t>(std::hash<std::string>{}(c.name)));
+  std::vector<std::vector<uint8_t>> values;
+  for (const auto* specs : {&c.inputs, &c.outputs}) {
+    for (TensorSpec spec : *specs) {
+      if (spec.dtype == plan::DTYPE_UNSPECIFIED) {
+        values.emplace_back();
+        continue;
+      }
+      if (specs == &c.outputs) spec.values = {spec.dtype == plan::FLOAT32 ? 12345.0 : 3.0};
+      values.push_back(host_values(spec, random));
+    }
+  }
+  return values;
+}
+
+}  // namespace
+
+std::unique_ptr<cuda::CudaBackend> MakeCudaBackend(std::string& reason) {
+  try {
+    return std::make_unique<cuda::CudaBackend>();
+  } catch (const Error& error) {
+    reason = error.what();
+    return nullptr;
+  }
+}
+
+void CudaTest::SetUp() {
+  std::string reason;
+  cuda_ = MakeCudaBackend(reason);
+  if (!cuda_) GTEST_SKIP() << reason;
+}
+
+void CudaVsCpu::SetUp() {
+  std::string reason;
+  cuda_ = MakeCudaBackend(reason);
+  if (!cuda_) GTEST_SKIP() << reason;
+}
+
+void ExpectSameOnCudaAndCpu(cuda::CudaBackend& cuda, const OpCase& c) {
+  const std::vector<std::vector<uint8_t>> values = case_values(c);
+  cpu::CpuBackend cpu;
+  const auto expected = run_case(cpu, c, values, [] {});
+  const auto actual =
+      run_case(cuda, c, values, [&cuda] { cuda.context().check_faults(cuda.context().stream()); });
+  size_t k = 0;
+  for (size_t i = 0; i < c.inputs.size(); ++i, ++k) {
+    expect_same(c, c.inputs[i], "input " + std::to_string(i), actual[k], expected[k]);
+  }
+  for (size_t i = 0; i < c.outputs.size(); ++i, ++k) {
+    expect_same(c, c.outputs[i], "output " + std::to_string(i), actual[k], expected[k]);
+  }
+}
+
+TEST_P(CudaVsCpu, AgreesWithTheCpuBackend) { ExpectSameOnCudaAndCpu(*cuda_, GetParam()); }
+
+std::string CaseName(const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; }
+
+INSTANTIATE_TEST_SUITE_P(Elementwise, CudaVsCpu, ::testing::ValuesIn(ElementwiseCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Gemm, CudaVsCpu, ::testing::ValuesIn(GemmCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Reduce, CudaVsCpu, ::testing::ValuesIn(ReduceCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Layout, CudaVsCpu, ::testing::ValuesIn(LayoutCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Normalization, CudaVsCpu, ::testing::ValuesIn(NormalizationCases()),
+                         CaseName);
+INSTANTIATE_TEST_SUITE_P(Indexing, CudaVsCpu, ::testing::ValuesIn(IndexingCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Loss, CudaVsCpu, ::testing::ValuesIn(LossCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Optimizer, CudaVsCpu, ::testing::ValuesIn(OptimizerCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(HostFallback, CudaVsCpu, ::testing::ValuesIn(HostFallbackCases()),
+                         CaseName);
+
+std::vector<OpCase> AllCases() {
+  std::vector<OpCase> all;
+  for (const auto& cases :
+       {ElementwiseCases(), GemmCases(), ReduceCases(), LayoutCases(), NormalizationCases(),
+        IndexingCases(), LossCases(), OptimizerCases(), HostFallbackCases()}) {
+    all.insert(all.end(), cases.begin(), cases.end());
+  }
+  return all;
+}
+
+// Every case is a valid kernel for the CPU backend (this needs no GPU, so it runs everywhere).
+TEST(KernelHarness, EveryCaseRunsOnTheCpu) {
+  cpu::CpuBackend cpu;
+  for (const OpCase& c : AllCases()) {
+    try {
+      run_case(cpu, c, case_values(c), [] {});
+    } catch (const std::exception& error) {
+      ADD_FAILURE() << c.name << ": " << error.what();
+    }
+  }
+}
+
+// Every op with a CUDA kernel has a case (the table needs no GPU, so this runs everywhere).
+TEST(CudaKernelTable, EveryOpHasACase) {
+  cuda::CudaKernelTable table;
+  cuda::register_elementwise_kernels(table);
+  cuda::register_gemm_kernels(table);
+  cuda::register_reduce_kernels(table);
+  cuda::register_layout_kernels(table);
+  cuda::register_normalization_kernels(table);
+  cuda::register_indexing_kernels(table);
+  cuda::register_loss_kernels(table);
+  cuda::register_optimizer_kernels(table);
+  std::set<std::string> tested;
+  for (const OpCase& c : AllCases()) tested.insert(c.op);
+  for (const auto& [op, factory] : table) EXPECT_TRUE(tested.count(op)) << op << " has no case";
+}
+
+}  // namespace piper::engine::testing

@@ -1,0 +1,49 @@
+"""piper-run --device cuda where no GPU is usable (as on CI machines) fails in one
+line that suggests --device cpu; --comm nccl without --device cuda fails likewise.
+Where a GPU is usable, the first check is skipped (tests/gpu covers that case)."""
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import harness  # noqa: E402
+from harness import Tools  # noqa: E402
+
+
+class DeviceErrors(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="piper_device_")
+        strategy = harness.write_json(os.path.join(cls.tmp, "strategy.json"),
+                                      harness.strategy(32, {"type": "sgd", "lr": 0.05}))
+        plans = os.path.join(cls.tmp, "plans")
+        harness.run_ok([Tools.plan, Tools.sample("mlp", "model.onnx"), strategy, "-o", plans])
+        cls.plan = os.path.join(plans, "rank0.plan")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def assert_one_line_error(self, result, *needles):
+        self.assertEqual(result.returncode, 1, result.describe())
+        lines = result.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, "expected one line on stderr\n" + result.describe())
+        self.assertTrue(lines[0].startswith("piper-run: error: "), result.describe())
+        for needle in needles:
+            self.assertIn(needle, lines[0], result.describe())
+
+    def test_cuda_without_a_gpu_suggests_cpu(self):
+        result = harness.run([Tools.run, "--plan", self.plan, "--steps", "1", "--device", "cuda"])
+        if result.returncode == 0:
+            self.skipTest("a GPU is usable here")
+        self.assert_one_line_error(result, "--device cuda", "--device cpu")
+
+    def test_nccl_needs_cuda(self):
+        result = harness.run([Tools.run, "--plan", self.plan, "--steps", "1", "--comm", "nccl"])
+        self.assert_one_line_error(result, "--comm nccl", "--device cuda")
+
+
+if __name__ == "__main__":
+    harness.main()
