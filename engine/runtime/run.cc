@@ -1,5 +1,7 @@
 #include "engine/runtime/run.h"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -18,6 +20,13 @@
 
 namespace piper::engine {
 namespace {
+
+// The most resident memory this process has held so far (Linux reports KiB).
+uint64_t peak_resident_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<uint64_t>(usage.ru_maxrss) * 1024;
+}
 
 std::string mib(uint64_t bytes) {
   char text[32];
@@ -82,10 +91,10 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
       << session.num_streams() << " streams, " << session.num_kernels() << " kernels, global batch "
       << global_batch << "; device " << session.backend().name() << ", " << source.describe()
       << "\n";
-  out << "memory: arena " << mib(session.peak_bytes()) << " (planned: parameters "
+  out << "memory: arena " << mib(session.peak_bytes()) << " holding parameters "
       << mib(memory.parameter_bytes()) << ", gradients " << mib(memory.gradient_bytes())
-      << ", optimizer " << mib(memory.optimizer_bytes()) << ", activations "
-      << mib(memory.activation_bytes()) << ", inputs " << mib(memory.input_bytes()) << ")\n";
+      << ", optimizer state " << mib(memory.optimizer_bytes()) << ", activations at peak "
+      << mib(memory.activation_bytes()) << ", inputs " << mib(memory.input_bytes()) << "\n";
 
   const std::optional<std::string> metrics_path = rank_path(options.metrics_path, rank);
   const std::optional<std::string> save_onnx_path = rank_path(options.save_onnx_path, rank);
@@ -107,15 +116,15 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
                       {"loss", loss},
                       {"seconds", seconds},
                       {"samples_per_s", samples_per_s},
-                      {"peak_bytes", session.peak_bytes()}});
+                      {"peak_bytes", session.peak_bytes()},
+                      {"peak_rss_bytes", peak_resident_bytes()}});
     }
   }
   if (options.save_onnx_path) {
     // Every rank takes part: sharded parameters are gathered from all of them.
     const auto trained = session.trained_parameters();
     if (save_onnx_path) {
-      const onnx::ModelProto model =
-          formats::load_onnx_model(session.plan().header().model_path());
+      const onnx::ModelProto model = formats::load_onnx_model(session.plan().header().model_path());
       formats::save_onnx_with_initializers(model, trained, *save_onnx_path);
       out << "saved the trained model to " << *save_onnx_path << "\n";
     }

@@ -122,7 +122,8 @@ class MlpMatchesPyTorch(unittest.TestCase):
 
         self.assertEqual(len(records), STEPS, f"{STEPS} metrics lines expected, got {records}")
         for record in records:
-            for key in ("step", "loss", "seconds", "samples_per_s", "peak_bytes"):
+            for key in ("step", "loss", "seconds", "samples_per_s", "peak_bytes",
+                        "peak_rss_bytes"):
                 self.assertIn(key, record, f"metrics line without {key!r}: {record}")
         steps = [record["step"] for record in records]
         self.assertEqual(steps, list(range(steps[0], steps[0] + STEPS)),
