@@ -17,6 +17,7 @@ CudaBackend::CudaBackend() {
   register_indexing_kernels(table_);
   register_loss_kernels(table_);
   register_optimizer_kernels(table_);
+  register_fused_kernels(table_);
 }
 
 void* CudaBackend::allocate(size_t bytes) {

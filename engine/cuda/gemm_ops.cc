@@ -1,17 +1,10 @@
-// Matrix products on CUDA through cuBLASLt: ONNX Gemm and MatMul, and piper.MatMul
-// (MatMul with transA/transB on the last two dimensions). Batches (numpy
-// broadcasting) become strided batched products, one per run of batches whose
-// operands sit at constant distances. Compute is exact float32: no TF32, so that
-// results match the CPU's within float rounding.
-//
-// Row-major Y = op(A) op(B) is computed as column-major Yᵀ = op(B)ᵀ op(A)ᵀ: a
-// row-major matrix is its transpose in column-major order, so no data moves.
-#include <cublasLt.h>
-
-#include <algorithm>
-
+// Matrix products on CUDA through cuBLASLt (engine/cuda/gemm.h): ONNX Gemm and
+// MatMul, and piper.MatMul (MatMul with transA/transB on the last two dimensions).
+// Batches (numpy broadcasting) become strided batched products, one per run of
+// batches whose operands sit at constant distances.
 #include "engine/cpu/strided_loop.h"
 #include "engine/cuda/check.h"
+#include "engine/cuda/gemm.h"
 #include "engine/cuda/ops.h"
 #include "formats/error.h"
 
@@ -98,150 +91,65 @@ MatmulShape matmul_shape(const KernelArgs& args, const TensorView& a, const Tens
   return s;
 }
 
-int32_t checked_int(const KernelArgs& args, int64_t value, const char* what) {
-  if (value > INT32_MAX) {
-    args.fail(std::string(what) + " = " + std::to_string(value) +
-              " exceeds cuBLASLt's 32-bit range; split the operation into smaller ones");
-  }
-  return static_cast<int32_t>(value);
-}
-
-// One strided batched cuBLASLt product and its descriptors.
-struct BatchedProduct {
-  int64_t a_offset = 0, b_offset = 0, y_offset = 0;  // elements, of the first batch
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, y = nullptr;  // of the row-major A, B, Y
-  cublasLtMatmulAlgo_t algo{};
-};
-
-cublasLtMatrixLayout_t column_major_layout(uint64_t rows, uint64_t cols, int64_t ld,
-                                           int32_t batches, int64_t stride) {
-  cublasLtMatrixLayout_t layout = nullptr;
-  PIPER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, CUDA_R_32F, rows, cols, ld));
-  PIPER_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
-                                                      &batches, sizeof batches));
-  PIPER_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
-      layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
-  return layout;
-}
-
-// Y (+)= alpha * op(A) op(B) for every batch; with `beta` != 0, Y holds beta-scaled C first.
+// Y (+)= alpha * op(A) op(B) for every batch, as runs of batches at constant distances, each
+// one strided product; with `beta` != 0, Y holds beta-scaled C first.
 class GemmKernel : public PreparedKernel {
  public:
   GemmKernel(CudaContext& context, const KernelArgs& args, const MatmulShape& s, float alpha,
              float beta, const float* a, const float* b, float* y)
-      : context_(context), alpha_(alpha), beta_(beta), a_(a), b_(b), y_(y) {
-    try {
-      if (s.m == 0 || s.n == 0 || s.k == 0) return;  // no product (k == 0: see run())
-      const int32_t m = checked_int(args, s.m, "M"), n = checked_int(args, s.n, "N");
-      const int32_t k = checked_int(args, s.k, "K");
-      checked_int(args, std::max(s.lda, s.ldb), "the leading dimension");
-      size_t first = 0;
-      const size_t total = s.a_offsets.size();
-      while (first < total) {
-        // The longest run of batches at constant distances from `first`; an operand shared by
-        // several batches (distance 0) gets a product per batch instead, as cuBLASLt does not
-        // promise to read one matrix for every batch.
-        size_t last = first + 1;
-        const int64_t da = last < total ? s.a_offsets[last] - s.a_offsets[first] : 0;
-        const int64_t db = last < total ? s.b_offsets[last] - s.b_offsets[first] : 0;
-        const int64_t dy = last < total ? s.y_offsets[last] - s.y_offsets[first] : 0;
-        while (last < total && da != 0 && db != 0 &&
-               s.a_offsets[last] - s.a_offsets[last - 1] == da &&
-               s.b_offsets[last] - s.b_offsets[last - 1] == db &&
-               s.y_offsets[last] - s.y_offsets[last - 1] == dy) {
-          ++last;
-        }
-        const int32_t batches = checked_int(args, static_cast<int64_t>(last - first), "batches");
-        products_.push_back(describe(s, m, n, k, batches, da, db, dy));
-        BatchedProduct& product = products_.back();
-        product.a_offset = s.a_offsets[first];
-        product.b_offset = s.b_offsets[first];
-        product.y_offset = s.y_offsets[first];
-        first = last;
+      : alpha_(alpha), beta_(beta), a_(a), b_(b), y_(y) {
+    if (s.m == 0 || s.n == 0 || s.k == 0) return;  // nothing to add (callers handle K = 0)
+    const size_t total = s.a_offsets.size();
+    for (size_t first = 0; first < total;) {
+      // The longest run of batches at constant distances from `first`; an operand shared by
+      // several batches (distance 0) gets a product per batch instead, as cuBLASLt does not
+      // promise to read one matrix for every batch.
+      size_t last = first + 1;
+      const int64_t da = last < total ? s.a_offsets[last] - s.a_offsets[first] : 0;
+      const int64_t db = last < total ? s.b_offsets[last] - s.b_offsets[first] : 0;
+      const int64_t dy = last < total ? s.y_offsets[last] - s.y_offsets[first] : 0;
+      while (last < total && da != 0 && db != 0 &&
+             s.a_offsets[last] - s.a_offsets[last - 1] == da &&
+             s.b_offsets[last] - s.b_offsets[last - 1] == db &&
+             s.y_offsets[last] - s.y_offsets[last - 1] == dy) {
+        ++last;
       }
-    } catch (...) {
-      release();
-      throw;
+      ProductShape shape;
+      shape.trans_a = s.trans_a;
+      shape.trans_b = s.trans_b;
+      shape.m = s.m;
+      shape.n = s.n;
+      shape.k = s.k;
+      shape.lda = s.lda;
+      shape.ldb = s.ldb;
+      shape.ldc = s.n;
+      shape.batches = static_cast<int64_t>(last - first);
+      shape.stride_a = da;
+      shape.stride_b = db;
+      shape.stride_c = dy;
+      runs_.push_back({s.a_offsets[first], s.b_offsets[first], s.y_offsets[first],
+                       std::make_unique<StridedProduct>(context, shape, args.op())});
+      first = last;
     }
   }
-  ~GemmKernel() override { release(); }
-  GemmKernel(const GemmKernel&) = delete;
-  GemmKernel& operator=(const GemmKernel&) = delete;
 
   void run(const StepContext&) override {
-    const Queue& queue = context_.queue();
-    for (const BatchedProduct& p : products_) {
-      // Column-major Yᵀ = op(B)ᵀ op(A)ᵀ: cuBLASLt's first operand is B, its second A.
-      PIPER_CUBLAS_CHECK(cublasLtMatmul(context_.blas(), p.desc, &alpha_, b_ + p.b_offset, p.b,
-                                        a_ + p.a_offset, p.a, &beta_, y_ + p.y_offset, p.y,
-                                        y_ + p.y_offset, p.y, &p.algo, queue.workspace,
-                                        queue.workspace_bytes, queue.stream));
+    for (const Run& r : runs_) {
+      r.product->run(a_ + r.a_offset, b_ + r.b_offset, y_ + r.y_offset, alpha_, beta_);
     }
   }
 
  private:
-  BatchedProduct describe(const MatmulShape& s, int32_t m, int32_t n, int32_t k, int32_t batches,
-                          int64_t da, int64_t db, int64_t dy) {
-    BatchedProduct p;
-    try {
-      PIPER_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-      const cublasOperation_t op_b = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-      const cublasOperation_t op_a = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-      PIPER_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof op_b));
-      PIPER_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof op_a));
-      // The stored B (row-major [K, N], or [N, K] transposed) is column-major [N, K] ([K, N]).
-      p.b = column_major_layout(s.trans_b ? k : n, s.trans_b ? n : k, s.ldb, batches, db);
-      p.a = column_major_layout(s.trans_a ? m : k, s.trans_a ? k : m, s.lda, batches, da);
-      p.y = column_major_layout(n, m, n, batches, dy);
-      cublasLtMatmulPreference_t preference = nullptr;
-      PIPER_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
-      const size_t workspace = context_.queue().workspace_bytes;
-      cublasLtMatmulHeuristicResult_t result{};
-      int found = 0;
-      const cublasStatus_t status = [&] {
-        const cublasStatus_t set = cublasLtMatmulPreferenceSetAttribute(
-            preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace);
-        if (set != CUBLAS_STATUS_SUCCESS) return set;
-        return cublasLtMatmulAlgoGetHeuristic(context_.blas(), p.desc, p.b, p.a, p.y, p.y,
-                                              preference, 1, &result, &found);
-      }();
-      cublasLtMatmulPreferenceDestroy(preference);
-      PIPER_CUBLAS_CHECK(status);
-      if (found == 0) {
-        throw Error("cuBLASLt has no algorithm for a float32 product of " +
-                    std::to_string(batches) + " x [" + std::to_string(m) + ", " +
-                    std::to_string(k) + "] by [" + std::to_string(k) + ", " + std::to_string(n) +
-                    "]");
-      }
-      p.algo = result.algo;
-    } catch (...) {
-      destroy(p);
-      throw;
-    }
-    return p;
-  }
+  struct Run {
+    int64_t a_offset, b_offset, y_offset;  // elements, of the run's first batch
+    std::unique_ptr<StridedProduct> product;
+  };
 
-  static void destroy(BatchedProduct& p) {
-    if (p.y) cublasLtMatrixLayoutDestroy(p.y);
-    if (p.a) cublasLtMatrixLayoutDestroy(p.a);
-    if (p.b) cublasLtMatrixLayoutDestroy(p.b);
-    if (p.desc) cublasLtMatmulDescDestroy(p.desc);
-    p = BatchedProduct{};
-  }
-  void release() {
-    for (BatchedProduct& p : products_) destroy(p);
-    products_.clear();
-  }
-
-  CudaContext& context_;
   float alpha_, beta_;
   const float* a_;
   const float* b_;
   float* y_;
-  std::vector<BatchedProduct> products_;
+  std::vector<Run> runs_;
 };
 
 void check_float(const KernelArgs& args) {
@@ -307,22 +215,21 @@ std::unique_ptr<PreparedKernel> gemm_factory(const KernelArgs& args, CudaContext
     }
   }
   if (c == nullptr) beta = 0.0f;
-  std::unique_ptr<GemmKernel> product;
+  std::shared_ptr<GemmKernel> product;
   if (s.k > 0) {
-    product = std::make_unique<GemmKernel>(context, args, s, alpha, beta, a.as<const float>(),
+    product = std::make_shared<GemmKernel>(context, args, s, alpha, beta, a.as<const float>(),
                                            b.as<const float>(), y.as<float>());
   }
-  std::shared_ptr<GemmKernel> shared = std::move(product);
-  return make_kernel([&context, shared, c, c_index, beta, py = y.as<float>(),
+  return make_kernel([&context, product, c, c_index, beta, py = y.as<float>(),
                       bytes = y.bytes()](const StepContext& step) {
     const cudaStream_t stream = context.stream();
     if (c != nullptr) {
       // With K = 0 the product adds nothing: Y = beta * C.
-      launch_scaled_copy(c_index, c, py, shared ? 1.0f : beta, stream);
-    } else if (!shared) {
+      launch_scaled_copy(c_index, c, py, product ? 1.0f : beta, stream);
+    } else if (!product) {
       PIPER_CUDA_CHECK(cudaMemsetAsync(py, 0, bytes, stream));
     }
-    if (shared) shared->run(step);
+    if (product) product->run(step);
   });
 }
 

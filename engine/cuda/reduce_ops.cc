@@ -26,22 +26,7 @@ std::set<int64_t> normalize_axes(const KernelArgs& args, const std::vector<int64
 std::unique_ptr<PreparedKernel> make_reduction(CudaContext& context, Fold fold, const TensorView& x,
                                                const Shape& kept, const TensorView& y,
                                                double scale) {
-  const std::vector<int64_t> x_strides = cpu::contiguous_strides(x.shape);
-  Shape group_shape(x.shape.size(), 1);
-  std::vector<int64_t> kept_strides(x.shape.size(), 0);
-  for (size_t d = 0; d < x.shape.size(); ++d) {
-    if (kept[d] == 1) {
-      group_shape[d] = x.shape[d];
-    } else {
-      kept_strides[d] = x_strides[d];
-    }
-  }
-  ReducePlan plan;
-  plan.fold = fold;
-  plan.scale = scale;
-  plan.outputs = strided_index(kept, {kept_strides});
-  plan.group = strided_index(group_shape, {x_strides});
-  plan.chunks = reduce_chunks(plan.outputs.total, plan.group.total);
+  const ReducePlan plan = reduce_plan(fold, x.shape, kept, scale);
   const std::shared_ptr<double> partials =
       device_doubles(plan.chunks > 1 ? static_cast<size_t>(plan.chunks * plan.outputs.total) : 0);
   return make_kernel(

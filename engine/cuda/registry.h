@@ -30,5 +30,6 @@ void register_normalization_kernels(CudaKernelTable& table);  // normalization_o
 void register_indexing_kernels(CudaKernelTable& table);       // indexing_ops.cc
 void register_loss_kernels(CudaKernelTable& table);           // loss_ops.cc
 void register_optimizer_kernels(CudaKernelTable& table);      // optimizer_ops.cc
+void register_fused_kernels(CudaKernelTable& table);          // fused_ops.cc
 
 }  // namespace piper::engine::cuda

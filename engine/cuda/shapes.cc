@@ -41,4 +41,24 @@ StridedIndex broadcast_index(const Shape& out, const std::vector<Shape>& inputs)
   return strided_index(out, strides);
 }
 
+ReducePlan reduce_plan(Fold fold, const Shape& x, const Shape& kept, double scale) {
+  const std::vector<int64_t> x_strides = cpu::contiguous_strides(x);
+  Shape group(x.size(), 1);
+  std::vector<int64_t> kept_strides(x.size(), 0);
+  for (size_t d = 0; d < x.size(); ++d) {
+    if (kept[d] == 1) {
+      group[d] = x[d];
+    } else {
+      kept_strides[d] = x_strides[d];
+    }
+  }
+  ReducePlan plan;
+  plan.fold = fold;
+  plan.scale = scale;
+  plan.outputs = strided_index(kept, {kept_strides});
+  plan.group = strided_index(group, {x_strides});
+  plan.chunks = reduce_chunks(plan.outputs.total, plan.group.total);
+  return plan;
+}
+
 }  // namespace piper::engine::cuda

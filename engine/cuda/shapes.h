@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "engine/cuda/reduce.h"
 #include "engine/cuda/strided.h"
 #include "engine/runtime/tensor.h"
 
@@ -16,5 +17,10 @@ StridedIndex strided_index(const Shape& shape, const std::vector<std::vector<int
 
 // Operand 0: `out` (contiguous); operand k + 1: inputs[k] broadcast to `out` (numpy rules).
 StridedIndex broadcast_index(const Shape& out, const std::vector<Shape>& inputs);
+
+// Folds a contiguous `x` over the dimensions where `kept` (x's rank, broadcasting to x) is 1
+// and x's is not, into a contiguous output of kept's elements; sums are scaled by `scale`.
+// The plan's partials need chunks * outputs.total doubles when chunks > 1.
+ReducePlan reduce_plan(Fold fold, const Shape& x, const Shape& kept, double scale);
 
 }  // namespace piper::engine::cuda

@@ -181,8 +181,8 @@ void Session::load_parameters() {
     const Shape shape(tensor.shape().begin(), tensor.shape().end());
     const plan::DType dtype = onnx_to_plan_dtype(initializer.data_type());
     const bool sharded = load.has_shard();
-    if (dtype != tensor.dtype() || (sharded ? num_elements(dims) != load.shard().elements()
-                                            : dims != shape)) {
+    if (dtype != tensor.dtype() ||
+        (sharded ? num_elements(dims) != load.shard().elements() : dims != shape)) {
       throw Error(what + " is " +
                   (dtype == plan::DTYPE_UNSPECIFIED
                        ? "ONNX type " + std::to_string(initializer.data_type())
@@ -552,14 +552,22 @@ std::vector<uint8_t> Session::gather_shards(const plan::ParameterShard& shard,
                 std::to_string(shard.group()) + ", which this rank has not joined; re-plan");
   }
   const size_t count = tensor.bytes() / sizeof(float);
-  // Gathered in device memory, where communicators expect their buffers.
+  Communicator& link = channel("group " + std::to_string(shard.group()), *group->second, "save");
+  std::vector<uint8_t> bytes(shard.elements() * sizeof(float));
+  if (link.host_buffers() && !backend_->host_memory()) {
+    // Gloo with a device backend: the slices meet in host memory.
+    const std::vector<uint8_t> slice = download(tensor);
+    std::vector<float> whole(count * static_cast<size_t>(link.size()));
+    link.all_gather(reinterpret_cast<const float*>(slice.data()), whole.data(), count);
+    std::memcpy(bytes.data(), whole.data(), bytes.size());
+    return bytes;
+  }
+  // Gathered in the backend's memory, where the communicator expects its buffers.
   const std::unique_ptr<void, std::function<void(void*)>> whole(
       backend_->allocate(count * group->second->size() * sizeof(float)),
       [this](void* data) { backend_->release(data); });
-  channel("group " + std::to_string(shard.group()), *group->second, "save")
-      .all_gather(reinterpret_cast<const float*>(arena_ + tensor.offset()),
+  link.all_gather(reinterpret_cast<const float*>(arena_ + tensor.offset()),
                   static_cast<float*>(whole.get()), count);
-  std::vector<uint8_t> bytes(shard.elements() * sizeof(float));
   backend_->download(bytes.data(), whole.get(), bytes.size());
   return bytes;
 }

@@ -187,6 +187,7 @@ INSTANTIATE_TEST_SUITE_P(Normalization, CudaVsCpu, ::testing::ValuesIn(Normaliza
 INSTANTIATE_TEST_SUITE_P(Indexing, CudaVsCpu, ::testing::ValuesIn(IndexingCases()), CaseName);
 INSTANTIATE_TEST_SUITE_P(Loss, CudaVsCpu, ::testing::ValuesIn(LossCases()), CaseName);
 INSTANTIATE_TEST_SUITE_P(Optimizer, CudaVsCpu, ::testing::ValuesIn(OptimizerCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Fused, CudaVsCpu, ::testing::ValuesIn(FusedCases()), CaseName);
 INSTANTIATE_TEST_SUITE_P(HostFallback, CudaVsCpu, ::testing::ValuesIn(HostFallbackCases()),
                          CaseName);
 
@@ -194,7 +195,7 @@ std::vector<OpCase> AllCases() {
   std::vector<OpCase> all;
   for (const auto& cases :
        {ElementwiseCases(), GemmCases(), ReduceCases(), LayoutCases(), NormalizationCases(),
-        IndexingCases(), LossCases(), OptimizerCases(), HostFallbackCases()}) {
+        IndexingCases(), LossCases(), OptimizerCases(), FusedCases(), HostFallbackCases()}) {
     all.insert(all.end(), cases.begin(), cases.end());
   }
   return all;
@@ -223,6 +224,7 @@ TEST(CudaKernelTable, EveryOpHasACase) {
   cuda::register_indexing_kernels(table);
   cuda::register_loss_kernels(table);
   cuda::register_optimizer_kernels(table);
+  cuda::register_fused_kernels(table);
   std::set<std::string> tested;
   for (const OpCase& c : AllCases()) tested.insert(c.op);
   for (const auto& [op, factory] : table) EXPECT_TRUE(tested.count(op)) << op << " has no case";

@@ -53,6 +53,7 @@ std::vector<OpCase> NormalizationCases();
 std::vector<OpCase> IndexingCases();
 std::vector<OpCase> LossCases();
 std::vector<OpCase> OptimizerCases();
+std::vector<OpCase> FusedCases();
 std::vector<OpCase> HostFallbackCases();
 
 // A test fixture whose tests skip, naming the reason, where no GPU is usable.
