@@ -93,7 +93,8 @@ CudaContext::CudaContext() {
   try {
     own_ = make_queue();
     PIPER_CUDA_CHECK(cudaMalloc(&fault_, sizeof(DeviceFault)));
-    PIPER_CUDA_CHECK(cudaMemset(fault_, 0, sizeof(DeviceFault)));
+    PIPER_CUDA_CHECK(cudaMemsetAsync(fault_, 0, sizeof(DeviceFault), own_.stream));
+    PIPER_CUDA_CHECK(cudaStreamSynchronize(own_.stream));
   } catch (...) {
     cudaFree(fault_);
     release_queue(own_);

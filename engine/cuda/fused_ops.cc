@@ -109,7 +109,7 @@ struct Attention {
   std::shared_ptr<int64_t> mask_offsets;  // device memory: mask.offsets
 };
 
-Attention attention(const KernelArgs& args, size_t first) {
+Attention attention(const KernelArgs& args, CudaContext& context, size_t first) {
   const TensorView& q = args.input(first);
   const TensorView& kt = args.input(first + 1);
   const TensorView& v = args.input(first + 2);
@@ -167,7 +167,7 @@ Attention attention(const KernelArgs& args, size_t first) {
   int64_t* device = nullptr;
   PIPER_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device), offsets.size() * 8 + 8));
   a.mask_offsets = std::shared_ptr<int64_t>(device, [](int64_t* p) { cudaFree(p); });
-  PIPER_CUDA_CHECK(cudaMemcpy(device, offsets.data(), offsets.size() * 8, cudaMemcpyHostToDevice));
+  copy_to_device(context, device, offsets.data(), offsets.size() * 8);
   a.mask.data = mask.data;
   a.mask.offsets = device;
   return a;
@@ -252,7 +252,7 @@ std::unique_ptr<PreparedKernel> fused_attention_factory(const KernelArgs& args,
                                                         CudaContext& context) {
   args.expect_inputs(3, 4);
   args.expect_outputs(1, 3);
-  const Attention a = attention(args, 0);
+  const Attention a = attention(args, context, 0);
   const TensorView& y = args.output(0);
   args.expect_dtype(y, plan::FLOAT32, "Y (output 0)");
   Shape expected(args.input(0).shape.begin(), args.input(0).shape.end() - 1);
@@ -303,7 +303,7 @@ std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& a
                                                              CudaContext& context) {
   args.expect_inputs(7, 7);
   args.expect_outputs(1, 3);
-  const Attention a = attention(args, 1);
+  const Attention a = attention(args, context, 1);
   const TensorView& dy = args.input(0);
   args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
   if (dy.elements() != a.batch * a.t * a.dv) {

@@ -166,7 +166,7 @@ std::unique_ptr<PreparedKernel> split_factory(const KernelArgs& args, CudaContex
     args.expect_dtype(split, plan::INT64, "split (input 1)");
     const int64_t axis = args.normalize_axis(args.attributes().get_int("axis", 0), x.rank());
     std::vector<int64_t> values(static_cast<size_t>(split.elements()));
-    PIPER_CUDA_CHECK(cudaMemcpy(values.data(), split.data, split.bytes(), cudaMemcpyDeviceToHost));
+    copy_to_host(context, values.data(), split.data, split.bytes());
     bool agree = values.size() == parts.size();
     for (size_t i = 0; agree && i < parts.size(); ++i) agree = values[i] == parts[i].shape[axis];
     if (!agree) {

@@ -28,6 +28,16 @@ std::shared_ptr<double> device_doubles(size_t count) {
   return std::shared_ptr<double>(data, [](double* p) { cudaFree(p); });
 }
 
+void copy_to_host(CudaContext& context, void* host, const void* device, size_t bytes) {
+  PIPER_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, context.stream()));
+  PIPER_CUDA_CHECK(cudaStreamSynchronize(context.stream()));
+}
+
+void copy_to_device(CudaContext& context, void* device, const void* host, size_t bytes) {
+  PIPER_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, context.stream()));
+  PIPER_CUDA_CHECK(cudaStreamSynchronize(context.stream()));
+}
+
 std::unique_ptr<PreparedKernel> copy_kernel(CudaContext& context, const void* src, void* dst,
                                             size_t bytes) {
   return make_kernel([&context, src, dst, bytes](const StepContext&) {

@@ -18,6 +18,11 @@ Element element_type(const KernelArgs& args, const TensorView& view, const std::
 // `count` doubles of device scratch, freed with the last copy of the pointer; null for 0.
 std::shared_ptr<double> device_doubles(size_t count);
 
+// Copies between host and device memory through the calling thread's queue, complete on return:
+// for constants read and tables written while kernels are prepared.
+void copy_to_host(CudaContext& context, void* host, const void* device, size_t bytes);
+void copy_to_device(CudaContext& context, void* device, const void* host, size_t bytes);
+
 // A kernel copying `bytes` from `src` to `dst` (both device memory; nothing when they are the
 // same address).
 std::unique_ptr<PreparedKernel> copy_kernel(CudaContext& context, const void* src, void* dst,

@@ -4,7 +4,6 @@
 #include <set>
 
 #include "engine/cpu/strided_loop.h"
-#include "engine/cuda/check.h"
 #include "engine/cuda/ops.h"
 #include "engine/cuda/reduce.h"
 #include "formats/error.h"
@@ -64,13 +63,13 @@ Shape kept_shape(const KernelArgs& args, const TensorView& x, const TensorView& 
 }
 
 // The optional axes input: a plan constant, read from device memory once.
-std::vector<int64_t> axes_input(const KernelArgs& args) {
+std::vector<int64_t> axes_input(const KernelArgs& args, CudaContext& context) {
   if (!args.has_input(1)) return {};
   const TensorView& t = args.input(1);
   args.expect_dtype(t, plan::INT64, "axes (input 1)");
   if (t.rank() != 1) args.fail("axes (input 1) must be 1-D, got shape " + shape_string(t.shape));
   std::vector<int64_t> axes(static_cast<size_t>(t.elements()));
-  PIPER_CUDA_CHECK(cudaMemcpy(axes.data(), t.data, t.bytes(), cudaMemcpyDeviceToHost));
+  copy_to_host(context, axes.data(), t.data, t.bytes());
   return axes;
 }
 
@@ -93,7 +92,7 @@ CudaKernelFactory reduce_factory(ReduceOp op) {
     args.expect_dtype(y, plan::FLOAT32, "output 0");
     const bool from_input = !op.axes_attribute || args.has_input(1);
     const std::vector<int64_t> axes =
-        from_input ? axes_input(args) : args.attributes().get_ints("axes", {});
+        from_input ? axes_input(args, context) : args.attributes().get_ints("axes", {});
     if (op.noop && axes.empty() && from_input &&
         args.attributes().get_int("noop_with_empty_axes", 0) != 0) {
       args.expect_same_shape(x, "input 0", y, "output 0 (noop_with_empty_axes)");
