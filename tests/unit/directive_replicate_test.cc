@@ -109,7 +109,9 @@ TEST(ReplicateDirective, ZeroThreeKeepsParameterSlicesAndGathersThemBeforeEveryU
 TEST(ReplicateDirective, ZeroThreeLowersEachRanksSliceOfEveryParameter) {
   ir::TaskGraph graph = two_layer_task_graph(2, R"({"type": "sgd"})");
   apply_directives(graph, R"([{"op": "zero", "stage": 3, "devices": [0, 1, 2]}])");
-  const plan::Plan plan = planner::lower(graph, 2, {.plan_id = "test", .global_batch = 6});
+  planner::LowerContext context;
+  context.global_batch = 6;
+  const plan::Plan plan = planner::lower(graph, 2, context);
   std::map<std::string, plan::ParameterShard> shards;
   for (const plan::ParameterLoad& load : plan.parameters())
     shards[load.initializer()] = load.shard();
