@@ -4,9 +4,12 @@
 // optional ignore_index.
 #pragma once
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/parallel.h"
 
 namespace piper::engine::cpu {
 
@@ -36,6 +39,53 @@ struct ClassLossGeometry {
   // The sum of label_weight over every position: the divisor of the mean reduction.
   double weight_sum() const;
 };
+
+// Positions (i, j) per block of sum_positions.
+constexpr int64_t kPositionsPerBlock = 64;
+
+// Calls f(i, j) for every position (i in [0, N), j in [0, D)), positions spread over
+// parallel.h's threads; f touches about C elements per call.
+template <typename F>
+void for_each_position(const ClassLossGeometry& g, F f) {
+  parallel_for(g.n * g.d, (kParallelGrain + g.c - 1) / std::max<int64_t>(g.c, 1),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t p = begin; p < end; ++p) f(p / g.d, p % g.d);
+               });
+}
+
+struct LossSums {
+  double loss = 0.0;
+  double weight = 0.0;
+};
+
+// Sums f(i, j, &weight) and the weights it reports over every position, in parallel: each block
+// of kPositionsPerBlock positions sums its own, and the blocks' sums are added in order, so the
+// result does not depend on the thread count.
+template <typename F>
+LossSums sum_positions(const ClassLossGeometry& g, F f) {
+  const int64_t positions = g.n * g.d;
+  const int64_t blocks = (positions + kPositionsPerBlock - 1) / kPositionsPerBlock;
+  std::vector<LossSums> parts(static_cast<size_t>(blocks));
+  const int64_t block_work = kPositionsPerBlock * std::max<int64_t>(g.c, 1);
+  parallel_for(blocks, (kParallelGrain + block_work - 1) / block_work,
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t b = begin; b < end; ++b) {
+                   LossSums& part = parts[static_cast<size_t>(b)];
+                   const int64_t last = std::min(positions, (b + 1) * kPositionsPerBlock);
+                   for (int64_t p = b * kPositionsPerBlock; p < last; ++p) {
+                     double weight = 0.0;
+                     part.loss += f(p / g.d, p % g.d, &weight);
+                     part.weight += weight;
+                   }
+                 }
+               });
+  LossSums total;
+  for (const LossSums& part : parts) {
+    total.loss += part.loss;
+    total.weight += part.weight;
+  }
+  return total;
+}
 
 // Checks dtypes and shapes of the input, the labels and the optional weights (input
 // `weights_input`) and reads the attributes; failures name the tensors by `names`.

@@ -2,6 +2,7 @@
 // Relu, Tanh, Sigmoid; Piper's ReluGrad, TanhGrad, SigmoidGrad.
 #include <cmath>
 
+#include "engine/cpu/elementwise_map.h"
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/nary_fold.h"
 #include "engine/cpu/strided_loop.h"
@@ -50,7 +51,7 @@ template <typename T, typename Op>
 void binary_rows(const StridedLoop& loop, const T* a, const T* b, T* y, Op op) {
   const int64_t sa = loop.inner_stride(1);
   const int64_t sb = loop.inner_stride(2);
-  loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+  loop.parallel_for_each_row([&](const int64_t* offsets, int64_t n) {
     T* out = y + offsets[0];
     const T* x0 = a + offsets[1];
     const T* x1 = b + offsets[2];
@@ -102,54 +103,6 @@ struct SumFold {
   }
 };
 
-// A same-shape float32 map y[i] = f(x[i]); with kAllowInt64 also for int64 tensors.
-template <bool kAllowInt64, typename F>
-KernelFactory unary_factory(F f) {
-  return [f](const KernelArgs& args) -> std::unique_ptr<PreparedKernel> {
-    args.expect_inputs(1, 1);
-    args.expect_outputs(1, 1);
-    const TensorView& x = args.input(0);
-    const TensorView& y = args.output(0);
-    args.expect_same_shape(x, "input 0", y, "output 0");
-    args.expect_dtype(x, y.dtype, "input 0");
-    const int64_t n = y.elements();
-    if constexpr (kAllowInt64) {
-      if (y.dtype == plan::INT64) {
-        return make_kernel(
-            [f, n, px = x.as<const int64_t>(), py = y.as<int64_t>()](const StepContext&) {
-              for (int64_t i = 0; i < n; ++i) py[i] = f(px[i]);
-            });
-      }
-    }
-    args.expect_dtype(y, plan::FLOAT32, "output 0");
-    return make_kernel([f, n, px = x.as<const float>(), py = y.as<float>()](const StepContext&) {
-      for (int64_t i = 0; i < n; ++i) py[i] = f(px[i]);
-    });
-  };
-}
-
-// dX[i] = f(dY[i], Y[i]) for the activation gradients; all three tensors share one shape.
-template <typename F>
-KernelFactory activation_grad_factory(F f) {
-  return [f](const KernelArgs& args) -> std::unique_ptr<PreparedKernel> {
-    args.expect_inputs(2, 2);
-    args.expect_outputs(1, 1);
-    const TensorView& dy = args.input(0);
-    const TensorView& y = args.input(1);
-    const TensorView& dx = args.output(0);
-    args.expect_same_shape(dy, "dY (input 0)", dx, "dX (output 0)");
-    args.expect_same_shape(y, "Y (input 1)", dx, "dX (output 0)");
-    args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
-    args.expect_dtype(y, plan::FLOAT32, "Y (input 1)");
-    args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
-    const int64_t n = dx.elements();
-    return make_kernel([f, n, pdy = dy.as<const float>(), py = y.as<const float>(),
-                        pdx = dx.as<float>()](const StepContext&) {
-      for (int64_t i = 0; i < n; ++i) pdx[i] = f(pdy[i], py[i]);
-    });
-  };
-}
-
 float sigmoid(float x) {
   if (x >= 0) {
     return 1.0f / (1.0f + std::exp(-x));
@@ -172,11 +125,11 @@ void register_elementwise_kernels(KernelTable& table) {
   table["Tanh"] = unary_factory<false>([](float x) { return std::tanh(x); });
   table["Sigmoid"] = unary_factory<false>(sigmoid);
   table["piper.ReluGrad"] =
-      activation_grad_factory([](float dy, float y) { return y > 0.0f ? dy : 0.0f; });
+      saved_grad_factory([](float dy, float y) { return y > 0.0f ? dy : 0.0f; }, "Y");
   table["piper.TanhGrad"] =
-      activation_grad_factory([](float dy, float y) { return dy * (1.0f - y * y); });
+      saved_grad_factory([](float dy, float y) { return dy * (1.0f - y * y); }, "Y");
   table["piper.SigmoidGrad"] =
-      activation_grad_factory([](float dy, float y) { return dy * y * (1.0f - y); });
+      saved_grad_factory([](float dy, float y) { return dy * y * (1.0f - y); }, "Y");
 }
 
 }  // namespace piper::engine::cpu

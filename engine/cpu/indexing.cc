@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/parallel.h"
 #include "engine/cpu/strided_loop.h"
 #include "formats/error.h"
 
@@ -66,17 +67,18 @@ std::unique_ptr<PreparedKernel> gather_factory(const KernelArgs& args) {
   args.expect_dtype(x, y.dtype, "data (input 0)");
   const GatherGeometry g = gather_geometry(args, x.shape, args.input(1), y.shape, "the output");
   const size_t row = static_cast<size_t>(g.inner) * dtype_size(y.dtype);
-  return make_kernel(
-      [g, row, px = x.as<const uint8_t>(), py = y.as<uint8_t>()](const StepContext&) {
-        uint8_t* out = py;
-        for (int64_t o = 0; o < g.outer; ++o) {
-          const uint8_t* block = px + static_cast<size_t>(o * g.axis_size) * row;
-          for (int64_t j = 0; j < g.count; ++j, out += row) {
-            const int64_t i = checked_index(g.op, g.indices[j], g.axis_size, j);
-            std::memcpy(out, block + static_cast<size_t>(i) * row, row);
-          }
-        }
-      });
+  return make_kernel([g, row, px = x.as<const uint8_t>(),
+                      py = y.as<uint8_t>()](const StepContext&) {
+    parallel_for(g.outer * g.count, (kParallelGrain + g.inner - 1) / std::max<int64_t>(g.inner, 1),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t r = begin; r < end; ++r) {
+                     const int64_t o = r / g.count, j = r % g.count;
+                     const int64_t i = checked_index(g.op, g.indices[j], g.axis_size, j);
+                     std::memcpy(py + static_cast<size_t>(r) * row,
+                                 px + static_cast<size_t>(o * g.axis_size + i) * row, row);
+                   }
+                 });
+  });
 }
 
 // piper.GatherGrad: dX = zeros of X's shape with every row of dY added at its index.
@@ -88,17 +90,23 @@ std::unique_ptr<PreparedKernel> gather_grad_factory(const KernelArgs& args) {
   args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
   args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
   const GatherGeometry g = gather_geometry(args, dx.shape, args.input(1), dy.shape, "dY (input 0)");
+  // Threads split the columns (the inner dimension), so each element adds its rows in index
+  // order whatever the thread count.
   return make_kernel([g, pdy = dy.as<const float>(), pdx = dx.as<float>(),
                       total = dx.elements()](const StepContext&) {
-    std::fill(pdx, pdx + total, 0.0f);
-    const float* in = pdy;
-    for (int64_t o = 0; o < g.outer; ++o) {
-      float* block = pdx + o * g.axis_size * g.inner;
-      for (int64_t j = 0; j < g.count; ++j, in += g.inner) {
-        float* out = block + checked_index(g.op, g.indices[j], g.axis_size, j) * g.inner;
-        for (int64_t k = 0; k < g.inner; ++k) out[k] += in[k];
+    parallel_for(total, kParallelGrain,
+                 [&](int64_t begin, int64_t end) { std::fill(pdx + begin, pdx + end, 0.0f); });
+    const int64_t rows = std::max<int64_t>(g.outer * g.count, 1);
+    parallel_for(g.inner, (kParallelGrain + rows - 1) / rows, [&](int64_t first, int64_t last) {
+      const float* in = pdy;
+      for (int64_t o = 0; o < g.outer; ++o) {
+        float* block = pdx + o * g.axis_size * g.inner;
+        for (int64_t j = 0; j < g.count; ++j, in += g.inner) {
+          float* out = block + checked_index(g.op, g.indices[j], g.axis_size, j) * g.inner;
+          for (int64_t k = first; k < last; ++k) out[k] += in[k];
+        }
       }
-    }
+    });
   });
 }
 

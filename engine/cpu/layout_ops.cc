@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/parallel.h"
 #include "engine/cpu/strided_loop.h"
 #include "formats/error.h"
 
@@ -29,7 +30,7 @@ auto by_element_size(plan::DType dtype, F&& f) {
 template <typename T>
 void strided_copy(const StridedLoop& loop, const T* src, T* dst) {
   const int64_t sd = loop.inner_stride(0), ss = loop.inner_stride(1);
-  loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+  loop.parallel_for_each_row([&](const int64_t* offsets, int64_t n) {
     T* out = dst + offsets[0];
     const T* in = src + offsets[1];
     if (sd == 1 && ss == 1) {
@@ -79,6 +80,15 @@ Pieces pieces(const KernelArgs& args, const TensorView& joined,
   return p;
 }
 
+// Calls f(o) for every outer index o, spread over parallel.h's threads.
+template <typename F>
+void for_each_outer(const Pieces& p, F f) {
+  const auto bytes = static_cast<int64_t>(std::max<size_t>(p.joined_row, 1));
+  parallel_for(p.outer, (4 * kParallelGrain + bytes - 1) / bytes, [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) f(o);
+  });
+}
+
 std::unique_ptr<PreparedKernel> concat_factory(const KernelArgs& args) {
   if (args.num_inputs() < 1) args.fail("takes at least one input, the plan gives none");
   args.expect_outputs(1, 1);
@@ -91,13 +101,13 @@ std::unique_ptr<PreparedKernel> concat_factory(const KernelArgs& args) {
   }
   const Pieces p = pieces(args, y, parts, "input");
   return make_kernel([p, sources, py = y.as<uint8_t>()](const StepContext&) {
-    uint8_t* out = py;
-    for (int64_t o = 0; o < p.outer; ++o) {
+    for_each_outer(p, [&](int64_t o) {
+      uint8_t* out = py + static_cast<size_t>(o) * p.joined_row;
       for (size_t i = 0; i < sources.size(); ++i) {
         std::memcpy(out, sources[i] + static_cast<size_t>(o) * p.part_rows[i], p.part_rows[i]);
         out += p.part_rows[i];
       }
-    }
+    });
   });
 }
 
@@ -127,13 +137,13 @@ std::unique_ptr<PreparedKernel> split_factory(const KernelArgs& args) {
     }
   }
   return make_kernel([p, targets, px = x.as<const uint8_t>()](const StepContext&) {
-    const uint8_t* in = px;
-    for (int64_t o = 0; o < p.outer; ++o) {
+    for_each_outer(p, [&](int64_t o) {
+      const uint8_t* in = px + static_cast<size_t>(o) * p.joined_row;
       for (size_t i = 0; i < targets.size(); ++i) {
         std::memcpy(targets[i] + static_cast<size_t>(o) * p.part_rows[i], in, p.part_rows[i]);
         in += p.part_rows[i];
       }
-    }
+    });
   });
 }
 
@@ -276,10 +286,11 @@ std::unique_ptr<PreparedKernel> slice_kernel(const KernelArgs& args, bool backwa
         strided_copy(walk.loop, px + walk.base, py);
         return;
       }
-      std::fill(py, py + total, T{0});
+      parallel_for(total, kParallelGrain,
+                   [&](int64_t begin, int64_t end) { std::fill(py + begin, py + end, T{0}); });
       const int64_t ss = walk.loop.inner_stride(0), sd = walk.loop.inner_stride(1);
       T* out = py + walk.base;
-      walk.loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+      walk.loop.parallel_for_each_row([&](const int64_t* offsets, int64_t n) {
         for (int64_t i = 0; i < n; ++i) out[offsets[1] + i * sd] = px[offsets[0] + i * ss];
       });
     });
@@ -334,7 +345,7 @@ std::unique_ptr<PreparedKernel> where_factory(const KernelArgs& args) {
     return make_kernel([loop, pc = c.as<const uint8_t>(), px = x.as<const T>(),
                         py = y.as<const T>(), po = out.as<T>()](const StepContext&) {
       const int64_t sc = loop.inner_stride(1), sx = loop.inner_stride(2), sy = loop.inner_stride(3);
-      loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+      loop.parallel_for_each_row([&](const int64_t* offsets, int64_t n) {
         T* o = po + offsets[0];
         const uint8_t* cond = pc + offsets[1];
         const T* a = px + offsets[2];
@@ -369,18 +380,23 @@ std::unique_ptr<PreparedKernel> trilu_factory(const KernelArgs& args) {
     return make_kernel([pk, upper, rows, cols, matrices, px = x.as<const T>(),
                         py = y.as<T>()](const StepContext&) {
       const int64_t k = pk ? *pk : 0;
-      for (int64_t m = 0; m < matrices; ++m) {
-        for (int64_t i = 0; i < rows; ++i) {
-          const T* in = px + (m * rows + i) * cols;
-          T* out = py + (m * rows + i) * cols;
-          // Kept columns [lo, hi).
-          const int64_t lo = upper ? std::clamp(i + k, int64_t{0}, cols) : 0;
-          const int64_t hi = upper ? cols : std::clamp(i + k + 1, int64_t{0}, cols);
-          std::fill(out, out + lo, T{0});
-          if (hi > lo) std::memmove(out + lo, in + lo, static_cast<size_t>(hi - lo) * sizeof(T));
-          std::fill(out + std::max(lo, hi), out + cols, T{0});
-        }
-      }
+      parallel_for(matrices * rows, (kParallelGrain + cols - 1) / std::max<int64_t>(cols, 1),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t r = begin; r < end; ++r) {
+                       const int64_t i = r % rows;
+                       const T* in = px + r * cols;
+                       T* out = py + r * cols;
+                       // Kept columns [lo, hi).
+                       const int64_t lo = upper ? std::max<int64_t>(0, std::min(i + k, cols)) : 0;
+                       const int64_t hi =
+                           upper ? cols : std::max<int64_t>(0, std::min(i + k + 1, cols));
+                       std::fill(out, out + lo, T{0});
+                       if (hi > lo) {
+                         std::memmove(out + lo, in + lo, static_cast<size_t>(hi - lo) * sizeof(T));
+                       }
+                       std::fill(out + std::max(lo, hi), out + cols, T{0});
+                     }
+                   });
     });
   });
 }

@@ -50,26 +50,22 @@ std::unique_ptr<PreparedKernel> sce_factory(const KernelArgs& args) {
     log_prob = lp.as<float>();
   }
   return make_kernel([g, log_prob, out = loss.as<float>()](const StepContext&) {
-    double total = 0.0;
-    double weight_sum = 0.0;
-    for (int64_t i = 0; i < g.n; ++i) {
-      for (int64_t j = 0; j < g.d; ++j) {
-        const double lse = g.log_sum_exp(i, j);
-        const float* x = g.scores + i * g.c * g.d + j;
-        if (log_prob != nullptr) {
-          float* lp = log_prob + i * g.c * g.d + j;
-          for (int64_t k = 0; k < g.c; ++k) lp[k * g.d] = static_cast<float>(x[k * g.d] - lse);
-        }
-        int64_t label = 0;
-        const float w = g.label_weight(i, j, &label);
-        const double value = w == 0.0f ? 0.0 : -(x[label * g.d] - lse) * w;
-        weight_sum += w;
-        total += value;
-        if (g.reduction == Reduction::kNone) out[i * g.d + j] = static_cast<float>(value);
+    const LossSums sums = sum_positions(g, [&](int64_t i, int64_t j, double* weight) {
+      const double lse = g.log_sum_exp(i, j);
+      const float* x = g.scores + i * g.c * g.d + j;
+      if (log_prob != nullptr) {
+        float* lp = log_prob + i * g.c * g.d + j;
+        for (int64_t k = 0; k < g.c; ++k) lp[k * g.d] = static_cast<float>(x[k * g.d] - lse);
       }
-    }
-    if (g.reduction == Reduction::kSum) out[0] = static_cast<float>(total);
-    if (g.reduction == Reduction::kMean) out[0] = static_cast<float>(total / weight_sum);
+      int64_t label = 0;
+      const float w = g.label_weight(i, j, &label);
+      const double value = w == 0.0f ? 0.0 : -(x[label * g.d] - lse) * w;
+      *weight = w;
+      if (g.reduction == Reduction::kNone) out[i * g.d + j] = static_cast<float>(value);
+      return value;
+    });
+    if (g.reduction == Reduction::kSum) out[0] = static_cast<float>(sums.loss);
+    if (g.reduction == Reduction::kMean) out[0] = static_cast<float>(sums.loss / sums.weight);
   });
 }
 
@@ -90,25 +86,23 @@ std::unique_ptr<PreparedKernel> sce_grad_factory(const KernelArgs& args) {
       [g, pdl = dl.as<const float>(), out = dscores.as<float>()](const StepContext&) {
         double scale = 1.0;
         if (g.reduction == Reduction::kMean) scale = 1.0 / g.weight_sum();
-        for (int64_t i = 0; i < g.n; ++i) {
-          for (int64_t j = 0; j < g.d; ++j) {
-            const float* x = g.scores + i * g.c * g.d + j;
-            float* dx = out + i * g.c * g.d + j;
-            int64_t label = 0;
-            const float w = g.label_weight(i, j, &label);
-            if (w == 0.0f) {
-              for (int64_t k = 0; k < g.c; ++k) dx[k * g.d] = 0.0f;
-              continue;
-            }
-            const double upstream = g.reduction == Reduction::kNone ? pdl[i * g.d + j] : pdl[0];
-            const double factor = upstream * scale * w;
-            const double lse = g.log_sum_exp(i, j);
-            for (int64_t k = 0; k < g.c; ++k) {
-              const double p = std::exp(static_cast<double>(x[k * g.d]) - lse);
-              dx[k * g.d] = static_cast<float>(factor * (p - (k == label ? 1.0 : 0.0)));
-            }
+        for_each_position(g, [&](int64_t i, int64_t j) {
+          const float* x = g.scores + i * g.c * g.d + j;
+          float* dx = out + i * g.c * g.d + j;
+          int64_t label = 0;
+          const float w = g.label_weight(i, j, &label);
+          if (w == 0.0f) {
+            for (int64_t k = 0; k < g.c; ++k) dx[k * g.d] = 0.0f;
+            return;
           }
-        }
+          const double upstream = g.reduction == Reduction::kNone ? pdl[i * g.d + j] : pdl[0];
+          const double factor = upstream * scale * w;
+          const double lse = g.log_sum_exp(i, j);
+          for (int64_t k = 0; k < g.c; ++k) {
+            const double p = std::exp(static_cast<double>(x[k * g.d]) - lse);
+            dx[k * g.d] = static_cast<float>(factor * (p - (k == label ? 1.0 : 0.0)));
+          }
+        });
       });
 }
 

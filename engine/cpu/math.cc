@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "engine/cpu/elementwise_map.h"
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/nary_fold.h"
 #include "engine/cpu/strided_loop.h"
@@ -26,7 +27,7 @@ void ternary_rows(const StridedLoop& loop, float* out, const A* a, const B* b, c
   const int64_t sa = loop.inner_stride(1);
   const int64_t sb = loop.inner_stride(2);
   const int64_t sc = loop.inner_stride(3);
-  loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+  loop.parallel_for_each_row([&](const int64_t* offsets, int64_t n) {
     float* y = out + offsets[0];
     const A* pa = a + offsets[1];
     const B* pb = b + offsets[2];
@@ -68,21 +69,23 @@ std::unique_ptr<PreparedKernel> make_pow(const TensorView& a, const TensorView& 
     if constexpr (std::is_floating_point_v<T>) {
       if (scalar_exponent) {
         const float e = static_cast<float>(pb[0]);
-        if (e == 2.0f) {
-          for (int64_t i = 0; i < n; ++i) py[i] = pa[i] * pa[i];
-        } else if (e == 3.0f) {
-          for (int64_t i = 0; i < n; ++i) py[i] = pa[i] * pa[i] * pa[i];
-        } else if (e == 1.0f) {
-          for (int64_t i = 0; i < n; ++i) py[i] = pa[i];
-        } else {
-          for (int64_t i = 0; i < n; ++i) py[i] = std::pow(pa[i], e);
-        }
+        parallel_for(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+          if (e == 2.0f) {
+            for (int64_t i = begin; i < end; ++i) py[i] = pa[i] * pa[i];
+          } else if (e == 3.0f) {
+            for (int64_t i = begin; i < end; ++i) py[i] = pa[i] * pa[i] * pa[i];
+          } else if (e == 1.0f) {
+            for (int64_t i = begin; i < end; ++i) py[i] = pa[i];
+          } else {
+            for (int64_t i = begin; i < end; ++i) py[i] = std::pow(pa[i], e);
+          }
+        });
         return;
       }
     }
     const int64_t sa = loop.inner_stride(1);
     const int64_t sb = loop.inner_stride(2);
-    loop.for_each_row([&](const int64_t* offsets, int64_t count) {
+    loop.parallel_for_each_row([&](const int64_t* offsets, int64_t count) {
       T* out = py + offsets[0];
       const T* x = pa + offsets[1];
       const E* e = pb + offsets[2];
@@ -167,46 +170,6 @@ std::unique_ptr<PreparedKernel> pow_exponent_grad_factory(const KernelArgs& args
   });
 }
 
-// A same-shape float32 map y[i] = f(x[i]).
-template <typename F>
-KernelFactory unary_factory(F f) {
-  return [f](const KernelArgs& args) -> std::unique_ptr<PreparedKernel> {
-    args.expect_inputs(1, 1);
-    args.expect_outputs(1, 1);
-    const TensorView& x = args.input(0);
-    const TensorView& y = args.output(0);
-    args.expect_same_shape(x, "input 0", y, "output 0");
-    args.expect_dtype(x, plan::FLOAT32, "input 0");
-    args.expect_dtype(y, plan::FLOAT32, "output 0");
-    return make_kernel(
-        [f, n = y.elements(), px = x.as<const float>(), py = y.as<float>()](const StepContext&) {
-          for (int64_t i = 0; i < n; ++i) py[i] = f(px[i]);
-        });
-  };
-}
-
-// dX[i] = f(dY[i], S[i]) with a saved tensor S (an output or input of the forward op).
-template <typename F>
-KernelFactory saved_grad_factory(F f, const char* saved) {
-  return [f, saved](const KernelArgs& args) -> std::unique_ptr<PreparedKernel> {
-    args.expect_inputs(2, 2);
-    args.expect_outputs(1, 1);
-    const TensorView& dy = args.input(0);
-    const TensorView& s = args.input(1);
-    const TensorView& dx = args.output(0);
-    const std::string saved_what = std::string(saved) + " (input 1)";
-    args.expect_same_shape(dy, "dY (input 0)", dx, "dX (output 0)");
-    args.expect_same_shape(s, saved_what, dx, "dX (output 0)");
-    args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
-    args.expect_dtype(s, plan::FLOAT32, saved_what);
-    args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
-    return make_kernel([f, n = dx.elements(), pdy = dy.as<const float>(), ps = s.as<const float>(),
-                        pdx = dx.as<float>()](const StepContext&) {
-      for (int64_t i = 0; i < n; ++i) pdx[i] = f(pdy[i], ps[i]);
-    });
-  };
-}
-
 // Max and Min: y = the largest (smallest) of the inputs broadcast to y; float32 or int64.
 // NaN propagates, as in PyTorch's maximum/minimum.
 template <bool kMax>
@@ -260,7 +223,7 @@ std::unique_ptr<PreparedKernel> max_min_grad_factory(const KernelArgs& args) {
     std::fill(ties.begin(), ties.end(), 0.0f);
     for (size_t k = 0; k < loops.size(); ++k) {
       const int64_t s = loops[k].inner_stride(1);
-      loops[k].for_each_row([&](const int64_t* offsets, int64_t n) {
+      loops[k].parallel_for_each_row([&](const int64_t* offsets, int64_t n) {
         float* count = ties.data() + offsets[0];
         const float* out = py + offsets[0];
         const float* in = xs[k] + offsets[1];
@@ -269,7 +232,7 @@ std::unique_ptr<PreparedKernel> max_min_grad_factory(const KernelArgs& args) {
     }
     const StridedLoop& loop = loops[static_cast<size_t>(which)];
     const int64_t s = loop.inner_stride(1);
-    loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+    loop.parallel_for_each_row([&](const int64_t* offsets, int64_t n) {
       const int64_t o = offsets[0];
       const float* in = xs[static_cast<size_t>(which)] + offsets[1];
       for (int64_t i = 0; i < n; ++i) {
@@ -283,11 +246,11 @@ std::unique_ptr<PreparedKernel> max_min_grad_factory(const KernelArgs& args) {
 
 void register_math_kernels(KernelTable& table) {
   table["Pow"] = pow_factory;
-  table["Sqrt"] = unary_factory([](float x) { return std::sqrt(x); });
-  table["Reciprocal"] = unary_factory([](float x) { return 1.0f / x; });
-  table["Exp"] = unary_factory([](float x) { return std::exp(x); });
-  table["Log"] = unary_factory([](float x) { return std::log(x); });
-  table["Erf"] = unary_factory([](float x) { return std::erf(x); });
+  table["Sqrt"] = unary_factory<false>([](float x) { return std::sqrt(x); });
+  table["Reciprocal"] = unary_factory<false>([](float x) { return 1.0f / x; });
+  table["Exp"] = unary_factory<false>([](float x) { return std::exp(x); });
+  table["Log"] = unary_factory<false>([](float x) { return std::log(x); });
+  table["Erf"] = unary_factory<false>([](float x) { return std::erf(x); });
   table["Max"] = nary_fold_factory<ExtremumFold<true>>;
   table["Min"] = nary_fold_factory<ExtremumFold<false>>;
   table["piper.PowBaseGrad"] = pow_base_grad_factory;

@@ -7,34 +7,33 @@
 
 namespace piper::engine::cpu {
 
-// `Combine` is a functor with `template <typename T> T operator()(T accumulated, T x)`.
+// `Combine` is a functor with `template <typename T> T operator()(T accumulated, T x)`. One
+// pass over y: every input is an operand of one loop.
 template <typename T, typename Combine>
 std::unique_ptr<PreparedKernel> make_nary_fold(const KernelArgs& args) {
   const TensorView& y = args.output(0);
-  std::vector<StridedLoop> loops;
+  std::vector<std::vector<int64_t>> strides = {contiguous_strides(y.shape)};
   std::vector<const T*> inputs;
   for (size_t i = 0; i < args.num_inputs(); ++i) {
-    const TensorView& x = args.input(i);
-    loops.emplace_back(y.shape,
-                       std::vector<std::vector<int64_t>>{contiguous_strides(y.shape),
-                                                         broadcast_strides(x.shape, y.shape)});
-    inputs.push_back(x.as<const T>());
+    strides.push_back(broadcast_strides(args.input(i).shape, y.shape));
+    inputs.push_back(args.input(i).as<const T>());
   }
-  return make_kernel([loops, inputs, py = y.as<T>()](const StepContext&) {
-    for (size_t k = 0; k < loops.size(); ++k) {
-      const StridedLoop& loop = loops[k];
-      const int64_t s = loop.inner_stride(1);
-      const T* x = inputs[k];
-      loop.for_each_row([&](const int64_t* offsets, int64_t n) {
-        T* out = py + offsets[0];
-        const T* in = x + offsets[1];
+  const StridedLoop loop(y.shape, strides);
+  return make_kernel([loop, inputs, py = y.as<T>()](const StepContext&) {
+    loop.parallel_for_each_row([&](const int64_t* offsets, int64_t n) {
+      T* out = py + offsets[0];
+      for (size_t k = 0; k < inputs.size(); ++k) {
+        const T* in = inputs[k] + offsets[k + 1];
+        const int64_t s = loop.inner_stride(k + 1);
         if (k == 0) {
           for (int64_t i = 0; i < n; ++i) out[i] = in[i * s];
+        } else if (s == 1) {
+          for (int64_t i = 0; i < n; ++i) out[i] = Combine{}(out[i], in[i]);
         } else {
           for (int64_t i = 0; i < n; ++i) out[i] = Combine{}(out[i], in[i * s]);
         }
-      });
-    }
+      }
+    });
   });
 }
 

@@ -25,20 +25,16 @@ std::unique_ptr<PreparedKernel> nll_factory(const KernelArgs& args) {
   const TensorView& loss = args.output(0);
   check_loss_shape(args, g, loss, target, "loss (output 0)");
   return make_kernel([g, px = input.as<const float>(), out = loss.as<float>()](const StepContext&) {
-    double total = 0.0, weight_sum = 0.0;
-    for (int64_t i = 0; i < g.n; ++i) {
-      for (int64_t j = 0; j < g.d; ++j) {
-        int64_t t = 0;
-        const float w = g.label_weight(i, j, &t);
-        const double value =
-            w == 0.0f ? 0.0 : -static_cast<double>(px[(i * g.c + t) * g.d + j]) * w;
-        weight_sum += w;
-        total += value;
-        if (g.reduction == Reduction::kNone) out[i * g.d + j] = static_cast<float>(value);
-      }
-    }
-    if (g.reduction == Reduction::kSum) out[0] = static_cast<float>(total);
-    if (g.reduction == Reduction::kMean) out[0] = static_cast<float>(total / weight_sum);
+    const LossSums sums = sum_positions(g, [&](int64_t i, int64_t j, double* weight) {
+      int64_t t = 0;
+      const float w = g.label_weight(i, j, &t);
+      const double value = w == 0.0f ? 0.0 : -static_cast<double>(px[(i * g.c + t) * g.d + j]) * w;
+      *weight = w;
+      if (g.reduction == Reduction::kNone) out[i * g.d + j] = static_cast<float>(value);
+      return value;
+    });
+    if (g.reduction == Reduction::kSum) out[0] = static_cast<float>(sums.loss);
+    if (g.reduction == Reduction::kMean) out[0] = static_cast<float>(sums.loss / sums.weight);
   });
 }
 
@@ -58,7 +54,8 @@ std::unique_ptr<PreparedKernel> nll_grad_factory(const KernelArgs& args) {
   return make_kernel([g, pdl = dl.as<const float>(), out = dinput.as<float>(),
                       total = dinput.elements()](const StepContext&) {
     const double scale = g.reduction == Reduction::kMean ? 1.0 / g.weight_sum() : 1.0;
-    std::fill(out, out + total, 0.0f);
+    parallel_for(total, kParallelGrain,
+                 [&](int64_t begin, int64_t end) { std::fill(out + begin, out + end, 0.0f); });
     for (int64_t i = 0; i < g.n; ++i) {
       for (int64_t j = 0; j < g.d; ++j) {
         int64_t t = 0;

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/parallel.h"
 #include "formats/error.h"
 
 namespace piper::engine::cpu {
@@ -80,23 +81,27 @@ void softmax_row(const float* x, float* y, int64_t n) {
   }
 }
 
-// Runs row(in..., out, n) over every [outer, n, inner] row of the operands, gathering strided
-// rows (inner > 1) into scratch and scattering the result back.
+// Runs row(in..., out) over every [outer, n, inner] row of the operands, rows spread over
+// parallel.h's threads; strided rows (inner > 1) are gathered into scratch and the result
+// scattered back.
 template <size_t kIn, typename Row>
 void for_each_axis_row(const AxisView& v, const std::array<const float*, kIn>& in, float* out,
-                       std::vector<float>& scratch, Row row) {
+                       Row row) {
+  const int64_t grain = (kParallelGrain + v.n - 1) / v.n;
   if (v.inner == 1) {
-    for (int64_t o = 0; o < v.outer; ++o) {
-      std::array<const float*, kIn> rows;
-      for (size_t k = 0; k < kIn; ++k) rows[k] = in[k] + o * v.n;
-      row(rows, out + o * v.n);
-    }
+    parallel_for(v.outer, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t o = begin; o < end; ++o) {
+        std::array<const float*, kIn> rows;
+        for (size_t k = 0; k < kIn; ++k) rows[k] = in[k] + o * v.n;
+        row(rows, out + o * v.n);
+      }
+    });
     return;
   }
-  scratch.resize(static_cast<size_t>(v.n * (kIn + 1)));
-  for (int64_t o = 0; o < v.outer; ++o) {
-    for (int64_t j = 0; j < v.inner; ++j) {
-      const int64_t base = o * v.n * v.inner + j;
+  parallel_for(v.outer * v.inner, grain, [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(static_cast<size_t>(v.n * (kIn + 1)));
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t base = r / v.inner * v.n * v.inner + r % v.inner;
       std::array<const float*, kIn> rows;
       for (size_t k = 0; k < kIn; ++k) {
         float* gathered = scratch.data() + k * v.n;
@@ -107,7 +112,7 @@ void for_each_axis_row(const AxisView& v, const std::array<const float*, kIn>& i
       row(rows, result);
       for (int64_t i = 0; i < v.n; ++i) out[base + i * v.inner] = result[i];
     }
-  }
+  });
 }
 
 template <bool kLog>
@@ -120,13 +125,10 @@ std::unique_ptr<PreparedKernel> softmax_factory(const KernelArgs& args) {
   args.expect_dtype(y, plan::FLOAT32, "output 0");
   args.expect_same_shape(x, "input 0", y, "output 0");
   const AxisView v = axis_view(args, x.shape, args.attributes().get_int("axis", -1));
-  std::vector<float> scratch;
-  return make_kernel(
-      [v, scratch, px = x.as<const float>(), py = y.as<float>()](const StepContext&) mutable {
-        for_each_axis_row<1>(v, {px}, py, scratch, [&](const auto& rows, float* out) {
-          softmax_row<kLog>(rows[0], out, v.n);
-        });
-      });
+  return make_kernel([v, px = x.as<const float>(), py = y.as<float>()](const StepContext&) {
+    for_each_axis_row<1>(
+        v, {px}, py, [&](const auto& rows, float* out) { softmax_row<kLog>(rows[0], out, v.n); });
+  });
 }
 
 // piper.SoftmaxGrad(dY, Y): dX = Y · (dY − Σ dY·Y); piper.LogSoftmaxGrad(dY, Y):
@@ -144,10 +146,9 @@ std::unique_ptr<PreparedKernel> softmax_grad_factory(const KernelArgs& args) {
   args.expect_same_shape(dy, "dY (input 0)", dx, "dX (output 0)");
   args.expect_same_shape(y, "Y (input 1)", dx, "dX (output 0)");
   const AxisView v = axis_view(args, y.shape, args.attributes().get_int("axis", -1));
-  std::vector<float> scratch;
-  return make_kernel([v, scratch, pdy = dy.as<const float>(), py = y.as<const float>(),
-                      pdx = dx.as<float>()](const StepContext&) mutable {
-    for_each_axis_row<2>(v, {pdy, py}, pdx, scratch, [&](const auto& rows, float* out) {
+  return make_kernel([v, pdy = dy.as<const float>(), py = y.as<const float>(),
+                      pdx = dx.as<float>()](const StepContext&) {
+    for_each_axis_row<2>(v, {pdy, py}, pdx, [&](const auto& rows, float* out) {
       const float* g = rows[0];
       const float* s = rows[1];
       if (kLog) {
@@ -238,22 +239,27 @@ std::unique_ptr<PreparedKernel> layer_norm_factory(const KernelArgs& args) {
                       py = y.as<float>()](const StepContext&) {
     const int64_t n = v.n;
     const float inv_n = 1.0f / static_cast<float>(n);
-    for (int64_t r = 0; r < v.rows; ++r) {
-      const float* in = px + r * n;
-      float* out = py + r * n;
-      const float mean = row_sum(in, n) * inv_n;
-      for (int64_t i = 0; i < n; ++i) out[i] = in[i] - mean;
-      const float inv = 1.0f / std::sqrt(row_dot(out, out, n) * inv_n + epsilon);
-      if (bias != nullptr) {
-        for (int64_t i = 0; i < n; ++i) out[i] = out[i] * inv * scale[i] + bias[i];
-      } else {
-        for (int64_t i = 0; i < n; ++i) out[i] = out[i] * inv * scale[i];
+    parallel_for(v.rows, (kParallelGrain + n - 1) / n, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* in = px + r * n;
+        float* out = py + r * n;
+        const float mean = row_sum(in, n) * inv_n;
+        for (int64_t i = 0; i < n; ++i) out[i] = in[i] - mean;
+        const float inv = 1.0f / std::sqrt(row_dot(out, out, n) * inv_n + epsilon);
+        if (bias != nullptr) {
+          for (int64_t i = 0; i < n; ++i) out[i] = out[i] * inv * scale[i] + bias[i];
+        } else {
+          for (int64_t i = 0; i < n; ++i) out[i] = out[i] * inv * scale[i];
+        }
+        if (mean_out != nullptr) mean_out[r] = mean;
+        if (inv_out != nullptr) inv_out[r] = inv;
       }
-      if (mean_out != nullptr) mean_out[r] = mean;
-      if (inv_out != nullptr) inv_out[r] = inv;
-    }
+    });
   });
 }
+
+// Blocks of rows LayerNormalizationGrad sums dScale and dBias in, at most.
+constexpr int64_t kMaxGradBlocks = 64;
 
 // piper.LayerNormalizationGrad(dY, X, Scale, Mean, InvStdDev) → dX, dScale, dBias (each
 // optional). With x̂ = (X − Mean)·InvStdDev and g = dY·Scale, per row:
@@ -286,35 +292,53 @@ std::unique_ptr<PreparedKernel> layer_norm_grad_factory(const KernelArgs& args) 
     check_affine(args, x, v, args.output(2), "dBias (output 2)");
     dbias = args.output(2).as<float>();
   }
-  std::vector<float> scratch(static_cast<size_t>(2 * v.n));
-  return make_kernel([v, scratch, dx, dscale, dbias, pdy = dy.as<const float>(),
+  // dScale and dBias sum over rows: each block of rows sums its own part, and the blocks' parts
+  // are added in order, so the sums do not depend on the thread count.
+  const int64_t blocks = std::min(kMaxGradBlocks, (v.rows + 15) / 16);
+  std::vector<float> parts(static_cast<size_t>(2 * blocks * v.n));
+  return make_kernel([v, blocks, parts, dx, dscale, dbias, pdy = dy.as<const float>(),
                       px = x.as<const float>(), scale = args.input(2).as<const float>(),
                       mean = args.input(3).as<const float>(),
                       inv_std = args.input(4).as<const float>()](const StepContext&) mutable {
     const int64_t n = v.n;
     const float inv_n = 1.0f / static_cast<float>(n);
-    float* xhat = scratch.data();
-    float* g = scratch.data() + n;
-    if (dscale != nullptr) std::fill(dscale, dscale + n, 0.0f);
-    if (dbias != nullptr) std::fill(dbias, dbias + n, 0.0f);
-    for (int64_t r = 0; r < v.rows; ++r) {
-      const float* d = pdy + r * n;
-      const float* in = px + r * n;
-      const float m = mean[r];
-      const float inv = inv_std[r];
-      for (int64_t i = 0; i < n; ++i) xhat[i] = (in[i] - m) * inv;
-      if (dscale != nullptr) {
-        for (int64_t i = 0; i < n; ++i) dscale[i] += d[i] * xhat[i];
+    const int64_t block_rows = std::max<int64_t>(1, (v.rows + blocks - 1) / blocks);
+    parallel_for(blocks, (kParallelGrain + block_rows * n - 1) / (block_rows * n),
+                 [&](int64_t first, int64_t last) {
+                   std::vector<float> scratch(static_cast<size_t>(2 * n));
+                   float* xhat = scratch.data();
+                   float* g = scratch.data() + n;
+                   for (int64_t b = first; b < last; ++b) {
+                     float* block_dscale = parts.data() + 2 * b * n;
+                     float* block_dbias = block_dscale + n;
+                     std::fill(block_dscale, block_dscale + 2 * n, 0.0f);
+                     for (int64_t r = b * block_rows; r < std::min(v.rows, (b + 1) * block_rows);
+                          ++r) {
+                       const float* d = pdy + r * n;
+                       const float* in = px + r * n;
+                       const float m = mean[r];
+                       const float inv = inv_std[r];
+                       for (int64_t i = 0; i < n; ++i) xhat[i] = (in[i] - m) * inv;
+                       for (int64_t i = 0; i < n; ++i) block_dscale[i] += d[i] * xhat[i];
+                       for (int64_t i = 0; i < n; ++i) block_dbias[i] += d[i];
+                       if (dx == nullptr) continue;
+                       for (int64_t i = 0; i < n; ++i) g[i] = d[i] * scale[i];
+                       const float mean_g = row_sum(g, n) * inv_n;
+                       const float mean_gx = row_dot(g, xhat, n) * inv_n;
+                       float* out = dx + r * n;
+                       for (int64_t i = 0; i < n; ++i)
+                         out[i] = inv * (g[i] - mean_g - xhat[i] * mean_gx);
+                     }
+                   }
+                 });
+    for (int64_t i = 0; i < n; ++i) {
+      double sum_dscale = 0.0, sum_dbias = 0.0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        sum_dscale += parts[2 * b * n + i];
+        sum_dbias += parts[(2 * b + 1) * n + i];
       }
-      if (dbias != nullptr) {
-        for (int64_t i = 0; i < n; ++i) dbias[i] += d[i];
-      }
-      if (dx == nullptr) continue;
-      for (int64_t i = 0; i < n; ++i) g[i] = d[i] * scale[i];
-      const float mean_g = row_sum(g, n) * inv_n;
-      const float mean_gx = row_dot(g, xhat, n) * inv_n;
-      float* out = dx + r * n;
-      for (int64_t i = 0; i < n; ++i) out[i] = inv * (g[i] - mean_g - xhat[i] * mean_gx);
+      if (dscale != nullptr) dscale[i] = static_cast<float>(sum_dscale);
+      if (dbias != nullptr) dbias[i] = static_cast<float>(sum_dbias);
     }
   });
 }

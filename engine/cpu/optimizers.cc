@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/parallel.h"
 
 namespace piper::engine::cpu {
 namespace {
@@ -42,15 +43,17 @@ std::unique_ptr<PreparedKernel> sgd_factory(const KernelArgs& args) {
                       keep = static_cast<float>(1.0 - dampening),
                       wd = static_cast<float>(weight_decay), nesterov](const StepContext& context) {
     const bool first = context.step == 1;
-    for (int64_t i = 0; i < n; ++i) {
-      float g = pg[i];
-      if (wd != 0.0f) g += wd * pp[i];
-      if (m != nullptr) {
-        m[i] = first ? g : mu * m[i] + keep * g;
-        g = nesterov ? g + mu * m[i] : m[i];
+    parallel_for(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        float g = pg[i];
+        if (wd != 0.0f) g += wd * pp[i];
+        if (m != nullptr) {
+          m[i] = first ? g : mu * m[i] + keep * g;
+          g = nesterov ? g + mu * m[i] : m[i];
+        }
+        pp[i] -= lr * g;
       }
-      pp[i] -= lr * g;
-    }
+    });
   });
 }
 
@@ -76,14 +79,16 @@ std::unique_ptr<PreparedKernel> adamw_factory(const KernelArgs& args) {
     const float step_size = static_cast<float>(lr / (1.0 - std::pow(beta1, t)));
     const float bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, t)));
     const float epsilon = static_cast<float>(eps);
-    for (int64_t i = 0; i < n; ++i) {
-      const float g = pg[i];
-      pp[i] *= decay;
-      pm[i] = pm[i] * b1 + one_minus_b1 * g;
-      pv[i] = pv[i] * b2 + one_minus_b2 * g * g;
-      const float denom = std::sqrt(pv[i]) / bias_correction2_sqrt + epsilon;
-      pp[i] -= step_size * (pm[i] / denom);
-    }
+    parallel_for(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const float g = pg[i];
+        pp[i] *= decay;
+        pm[i] = pm[i] * b1 + one_minus_b1 * g;
+        pv[i] = pv[i] * b2 + one_minus_b2 * g * g;
+        const float denom = std::sqrt(pv[i]) / bias_correction2_sqrt + epsilon;
+        pp[i] -= step_size * (pm[i] / denom);
+      }
+    });
   });
 }
 

@@ -6,35 +6,73 @@
 #include <set>
 
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/parallel.h"
 #include "engine/cpu/strided_loop.h"
 #include "formats/error.h"
 
 namespace piper::engine::cpu {
 namespace {
 
+// Slabs a reduction is cut into at most; any count gives the same sums (see slab_loops).
+constexpr int64_t kReductionSlabs = 16;
+
+// The loop over X (operand 0, contiguous) and its reduced shape `kept` (operand 1: a shape
+// that broadcasts to X's, 1 or missing at the reduced axes), cut into slabs along X's
+// outermost dimension that is not reduced, so that slabs write disjoint reduced elements; one
+// slab when every dimension is reduced. Slabs along the innermost dimension keep at least 16
+// elements of each row.
+std::vector<StridedLoop> reduction_slabs(const Shape& x, const Shape& kept) {
+  const std::vector<std::vector<int64_t>> strides = {contiguous_strides(x),
+                                                     broadcast_strides(kept, x)};
+  for (size_t d = 0; d < x.size(); ++d) {
+    if (x[d] > 1 && strides[1][d] != 0) {
+      const int64_t count =
+          d + 1 == x.size() ? std::min(kReductionSlabs, x[d] / 16) : kReductionSlabs;
+      return slab_loops(x, strides, d, count);
+    }
+  }
+  return {StridedLoop(x, strides)};
+}
+
+// Runs body(slab) for every slab on parallel.h's threads.
+template <typename F>
+void for_each_slab(const std::vector<StridedLoop>& slabs, F body) {
+  const auto count = static_cast<int64_t>(slabs.size());
+  const int64_t per_slab = std::max<int64_t>(slabs.empty() ? 1 : slabs[0].total(), 1);
+  parallel_for(count, (kParallelGrain + per_slab - 1) / per_slab, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) body(slabs[static_cast<size_t>(i)]);
+  });
+}
+
 // y = scale * (x summed over the dimensions where `kept` is 1 and x's is not), with `kept`
 // (x's shape with 1 at reduced axes) broadcasting to x's shape. Accumulates in double.
 std::unique_ptr<PreparedKernel> make_reduction(const TensorView& x, const Shape& kept,
                                                const TensorView& y, double scale) {
-  const StridedLoop loop(x.shape, {contiguous_strides(x.shape), broadcast_strides(kept, x.shape)});
   std::vector<double> acc(static_cast<size_t>(num_elements(kept)));
-  return make_kernel(
-      [loop, acc, scale, px = x.as<const float>(), py = y.as<float>()](const StepContext&) mutable {
-        std::fill(acc.begin(), acc.end(), 0.0);
-        const int64_t s = loop.inner_stride(1);
-        loop.for_each_row([&](const int64_t* offsets, int64_t n) {
-          const float* in = px + offsets[0];
-          double* out = acc.data() + offsets[1];
-          if (s == 0) {
-            double sum = 0.0;
-            for (int64_t i = 0; i < n; ++i) sum += in[i];
-            out[0] += sum;
-          } else {
-            for (int64_t i = 0; i < n; ++i) out[i * s] += in[i];
-          }
-        });
-        for (size_t i = 0; i < acc.size(); ++i) py[i] = static_cast<float>(acc[i] * scale);
+  return make_kernel([slabs = reduction_slabs(x.shape, kept), acc, scale, px = x.as<const float>(),
+                      py = y.as<float>()](const StepContext&) mutable {
+    const auto m = static_cast<int64_t>(acc.size());
+    parallel_for(m, kParallelGrain, [&](int64_t begin, int64_t end) {
+      std::fill(acc.begin() + begin, acc.begin() + end, 0.0);
+    });
+    for_each_slab(slabs, [&](const StridedLoop& loop) {
+      const int64_t s = loop.inner_stride(1);
+      loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+        const float* in = px + offsets[0];
+        double* out = acc.data() + offsets[1];
+        if (s == 0) {
+          double sum = 0.0;
+          for (int64_t i = 0; i < n; ++i) sum += in[i];
+          out[0] += sum;
+        } else {
+          for (int64_t i = 0; i < n; ++i) out[i * s] += in[i];
+        }
       });
+    });
+    parallel_for(m, kParallelGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) py[i] = static_cast<float>(acc[i] * scale);
+    });
+  });
 }
 
 // Normalizes ONNX axes (negative count from the end), checking range and duplicates.
@@ -186,7 +224,7 @@ std::unique_ptr<PreparedKernel> broadcast_to_factory(const KernelArgs& args) {
   return make_kernel(
       [loop, scale, px = x.as<const float>(), py = y.as<float>()](const StepContext&) {
         const int64_t s = loop.inner_stride(1);
-        loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+        loop.parallel_for_each_row([&](const int64_t* offsets, int64_t n) {
           float* out = py + offsets[0];
           const float* in = px + offsets[1];
           for (int64_t i = 0; i < n; ++i) out[i] = scale * in[i * s];
@@ -213,26 +251,27 @@ std::unique_ptr<PreparedKernel> reduce_max_factory(const KernelArgs& args) {
   }
   int64_t count = 1;
   const Shape kept = kept_shape(args, x, y, axes, &count);
-  const StridedLoop loop(x.shape, {contiguous_strides(x.shape), broadcast_strides(kept, x.shape)});
-  return make_kernel(
-      [loop, m = y.elements(), px = x.as<const float>(), py = y.as<float>()](const StepContext&) {
-        std::fill(py, py + m, -std::numeric_limits<float>::infinity());
-        const int64_t s = loop.inner_stride(1);
-        const auto pick = [](float current, float v) {
-          return v > current || std::isnan(v) ? v : current;
-        };
-        loop.for_each_row([&](const int64_t* offsets, int64_t n) {
-          const float* in = px + offsets[0];
-          float* out = py + offsets[1];
-          if (s == 0) {
-            float best = out[0];
-            for (int64_t i = 0; i < n; ++i) best = pick(best, in[i]);
-            out[0] = best;
-          } else {
-            for (int64_t i = 0; i < n; ++i) out[i * s] = pick(out[i * s], in[i]);
-          }
-        });
+  return make_kernel([slabs = reduction_slabs(x.shape, kept), m = y.elements(),
+                      px = x.as<const float>(), py = y.as<float>()](const StepContext&) {
+    std::fill(py, py + m, -std::numeric_limits<float>::infinity());
+    const auto pick = [](float current, float v) {
+      return v > current || std::isnan(v) ? v : current;
+    };
+    for_each_slab(slabs, [&](const StridedLoop& loop) {
+      const int64_t s = loop.inner_stride(1);
+      loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+        const float* in = px + offsets[0];
+        float* out = py + offsets[1];
+        if (s == 0) {
+          float best = out[0];
+          for (int64_t i = 0; i < n; ++i) best = pick(best, in[i]);
+          out[0] = best;
+        } else {
+          for (int64_t i = 0; i < n; ++i) out[i * s] = pick(out[i * s], in[i]);
+        }
       });
+    });
+  });
 }
 
 // piper.ReduceMaxGrad(dY, X, Y), attribute `axes` (the reduced axes of X; none when empty):
@@ -259,27 +298,29 @@ std::unique_ptr<PreparedKernel> reduce_max_grad_factory(const KernelArgs& args) 
               " must hold one element per reduced group of X " + shape_string(x.shape) + " (" +
               shape_string(kept) + ")");
   }
-  const StridedLoop loop(x.shape, {contiguous_strides(x.shape), broadcast_strides(kept, x.shape)});
   std::vector<float> ties(static_cast<size_t>(num_elements(kept)));
-  return make_kernel([loop, ties, pdy = dy.as<const float>(), px = x.as<const float>(),
-                      py = y.as<const float>(), pdx = dx.as<float>()](const StepContext&) mutable {
+  return make_kernel([slabs = reduction_slabs(x.shape, kept), ties, pdy = dy.as<const float>(),
+                      px = x.as<const float>(), py = y.as<const float>(),
+                      pdx = dx.as<float>()](const StepContext&) mutable {
     std::fill(ties.begin(), ties.end(), 0.0f);
-    const int64_t s = loop.inner_stride(1);
-    loop.for_each_row([&](const int64_t* offsets, int64_t n) {
-      const float* in = px + offsets[0];
-      const float* best = py + offsets[1];
-      float* count = ties.data() + offsets[1];
-      for (int64_t i = 0; i < n; ++i) count[i * s] += in[i] == best[i * s] ? 1.0f : 0.0f;
-    });
-    loop.for_each_row([&](const int64_t* offsets, int64_t n) {
-      const float* in = px + offsets[0];
-      float* out = pdx + offsets[0];
-      const float* best = py + offsets[1];
-      const float* g = pdy + offsets[1];
-      const float* count = ties.data() + offsets[1];
-      for (int64_t i = 0; i < n; ++i) {
-        out[i] = in[i] == best[i * s] ? g[i * s] / count[i * s] : 0.0f;
-      }
+    for_each_slab(slabs, [&](const StridedLoop& loop) {
+      const int64_t s = loop.inner_stride(1);
+      loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+        const float* in = px + offsets[0];
+        const float* best = py + offsets[1];
+        float* count = ties.data() + offsets[1];
+        for (int64_t i = 0; i < n; ++i) count[i * s] += in[i] == best[i * s] ? 1.0f : 0.0f;
+      });
+      loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+        const float* in = px + offsets[0];
+        float* out = pdx + offsets[0];
+        const float* best = py + offsets[1];
+        const float* g = pdy + offsets[1];
+        const float* count = ties.data() + offsets[1];
+        for (int64_t i = 0; i < n; ++i) {
+          out[i] = in[i] == best[i * s] ? g[i * s] / count[i * s] : 0.0f;
+        }
+      });
     });
   });
 }

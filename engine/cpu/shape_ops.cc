@@ -1,10 +1,12 @@
 // Layout kernels. Reshape, Flatten, Identity, Squeeze and Unsqueeze keep the
 // bytes (their output shape comes from the plan; shape/axes inputs are ignored);
 // Transpose permutes dimensions.
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/parallel.h"
 #include "engine/cpu/strided_loop.h"
 
 namespace piper::engine::cpu {
@@ -23,21 +25,81 @@ std::unique_ptr<PreparedKernel> copy_factory(const KernelArgs& args) {
               " elements but output 0 " + shape_string(y.shape) + " has " +
               std::to_string(y.elements()));
   }
-  return make_kernel([bytes = y.bytes(), src = x.data, dst = y.data](const StepContext&) {
-    if (src != dst && bytes != 0) std::memmove(dst, src, bytes);
-  });
+  return make_kernel(
+      [bytes = y.bytes(), src = x.as<const uint8_t>(), dst = y.as<uint8_t>()](const StepContext&) {
+        if (src == dst || bytes == 0) return;
+        if (src < dst + bytes && dst < src + bytes) {  // overlapping buffers: one memmove
+          std::memmove(dst, src, bytes);
+          return;
+        }
+        const auto n = static_cast<int64_t>(bytes);
+        parallel_for(n, kParallelGrain * 4, [&](int64_t begin, int64_t end) {
+          std::memcpy(dst + begin, src + begin, static_cast<size_t>(end - begin));
+        });
+      });
 }
 
+// Edge of the square tiles a transpose copies at a time: a tile's rows of the input and of the
+// output stay in cache while it is copied.
+constexpr int64_t kTile = 32;
+
+// Y = X with dimensions permuted; `strides` are X's strides along Y's dimensions. When Y's
+// innermost dimension is X's innermost too, rows are plain strided copies; otherwise each
+// matrix between the two innermost dimensions is copied tile by tile.
 template <typename T>
-std::unique_ptr<PreparedKernel> make_transpose(const StridedLoop& loop, const TensorView& x,
-                                               const TensorView& y) {
-  return make_kernel([loop, px = x.as<const T>(), py = y.as<T>()](const StepContext&) {
-    const int64_t s = loop.inner_stride(1);
-    loop.for_each_row([&](const int64_t* offsets, int64_t n) {
-      T* out = py + offsets[0];
-      const T* in = px + offsets[1];
-      for (int64_t i = 0; i < n; ++i) out[i] = in[i * s];
+std::unique_ptr<PreparedKernel> make_transpose(const TensorView& x, const TensorView& y,
+                                               const std::vector<int64_t>& strides) {
+  const auto rank = static_cast<int64_t>(y.rank());
+  const std::vector<int64_t> y_strides = contiguous_strides(y.shape);
+  // q: Y's dimension that is X's innermost (X stride 1); last: Y's innermost.
+  int64_t q = -1;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (strides[d] == 1 && y.shape[d] > 1) q = d;
+  }
+  const int64_t last = rank - 1;
+  if (q < 0 || q == last || y.shape[last] == 1) {
+    const StridedLoop loop(y.shape, {y_strides, strides});
+    return make_kernel([loop, px = x.as<const T>(), py = y.as<T>()](const StepContext&) {
+      const int64_t s = loop.inner_stride(1);
+      loop.parallel_for_each_row([&](const int64_t* offsets, int64_t n) {
+        T* out = py + offsets[0];
+        const T* in = px + offsets[1];
+        for (int64_t i = 0; i < n; ++i) out[i] = in[i * s];
+      });
     });
+  }
+  // The matrices: Y[..., a (dim q), ..., b (dim last)] = X[... a + b * x_b ...].
+  Shape batch = y.shape;
+  batch[q] = batch[last] = 1;
+  const StridedLoop matrices(batch, {y_strides, strides});
+  std::vector<int64_t> y_offsets, x_offsets;
+  matrices.for_each_row([&](const int64_t* offsets, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      y_offsets.push_back(offsets[0] + i * matrices.inner_stride(0));
+      x_offsets.push_back(offsets[1] + i * matrices.inner_stride(1));
+    }
+  });
+  const int64_t rows = y.shape[q], cols = y.shape[last];
+  const int64_t y_row = y_strides[q], x_col = strides[last];
+  const int64_t tiles = (rows + kTile - 1) / kTile;
+  return make_kernel([y_offsets, x_offsets, rows, cols, y_row, x_col, tiles, px = x.as<const T>(),
+                      py = y.as<T>()](const StepContext&) {
+    const auto count = static_cast<int64_t>(y_offsets.size()) * tiles;
+    parallel_for(count, (kParallelGrain + kTile * cols - 1) / (kTile * cols),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t t = begin; t < end; ++t) {
+                     const auto m = static_cast<size_t>(t / tiles);
+                     const int64_t a0 = t % tiles * kTile, a1 = std::min(rows, a0 + kTile);
+                     T* out = py + y_offsets[m];
+                     const T* in = px + x_offsets[m];
+                     for (int64_t b0 = 0; b0 < cols; b0 += kTile) {
+                       const int64_t b1 = std::min(cols, b0 + kTile);
+                       for (int64_t a = a0; a < a1; ++a) {
+                         for (int64_t b = b0; b < b1; ++b) out[a * y_row + b] = in[a + b * x_col];
+                       }
+                     }
+                   }
+                 });
   });
 }
 
@@ -72,14 +134,13 @@ std::unique_ptr<PreparedKernel> transpose_factory(const KernelArgs& args) {
               " gives " + shape_string(expected) + " but the output has shape " +
               shape_string(y.shape));
   }
-  const StridedLoop loop(y.shape, {contiguous_strides(y.shape), strides});
   switch (dtype_size(y.dtype)) {
     case 8:
-      return make_transpose<uint64_t>(loop, x, y);
+      return make_transpose<uint64_t>(x, y, strides);
     case 4:
-      return make_transpose<uint32_t>(loop, x, y);
+      return make_transpose<uint32_t>(x, y, strides);
     default:
-      return make_transpose<uint8_t>(loop, x, y);
+      return make_transpose<uint8_t>(x, y, strides);
   }
 }
 

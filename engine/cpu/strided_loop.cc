@@ -1,5 +1,7 @@
 #include "engine/cpu/strided_loop.h"
 
+#include <algorithm>
+
 #include "formats/error.h"
 
 namespace piper::engine::cpu {
@@ -52,8 +54,10 @@ std::vector<int64_t> broadcast_strides(const Shape& from, const Shape& to) {
 }
 
 StridedLoop::StridedLoop(const Shape& shape,
-                         const std::vector<std::vector<int64_t>>& operand_strides)
-    : operands_(operand_strides.size()), total_(num_elements(shape)) {
+                         const std::vector<std::vector<int64_t>>& operand_strides,
+                         std::vector<int64_t> bases)
+    : operands_(operand_strides.size()), total_(num_elements(shape)), bases_(std::move(bases)) {
+  bases_.resize(operands_, 0);
   // Keep dimensions larger than 1, then merge neighbours that are contiguous for every operand.
   std::vector<int64_t> dims;
   std::vector<std::vector<int64_t>> strides(operands_);
@@ -94,6 +98,23 @@ StridedLoop::StridedLoop(const Shape& shape,
   }
   outer_dims_ = std::move(dims);
   outer_strides_ = std::move(strides);
+}
+
+std::vector<StridedLoop> slab_loops(const Shape& shape,
+                                    const std::vector<std::vector<int64_t>>& operand_strides,
+                                    size_t dim, int64_t count) {
+  const int64_t length = shape.at(dim);
+  count = std::clamp<int64_t>(count, 1, std::max<int64_t>(length, 1));
+  std::vector<StridedLoop> slabs;
+  for (int64_t s = 0; s < count; ++s) {
+    const int64_t lo = length * s / count;
+    Shape slab = shape;
+    slab[dim] = length * (s + 1) / count - lo;
+    std::vector<int64_t> bases;
+    for (const auto& strides : operand_strides) bases.push_back(lo * strides[dim]);
+    slabs.emplace_back(slab, operand_strides, std::move(bases));
+  }
+  return slabs;
 }
 
 }  // namespace piper::engine::cpu

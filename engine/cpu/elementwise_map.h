@@ -1,0 +1,66 @@
+// Same-shape elementwise kernels spread over parallel.h's threads: unary maps y[i] = f(x[i])
+// and gradients dX[i] = f(dY[i], S[i]) of a saved tensor S (elementwise.cc, math.cc).
+#pragma once
+
+#include <string>
+
+#include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/parallel.h"
+
+namespace piper::engine::cpu {
+
+// y[i] = f(x[i]) for tensors of n elements of type T.
+template <typename T, typename F>
+std::unique_ptr<PreparedKernel> make_map(const TensorView& x, const TensorView& y, F f) {
+  return make_kernel(
+      [f, n = y.elements(), px = x.as<const T>(), py = y.as<T>()](const StepContext&) {
+        parallel_for(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) py[i] = f(px[i]);
+        });
+      });
+}
+
+// A same-shape float32 map y[i] = f(x[i]); with kAllowInt64 also for int64 tensors.
+template <bool kAllowInt64, typename F>
+KernelFactory unary_factory(F f) {
+  return [f](const KernelArgs& args) -> std::unique_ptr<PreparedKernel> {
+    args.expect_inputs(1, 1);
+    args.expect_outputs(1, 1);
+    const TensorView& x = args.input(0);
+    const TensorView& y = args.output(0);
+    args.expect_same_shape(x, "input 0", y, "output 0");
+    args.expect_dtype(x, y.dtype, "input 0");
+    if constexpr (kAllowInt64) {
+      if (y.dtype == plan::INT64) return make_map<int64_t>(x, y, f);
+    }
+    args.expect_dtype(y, plan::FLOAT32, "output 0");
+    return make_map<float>(x, y, f);
+  };
+}
+
+// dX[i] = f(dY[i], S[i]) with a saved float32 tensor S (the forward op's output or input,
+// named `saved` in errors); all three tensors share one shape.
+template <typename F>
+KernelFactory saved_grad_factory(F f, const char* saved) {
+  return [f, saved](const KernelArgs& args) -> std::unique_ptr<PreparedKernel> {
+    args.expect_inputs(2, 2);
+    args.expect_outputs(1, 1);
+    const TensorView& dy = args.input(0);
+    const TensorView& s = args.input(1);
+    const TensorView& dx = args.output(0);
+    const std::string saved_what = std::string(saved) + " (input 1)";
+    args.expect_same_shape(dy, "dY (input 0)", dx, "dX (output 0)");
+    args.expect_same_shape(s, saved_what, dx, "dX (output 0)");
+    args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
+    args.expect_dtype(s, plan::FLOAT32, saved_what);
+    args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
+    return make_kernel([f, n = dx.elements(), pdy = dy.as<const float>(), ps = s.as<const float>(),
+                        pdx = dx.as<float>()](const StepContext&) {
+      parallel_for(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) pdx[i] = f(pdy[i], ps[i]);
+      });
+    });
+  };
+}
+
+}  // namespace piper::engine::cpu
