@@ -3,9 +3,13 @@
 #include <cstdio>
 #include <iostream>
 
+#include "engine/cpu/blas.h"
 #include "engine/runtime/run.h"
 
 int main(int argc, char** argv) {
+  // OpenBLAS chooses its kernels as it loads and falls back to slow ones on CPUs newer than
+  // itself; this restarts piper-run with OPENBLAS_CORETYPE naming the kernels the CPU supports.
+  piper::engine::cpu::restart_with_openblas_core(argv);
   piper::engine::RunOptions options;
   CLI::App app{
       "Executes a Piper plan: trains the planned model for some steps on this rank, printing "
@@ -32,7 +36,8 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingDirectory);
   app.add_option("--metrics", options.metrics_path,
                  "Write per-step metrics as JSON lines (step, loss, seconds, samples_per_s, "
-                 "peak_bytes, peak_rss_bytes) to this file; written as FILE.tmp and renamed when the run ends. "
+                 "peak_bytes, peak_rss_bytes) to this file; written as FILE.tmp and renamed when "
+                 "the run ends. "
                  "Of several ranks only rank 0 writes it, unless the path holds %r");
   app.add_option("--save-onnx", options.save_onnx_path,
                  "After training, write the model (the plan's header.model_path) with the trained "

@@ -6,14 +6,13 @@
 // once per run. Everything is planned in prepare().
 #include "formats/einsum.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <climits>
 #include <map>
 #include <optional>
 #include <set>
 
+#include "engine/cpu/batched_gemm.h"
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/strided_loop.h"
 #include "formats/error.h"
@@ -75,7 +74,7 @@ struct StridedSum {
     const int64_t sd = loop.inner_stride(0);
     const int64_t ss = loop.inner_stride(1);
     if (!accumulate) {
-      loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+      loop.parallel_for_each_row([&](const int64_t* offsets, int64_t n) {
         float* out = dst + offsets[0];
         const float* in = src + offsets[1];
         if (sd == 1 && ss == 1) {
@@ -210,11 +209,10 @@ class Contraction {
                   " exceeds the BLAS integer range; split the einsum into smaller ones");
       }
     }
-    m_ = static_cast<int>(msize);
-    n_ = static_cast<int>(nsize);
-    k_ = static_cast<int>(ksize);
+    gemm_.m = static_cast<int>(msize);
+    gemm_.n = static_cast<int>(nsize);
+    gemm_.k = static_cast<int>(ksize);
     empty_ = bsize * msize * nsize == 0;
-    zero_ = !empty_ && ksize == 0;
 
     const auto prepare_operand = [&](const View& view, const Labels& rows, const Labels& cols,
                                      Operand& operand) {
@@ -238,11 +236,11 @@ class Contraction {
     prepare_operand(right, korder, n, right_);
 
     View c_view = out;
-    ldc_ = std::max(n_, 1);
+    gemm_.ldc = std::max(gemm_.n, 1);
     if (direct_out_) {
       const auto layout = matrix_layout(out, batch, m, n, sizes);
       if (layout && !layout->trans) {
-        ldc_ = layout->ld;
+        gemm_.ldc = layout->ld;
       } else {
         direct_out_ = false;
       }
@@ -254,7 +252,7 @@ class Contraction {
       c_view = contiguous_view(c_labels, sizes);
       c_buffer_.resize(static_cast<size_t>(extent(c_labels, sizes)));
       unpack_ = StridedSum(out, c_view, sizes);
-      ldc_ = std::max(n_, 1);
+      gemm_.ldc = std::max(gemm_.n, 1);
     }
 
     // Per-batch offsets of both operands and the product.
@@ -269,57 +267,29 @@ class Contraction {
     const StridedLoop loop(batch_shape, {sl, sr, sc});
     loop.for_each_row([&](const int64_t* offsets, int64_t count) {
       for (int64_t i = 0; i < count; ++i) {
-        left_offsets_.push_back(offsets[0] + i * loop.inner_stride(0));
-        right_offsets_.push_back(offsets[1] + i * loop.inner_stride(1));
-        c_offsets_.push_back(offsets[2] + i * loop.inner_stride(2));
+        gemm_.a_offsets.push_back(offsets[0] + i * loop.inner_stride(0));
+        gemm_.b_offsets.push_back(offsets[1] + i * loop.inner_stride(1));
+        gemm_.c_offsets.push_back(offsets[2] + i * loop.inner_stride(2));
       }
     });
     if (batch_shape.empty()) {
-      left_offsets_ = {0};
-      right_offsets_ = {0};
-      c_offsets_ = {0};
+      gemm_.a_offsets = {0};
+      gemm_.b_offsets = {0};
+      gemm_.c_offsets = {0};
     }
-    // One right matrix shared by every batch, left and product batches stacked densely: a
-    // single taller GEMM.
-    const size_t batches = left_offsets_.size();
-    bool fold = batches > 1 && !left_.layout.trans && left_.layout.ld == k_ && ldc_ == n_;
-    for (size_t i = 0; fold && i < batches; ++i) {
-      fold = right_offsets_[i] == 0 &&
-             left_offsets_[i] == static_cast<int64_t>(i) * msize * ksize &&
-             c_offsets_[i] == static_cast<int64_t>(i) * msize * nsize;
-    }
-    if (fold && bsize * msize <= INT_MAX) {
-      m_ = static_cast<int>(bsize * msize);
-      left_offsets_ = {0};
-      right_offsets_ = {0};
-      c_offsets_ = {0};
-    }
+    gemm_.trans_a = left_.layout.trans;
+    gemm_.trans_b = right_.layout.trans;
+    gemm_.lda = left_.layout.ld;
+    gemm_.ldb = right_.layout.ld;
+    gemm_.prepare();
   }
 
   // Needs mutable scratch: runs are serialized per kernel.
   void run(const float* left, const float* right, float* out) {
     if (swapped_) std::swap(left, right);
-    float* c = direct_out_ ? out : c_buffer_.data();
     if (empty_) return;
-    if (zero_) {
-      const int64_t total = static_cast<int64_t>(c_buffer_.size());
-      if (direct_out_) {
-        for (size_t b = 0; b < c_offsets_.size(); ++b) {
-          for (int i = 0; i < m_; ++i) std::fill_n(c + c_offsets_[b] + int64_t{i} * ldc_, n_, 0.0f);
-        }
-      } else {
-        std::fill(c, c + total, 0.0f);
-      }
-    } else {
-      const float* a = left_.prepare(left);
-      const float* b = right_.prepare(right);
-      for (size_t i = 0; i < c_offsets_.size(); ++i) {
-        cblas_sgemm(CblasRowMajor, left_.layout.trans ? CblasTrans : CblasNoTrans,
-                    right_.layout.trans ? CblasTrans : CblasNoTrans, m_, n_, k_, 1.0f,
-                    a + left_offsets_[i], left_.layout.ld, b + right_offsets_[i], right_.layout.ld,
-                    0.0f, c + c_offsets_[i], ldc_);
-      }
-    }
+    float* c = direct_out_ ? out : c_buffer_.data();
+    gemm_.run(left_.prepare(left), right_.prepare(right), c, 0.0f);
     if (!direct_out_) unpack_.run(c, out);
   }
 
@@ -339,9 +309,8 @@ class Contraction {
   };
 
   Operand left_, right_;
-  int m_ = 0, n_ = 0, k_ = 0, ldc_ = 1;
-  bool empty_ = false, zero_ = false, direct_out_ = false, swapped_ = false;
-  std::vector<int64_t> left_offsets_, right_offsets_, c_offsets_;
+  BatchedGemm gemm_;
+  bool empty_ = false, direct_out_ = false, swapped_ = false;
   std::vector<float> c_buffer_;
   StridedSum unpack_;
 };

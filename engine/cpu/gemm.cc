@@ -1,10 +1,10 @@
 // Matrix products through OpenBLAS: ONNX Gemm and MatMul, and piper.MatMul
 // (MatMul with transA/transB on the last two dimensions).
-#include <cblas.h>
-
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
+#include "engine/cpu/batched_gemm.h"
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/strided_loop.h"
 #include "formats/error.h"
@@ -19,31 +19,6 @@ int blas_int(const KernelArgs& args, int64_t value, const char* what) {
   }
   return static_cast<int>(value);
 }
-
-// One row-major sgemm per batch: Y[b] = alpha * op(A[b]) op(B[b]) + beta * Y[b].
-struct BatchedGemm {
-  bool trans_a = false;
-  bool trans_b = false;
-  int m = 0, n = 0, k = 0, lda = 1, ldb = 1;
-  float alpha = 1.0f;
-  std::vector<int64_t> a_offsets, b_offsets, y_offsets;
-
-  void run(const float* a, const float* b, float* y, float beta) const {
-    if (m == 0 || n == 0) {
-      return;
-    }
-    for (size_t i = 0; i < a_offsets.size(); ++i) {
-      float* out = y + y_offsets[i];
-      if (k == 0) {  // BLAS leaves this case loosely specified: Y = beta * Y.
-        for (int64_t e = 0; e < int64_t{m} * n; ++e) out[e] = beta == 0.0f ? 0.0f : beta * out[e];
-        continue;
-      }
-      cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                  trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a + a_offsets[i], lda,
-                  b + b_offsets[i], ldb, beta, out, n);
-    }
-  }
-};
 
 // Plans numpy-style matmul of A and B (transposing the last two dimensions first when asked)
 // into Y, checking every shape.
@@ -107,21 +82,11 @@ BatchedGemm plan_matmul(const KernelArgs& args, const TensorView& a, const Tenso
       gemm.b_offsets.push_back(offsets[1] + i * loop.inner_stride(1));
     }
   });
-  const int64_t batches = static_cast<int64_t>(gemm.a_offsets.size());
-  for (int64_t i = 0; i < batches; ++i) {
-    gemm.y_offsets.push_back(i * m * n);
+  gemm.ldc = std::max(1, gemm.n);
+  for (size_t i = 0; i < gemm.a_offsets.size(); ++i) {
+    gemm.c_offsets.push_back(static_cast<int64_t>(i) * m * n);
   }
-  // One B for every batch and A's batches stacked contiguously: a single taller GEMM.
-  bool fold = batches > 1 && !trans_a;
-  for (int64_t i = 0; fold && i < batches; ++i) {
-    fold = gemm.b_offsets[i] == 0 && gemm.a_offsets[i] == i * m * k;
-  }
-  if (fold) {
-    gemm.m = blas_int(args, batches * m, "batch * M");
-    gemm.a_offsets = {0};
-    gemm.b_offsets = {0};
-    gemm.y_offsets = {0};
-  }
+  gemm.prepare();
   return gemm;
 }
 
@@ -180,7 +145,7 @@ std::unique_ptr<PreparedKernel> gemm_factory(const KernelArgs& args) {
                       pb = b.as<const float>(), py = y.as<float>()](const StepContext&) {
     if (has_c) {
       const int64_t s = c_loop.inner_stride(1);
-      c_loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+      c_loop.parallel_for_each_row([&](const int64_t* offsets, int64_t n) {
         for (int64_t i = 0; i < n; ++i) py[offsets[0] + i] = pc[offsets[1] + i * s];
       });
     }

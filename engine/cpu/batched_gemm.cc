@@ -1,0 +1,88 @@
+#include "engine/cpu/batched_gemm.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "engine/cpu/blas.h"
+#include "engine/cpu/parallel.h"
+
+namespace piper::engine::cpu {
+namespace {
+
+// Multiply-adds below which a GEMM task is neither split nor handed to another thread.
+constexpr int64_t kMinTaskWork = int64_t{1} << 20;
+// Rows (columns) of C per panel at least: OpenBLAS packs the whole other operand again for
+// every panel, which costs about 40 / (the panel's rows) of its time.
+constexpr int64_t kMinPanel = 256;
+// Tasks (panels × batches) a GEMM is cut into at most, unless its batches alone are more:
+// enough for 16 threads.
+constexpr int64_t kMaxTasks = 16;
+
+}  // namespace
+
+void BatchedGemm::prepare() {
+  blas_on_calling_thread();
+  const auto batches = static_cast<int64_t>(a_offsets.size());
+  bool fold = batches > 1 && !trans_a && lda == k && ldc == n && batches * m <= INT_MAX;
+  for (int64_t i = 0; fold && i < batches; ++i) {
+    fold = b_offsets[i] == b_offsets[0] && a_offsets[i] == a_offsets[0] + i * m * k &&
+           c_offsets[i] == c_offsets[0] + i * m * n;
+  }
+  if (fold) {
+    m = static_cast<int>(batches * m);
+    a_offsets.resize(1);
+    b_offsets.resize(1);
+    c_offsets.resize(1);
+  }
+  split_rows_ = m >= n;
+  const int64_t length = split_rows_ ? m : n;
+  const int64_t work = int64_t{m} * n * k;
+  const int64_t most = std::max<int64_t>(1, kMaxTasks / std::max<int64_t>(1, batches));
+  panels_ = std::clamp<int64_t>(std::min(length / kMinPanel, work / kMinTaskWork), 1, most);
+}
+
+void BatchedGemm::run(const float* a, const float* b, float* c, float beta) const {
+  if (m == 0 || n == 0) return;
+  const int64_t tasks = static_cast<int64_t>(c_offsets.size()) * panels_;
+  const int64_t task_work = std::max<int64_t>(1, int64_t{m} * n * k / panels_);
+  parallel_for(tasks, (kMinTaskWork + task_work - 1) / task_work, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) run_task(a, b, c, beta, t);
+  });
+}
+
+// Task t: panel t % panels_ of batch t / panels_.
+void BatchedGemm::run_task(const float* a, const float* b, float* c, float beta,
+                           int64_t task) const {
+  const auto batch = static_cast<size_t>(task / panels_);
+  const int64_t panel = task % panels_;
+  const int64_t length = split_rows_ ? m : n;
+  const int64_t first = length * panel / panels_;
+  const auto size = static_cast<int>(length * (panel + 1) / panels_ - first);
+  const float* pa = a + a_offsets[batch];
+  const float* pb = b + b_offsets[batch];
+  float* pc = c + c_offsets[batch];
+  int rows = m, cols = n;
+  if (split_rows_) {
+    pa += trans_a ? first : first * lda;
+    pc += first * ldc;
+    rows = size;
+  } else {
+    pb += trans_b ? first * ldb : first;
+    pc += first;
+    cols = size;
+  }
+  if (k == 0) {  // BLAS leaves this case loosely specified: C = beta * C.
+    for (int r = 0; r < rows; ++r) {
+      float* row = pc + int64_t{r} * ldc;
+      for (int j = 0; j < cols; ++j) row[j] = beta == 0.0f ? 0.0f : beta * row[j];
+    }
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, rows, cols, k, alpha, pa, lda, pb, ldb, beta, pc,
+              ldc);
+}
+
+}  // namespace piper::engine::cpu

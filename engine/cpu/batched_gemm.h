@@ -1,0 +1,35 @@
+// Batched row-major GEMMs through OpenBLAS, spread over parallel.h's threads: MatMul, Gemm
+// and Einsum's contractions (gemm.cc, einsum.cc).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace piper::engine::cpu {
+
+// C[b] = alpha · op(A[b]) · op(B[b]) + beta · C[b] for every batch b, op(X) = X or Xᵀ, at
+// element offsets a_offsets[b], b_offsets[b] and c_offsets[b]. Fill in the fields, call
+// prepare() once, then run() any number of times.
+struct BatchedGemm {
+  bool trans_a = false;
+  bool trans_b = false;
+  int m = 0, n = 0, k = 0, lda = 1, ldb = 1, ldc = 1;
+  float alpha = 1.0f;
+  std::vector<int64_t> a_offsets, b_offsets, c_offsets;
+
+  // Folds the batches into one taller GEMM when they share B and A's and C's batches are
+  // stacked densely; then cuts every GEMM into panels of C's rows (or columns, when N > M) for
+  // the threads. The panels depend on the shapes alone, so results do not change with the
+  // thread count. Makes BLAS run on the calling thread (blas.h).
+  void prepare();
+
+  void run(const float* a, const float* b, float* c, float beta) const;
+
+ private:
+  void run_task(const float* a, const float* b, float* c, float beta, int64_t task) const;
+
+  bool split_rows_ = true;
+  int64_t panels_ = 1;
+};
+
+}  // namespace piper::engine::cpu
