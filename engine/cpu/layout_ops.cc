@@ -26,21 +26,6 @@ auto by_element_size(plan::DType dtype, F&& f) {
   }
 }
 
-// dst[loop] = src[loop] for a two-operand strided loop (dst first).
-template <typename T>
-void strided_copy(const StridedLoop& loop, const T* src, T* dst) {
-  const int64_t sd = loop.inner_stride(0), ss = loop.inner_stride(1);
-  loop.parallel_for_each_row([&](const int64_t* offsets, int64_t n) {
-    T* out = dst + offsets[0];
-    const T* in = src + offsets[1];
-    if (sd == 1 && ss == 1) {
-      std::memcpy(out, in, static_cast<size_t>(n) * sizeof(T));
-    } else {
-      for (int64_t i = 0; i < n; ++i) out[i * sd] = in[i * ss];
-    }
-  });
-}
-
 // Concat and Split: the joined tensor as [outer, axis, inner]; part p covers `parts[p]`
 // consecutive positions of the axis. Byte counts per outer index.
 struct Pieces {

@@ -19,7 +19,7 @@ constexpr int64_t kReductionSlabs = 16;
 // The loop over X (operand 0, contiguous) and its reduced shape `kept` (operand 1: a shape
 // that broadcasts to X's, 1 or missing at the reduced axes), cut into slabs along X's
 // outermost dimension that is not reduced, so that slabs write disjoint reduced elements; one
-// slab when every dimension is reduced. Slabs along the innermost dimension keep at least 16
+// slab when every dimension is reduced. Slabs along the innermost dimension keep at least 64
 // elements of each row.
 std::vector<StridedLoop> reduction_slabs(const Shape& x, const Shape& kept) {
   const std::vector<std::vector<int64_t>> strides = {contiguous_strides(x),
@@ -27,7 +27,7 @@ std::vector<StridedLoop> reduction_slabs(const Shape& x, const Shape& kept) {
   for (size_t d = 0; d < x.size(); ++d) {
     if (x[d] > 1 && strides[1][d] != 0) {
       const int64_t count =
-          d + 1 == x.size() ? std::min(kReductionSlabs, x[d] / 16) : kReductionSlabs;
+          d + 1 == x.size() ? std::min(kReductionSlabs, x[d] / 64) : kReductionSlabs;
       return slab_loops(x, strides, d, count);
     }
   }

@@ -60,12 +60,7 @@ std::unique_ptr<PreparedKernel> make_transpose(const TensorView& x, const Tensor
   if (q < 0 || q == last || y.shape[last] == 1) {
     const StridedLoop loop(y.shape, {y_strides, strides});
     return make_kernel([loop, px = x.as<const T>(), py = y.as<T>()](const StepContext&) {
-      const int64_t s = loop.inner_stride(1);
-      loop.parallel_for_each_row([&](const int64_t* offsets, int64_t n) {
-        T* out = py + offsets[0];
-        const T* in = px + offsets[1];
-        for (int64_t i = 0; i < n; ++i) out[i] = in[i * s];
-      });
+      strided_copy(loop, px, py);
     });
   }
   // The matrices: Y[..., a (dim q), ..., b (dim last)] = X[... a + b * x_b ...].

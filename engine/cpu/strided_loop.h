@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "engine/cpu/parallel.h"
@@ -73,6 +74,21 @@ class StridedLoop {
 std::vector<StridedLoop> slab_loops(const Shape& shape,
                                     const std::vector<std::vector<int64_t>>& operand_strides,
                                     size_t dim, int64_t count);
+
+// dst[loop] = src[loop] for a two-operand loop (dst first), rows spread over the pool.
+template <typename T>
+void strided_copy(const StridedLoop& loop, const T* src, T* dst) {
+  const int64_t sd = loop.inner_stride(0), ss = loop.inner_stride(1);
+  loop.parallel_for_each_row([&](const int64_t* offsets, int64_t n) {
+    T* out = dst + offsets[0];
+    const T* in = src + offsets[1];
+    if (sd == 1 && ss == 1) {
+      std::memcpy(out, in, static_cast<size_t>(n) * sizeof(T));
+    } else {
+      for (int64_t i = 0; i < n; ++i) out[i * sd] = in[i * ss];
+    }
+  });
+}
 
 template <typename F>
 void StridedLoop::for_each_row(int64_t begin, int64_t end, F&& row) const {
