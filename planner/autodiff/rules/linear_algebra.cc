@@ -74,7 +74,19 @@ void matmul_rule(GradientBuilder& g) {
                {{"transB", int64_t{1}}});
     g.contribute(0, g.sum_to_input(da, 0));
   }
-  if (g.wants(1)) {
+  if (g.wants(1) && b.size() == 2 && a.size() > 2) {
+    // A weight shared by every batch (a Linear layer): dB = Σ_b A_bᵀ dY_b is one GEMM over the
+    // batches stacked into rows, not one small GEMM per batch summed afterwards.
+    const auto rows = [&](const ir::Shape& s) {
+      int64_t count = 1;
+      for (size_t i = 0; i + 1 < s.size(); ++i) count *= s[i];
+      return ir::Shape{count, s.back()};
+    };
+    const ir::Shape a2 = rows(a), dy2 = rows(dy_shape);
+    const ir::TensorId a_rows = g.emit("Reshape", {g.op().inputs[0], g.constant(a2)}, a2);
+    const ir::TensorId dy_rows = g.emit("Reshape", {dy, g.constant(dy2)}, dy2);
+    g.contribute(1, g.emit("piper.MatMul", {a_rows, dy_rows}, b, {{"transA", int64_t{1}}}));
+  } else if (g.wants(1)) {
     const ir::TensorId db =
         g.emit("piper.MatMul", {g.op().inputs[0], dy}, matmul_shape(a, true, dy_shape, false),
                {{"transA", int64_t{1}}});
