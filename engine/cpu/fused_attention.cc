@@ -6,13 +6,16 @@
 // Per block: S = scale · Q Kt, masked (Mask added, or set to `fill` where a bool Mask equals
 // `fill_if`), P = softmax(S) along keys, Y = P V. The forward saves each row's maximum and
 // 1 / Σ exp(S − max); the backward recomputes P from them exactly as the forward had it.
+// Batch indices run in parallel on parallel.h's pool, each thread's BLAS calls on itself.
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include "engine/cpu/blas.h"
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/parallel.h"
 #include "engine/cpu/strided_loop.h"
 
 namespace piper::engine::cpu {
@@ -20,11 +23,14 @@ namespace {
 
 // Floats of one block of scores (query rows × keys) the kernels work on at a time.
 constexpr int64_t kBlockFloats = 32768;
+// Floating-point operations worth handing a thread (parallel.h's grain): tens of microseconds.
+constexpr int64_t kTaskFlops = int64_t{1} << 18;
 
 struct AttentionGeometry {
   int64_t batch = 1;  // product of the leading dimensions
   int64_t t = 0, d = 0, tk = 0, dv = 0;
   int64_t block_rows = 1;
+  int64_t grain = 1;  // batch indices per parallel task
   float scale = 1;
   // The mask, read through element offsets per batch index and strides over rows and keys
   // (0 where it broadcasts).
@@ -73,6 +79,7 @@ AttentionGeometry attention_geometry(const KernelArgs& args, size_t first) {
   g.batch = product(q.shape, 0, rank - 2);
   g.block_rows =
       std::clamp<int64_t>(kBlockFloats / std::max<int64_t>(g.tk, 1), 1, std::max<int64_t>(g.t, 1));
+  g.grain = std::max<int64_t>(1, kTaskFlops / std::max<int64_t>(1, 2 * g.t * g.tk * (g.d + g.dv)));
   g.scale = static_cast<float>(args.attributes().get_float("scale", 1.0));
   if (!args.has_input(first + 3)) return g;
 
@@ -137,11 +144,16 @@ void block_scores(const AttentionGeometry& g, const float* q, const float* kt, c
   }
 }
 
-// A scratch buffer per thread, reused across steps.
-float* scratch(size_t floats) {
-  thread_local std::vector<float> buffer;
-  if (buffer.size() < floats) buffer.resize(floats);
-  return buffer.data();
+// Runs body(b, scratch) for every batch index b, spread over parallel.h's pool; `scratch` holds
+// `floats` floats of the running thread's own, reused across steps. Batch indices write
+// disjoint parts of the outputs, so results do not depend on the thread count.
+template <typename Body>
+void for_each_batch_index(const AttentionGeometry& g, size_t floats, const Body& body) {
+  parallel_for(g.batch, g.grain, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> buffer;
+    if (buffer.size() < floats) buffer.resize(floats);
+    for (int64_t b = begin; b < end; ++b) body(b, buffer.data());
+  });
 }
 
 void check_stats(const KernelArgs& args, const TensorView& stats, const AttentionGeometry& g,
@@ -157,6 +169,7 @@ std::unique_ptr<PreparedKernel> fused_attention_factory(const KernelArgs& args) 
   args.expect_inputs(3, 4);
   args.expect_outputs(1, 3);
   const AttentionGeometry g = attention_geometry(args, 0);
+  blas_on_calling_thread();
   const TensorView& y = args.output(0);
   args.expect_dtype(y, plan::FLOAT32, "Y (output 0)");
   Shape expected(args.input(0).shape.begin(), args.input(0).shape.end() - 1);
@@ -179,8 +192,7 @@ std::unique_ptr<PreparedKernel> fused_attention_factory(const KernelArgs& args) 
                       kt = args.input(1).as<const float>(), v = args.input(2).as<const float>(),
                       mask = args.has_input(3) ? args.input(3).data : nullptr,
                       py = y.as<float>()](const StepContext&) {
-    float* p = scratch(static_cast<size_t>(g.block_rows * g.tk));
-    for (int64_t b = 0; b < g.batch; ++b) {
+    for_each_batch_index(g, static_cast<size_t>(g.block_rows * g.tk), [&](int64_t b, float* p) {
       for (int64_t row = 0; row < g.t; row += g.block_rows) {
         const int64_t rows = std::min(g.block_rows, g.t - row);
         block_scores(g, q, kt, mask, b, row, rows, p);
@@ -202,7 +214,7 @@ std::unique_ptr<PreparedKernel> fused_attention_factory(const KernelArgs& args) 
                     v + b * g.tk * g.dv, static_cast<int>(g.dv), 0.0f, py + (b * g.t + row) * g.dv,
                     static_cast<int>(g.dv));
       }
-    }
+    });
   });
 }
 
@@ -213,6 +225,7 @@ std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& a
   args.expect_inputs(7, 7);
   args.expect_outputs(1, 3);
   const AttentionGeometry g = attention_geometry(args, 1);
+  blas_on_calling_thread();
   const TensorView& dy = args.input(0);
   args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
   if (dy.elements() != g.batch * g.t * g.dv) {
@@ -229,10 +242,9 @@ std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& a
                       row_max = args.input(5).as<const float>(),
                       row_inv_sum = args.input(6).as<const float>()](const StepContext&) {
     const auto block = static_cast<size_t>(g.block_rows * g.tk);
-    float* p = scratch(2 * block);
-    float* ds = p + block;
     const int tk = static_cast<int>(g.tk), d = static_cast<int>(g.d), dvn = static_cast<int>(g.dv);
-    for (int64_t b = 0; b < g.batch; ++b) {
+    for_each_batch_index(g, 2 * block, [&](int64_t b, float* p) {
+      float* ds = p + block;
       const float* kt_b = kt + b * g.d * g.tk;
       const float* v_b = v + b * g.tk * g.dv;
       for (int64_t row = 0; row < g.t; row += g.block_rows) {
@@ -274,7 +286,7 @@ std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& a
                       tk, beta, dkt + b * g.d * g.tk, tk);
         }
       }
-    }
+    });
   });
 }
 

@@ -4,8 +4,10 @@
 // at opset 17, so the fused forward rounds as the unfused ops do.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/parallel.h"
 
 namespace piper::engine::cpu {
 namespace {
@@ -37,9 +39,12 @@ float gelu_derivative(float h) {
   }
 }
 
-// X viewed as [rows, n]: n is the bias length, or all of X when there is no bias.
+// X viewed as [rows, n], n its last dimension (the bias length), cut into blocks of
+// `block_rows` rows: the parallel tasks, and the partial sums of dBias, which are added in
+// block order so that dBias does not depend on the thread count.
 struct GeluView {
   int64_t rows = 1, n = 1;
+  int64_t block_rows = 1, blocks = 0;
   Approximation approximation = Approximation::kErf;
 };
 
@@ -52,7 +57,10 @@ GeluView gelu_view(const KernelArgs& args, const TensorView& x, size_t bias_inpu
     args.fail("approximate is '" + approximate + "'; expected \"none\" or \"tanh\"");
   }
   args.expect_dtype(x, plan::FLOAT32, "X (input " + std::to_string(bias_input - 1) + ")");
-  view.n = x.elements();
+  view.n = x.rank() == 0 ? 1 : x.shape.back();
+  view.rows = view.n == 0 ? 0 : x.elements() / view.n;
+  view.block_rows = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, view.n));
+  view.blocks = (view.rows + view.block_rows - 1) / view.block_rows;
   if (!args.has_input(bias_input)) return view;
   const TensorView& bias = args.input(bias_input);
   const std::string what = "Bias (input " + std::to_string(bias_input) + ")";
@@ -61,33 +69,52 @@ GeluView gelu_view(const KernelArgs& args, const TensorView& x, size_t bias_inpu
     args.fail(what + " has shape " + shape_string(bias.shape) + "; expected one value per " +
               "element of X's last dimension (X " + shape_string(x.shape) + ")");
   }
-  view.n = x.shape.back();
-  view.rows = view.n == 0 ? 0 : x.elements() / view.n;
   return view;
+}
+
+// Runs body(first_row, end_row, block) for every block of rows on parallel.h's pool.
+template <typename Body>
+void for_each_block(const GeluView& v, const Body& body) {
+  parallel_for(v.blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t block = begin; block < end; ++block) {
+      body(block * v.block_rows, std::min(v.rows, (block + 1) * v.block_rows), block);
+    }
+  });
 }
 
 template <Approximation kA>
 void gelu_forward(const GeluView& v, const float* x, const float* bias, float* y) {
-  for (int64_t r = 0; r < v.rows; ++r) {
-    const float* in = x + r * v.n;
-    float* out = y + r * v.n;
-    for (int64_t i = 0; i < v.n; ++i) out[i] = gelu<kA>(bias ? in[i] + bias[i] : in[i]);
-  }
+  for_each_block(v, [&](int64_t first, int64_t end, int64_t) {
+    for (int64_t r = first; r < end; ++r) {
+      const float* in = x + r * v.n;
+      float* out = y + r * v.n;
+      for (int64_t i = 0; i < v.n; ++i) out[i] = gelu<kA>(bias ? in[i] + bias[i] : in[i]);
+    }
+  });
 }
 
-// dX = dY · GELU'(X + Bias); dBias = Σ_rows dX. Either output may be null.
+// dX = dY · GELU'(X + Bias); dBias = Σ_rows dX, through `partial` (blocks × n). Either output
+// may be null.
 template <Approximation kA>
 void gelu_backward(const GeluView& v, const float* dy, const float* x, const float* bias, float* dx,
-                   float* dbias) {
-  if (dbias != nullptr) std::fill(dbias, dbias + v.n, 0.0f);
-  for (int64_t r = 0; r < v.rows; ++r) {
-    const float* in = x + r * v.n;
-    const float* g = dy + r * v.n;
-    for (int64_t i = 0; i < v.n; ++i) {
-      const float grad = g[i] * gelu_derivative<kA>(bias ? in[i] + bias[i] : in[i]);
-      if (dx != nullptr) dx[r * v.n + i] = grad;
-      if (dbias != nullptr) dbias[i] += grad;
+                   float* dbias, float* partial) {
+  for_each_block(v, [&](int64_t first, int64_t end, int64_t block) {
+    float* sum = dbias != nullptr ? partial + block * v.n : nullptr;
+    if (sum != nullptr) std::fill(sum, sum + v.n, 0.0f);
+    for (int64_t r = first; r < end; ++r) {
+      const float* in = x + r * v.n;
+      const float* g = dy + r * v.n;
+      for (int64_t i = 0; i < v.n; ++i) {
+        const float grad = g[i] * gelu_derivative<kA>(bias ? in[i] + bias[i] : in[i]);
+        if (dx != nullptr) dx[r * v.n + i] = grad;
+        if (sum != nullptr) sum[i] += grad;
+      }
     }
+  });
+  if (dbias == nullptr) return;
+  std::fill(dbias, dbias + v.n, 0.0f);
+  for (int64_t block = 0; block < v.blocks; ++block) {
+    for (int64_t i = 0; i < v.n; ++i) dbias[i] += partial[block * v.n + i];
   }
 }
 
@@ -118,9 +145,11 @@ std::unique_ptr<PreparedKernel> bias_gelu_grad_factory(const KernelArgs& args) {
   float* dbias = args.gradient_output(1, 2);
   const auto run = v.approximation == Approximation::kTanh ? gelu_backward<Approximation::kTanh>
                                                            : gelu_backward<Approximation::kErf>;
-  return make_kernel([v, run, dx, dbias, pdy = dy.as<const float>(), px = x.as<const float>(),
-                      bias = args.has_input(2) ? args.input(2).as<const float>() : nullptr](
-                         const StepContext&) { run(v, pdy, px, bias, dx, dbias); });
+  std::vector<float> partial(dbias != nullptr ? static_cast<size_t>(v.blocks * v.n) : 0);
+  return make_kernel(
+      [v, run, dx, dbias, partial, pdy = dy.as<const float>(), px = x.as<const float>(),
+       bias = args.has_input(2) ? args.input(2).as<const float>() : nullptr](
+          const StepContext&) mutable { run(v, pdy, px, bias, dx, dbias, partial.data()); });
 }
 
 }  // namespace

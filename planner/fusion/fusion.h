@@ -53,7 +53,8 @@ class PatternView {
 bool broadcasts_to(const ir::Shape& from, const ir::Shape& to);
 
 // What a rule found: the matched ops and the fused op that replaces them, written in place of
-// the last matched op (the root). `fused` keeps the root's outputs.
+// the last matched op (the root). The rule sets `fused`'s type, inputs and attributes; the
+// pass gives it the root's name, tags and outputs.
 struct Fusion {
   std::vector<ir::OpId> matched;
   ir::Op fused;
