@@ -13,12 +13,9 @@ namespace {
 
 // Multiply-adds below which a GEMM task is neither split nor handed to another thread.
 constexpr int64_t kMinTaskWork = int64_t{1} << 20;
-// Rows (columns) of C per panel at least: OpenBLAS packs the whole other operand again for
-// every panel, which costs about 40 / (the panel's rows) of its time.
-constexpr int64_t kMinPanel = 256;
-// Tasks (panels × batches) a GEMM is cut into at most, unless its batches alone are more:
-// enough for 16 threads.
-constexpr int64_t kMaxTasks = 16;
+// Rows (columns) of C per panel at least. OpenBLAS packs the whole other operand again for
+// every panel, so a GEMM is cut into no more panels than there are threads to run them.
+constexpr int64_t kMinPanel = 64;
 
 }  // namespace
 
@@ -37,29 +34,30 @@ void BatchedGemm::prepare() {
     c_offsets.resize(1);
   }
   split_rows_ = m >= n;
-  const int64_t length = split_rows_ ? m : n;
-  const int64_t work = int64_t{m} * n * k;
-  const int64_t most = std::max<int64_t>(1, kMaxTasks / std::max<int64_t>(1, batches));
-  panels_ = std::clamp<int64_t>(std::min(length / kMinPanel, work / kMinTaskWork), 1, most);
 }
 
 void BatchedGemm::run(const float* a, const float* b, float* c, float beta) const {
   if (m == 0 || n == 0) return;
-  const int64_t tasks = static_cast<int64_t>(c_offsets.size()) * panels_;
-  const int64_t task_work = std::max<int64_t>(1, int64_t{m} * n * k / panels_);
-  parallel_for(tasks, (kMinTaskWork + task_work - 1) / task_work, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) run_task(a, b, c, beta, t);
-  });
+  const auto batches = static_cast<int64_t>(c_offsets.size());
+  const int64_t work = int64_t{m} * n * k;
+  const int64_t panels = std::clamp<int64_t>(
+      std::min((num_threads() + batches - 1) / batches, (split_rows_ ? m : n) / kMinPanel), 1,
+      std::max<int64_t>(1, work / kMinTaskWork));
+  const int64_t task_work = std::max<int64_t>(1, work / panels);
+  parallel_for(batches * panels, (kMinTaskWork + task_work - 1) / task_work,
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t t = begin; t < end; ++t) run_task(a, b, c, beta, t, panels);
+               });
 }
 
-// Task t: panel t % panels_ of batch t / panels_.
-void BatchedGemm::run_task(const float* a, const float* b, float* c, float beta,
-                           int64_t task) const {
-  const auto batch = static_cast<size_t>(task / panels_);
-  const int64_t panel = task % panels_;
+// Task t: panel t % panels of batch t / panels.
+void BatchedGemm::run_task(const float* a, const float* b, float* c, float beta, int64_t task,
+                           int64_t panels) const {
+  const auto batch = static_cast<size_t>(task / panels);
+  const int64_t panel = task % panels;
   const int64_t length = split_rows_ ? m : n;
-  const int64_t first = length * panel / panels_;
-  const auto size = static_cast<int>(length * (panel + 1) / panels_ - first);
+  const int64_t first = length * panel / panels;
+  const auto size = static_cast<int>(length * (panel + 1) / panels - first);
   const float* pa = a + a_offsets[batch];
   const float* pb = b + b_offsets[batch];
   float* pc = c + c_offsets[batch];

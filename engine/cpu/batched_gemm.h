@@ -18,18 +18,19 @@ struct BatchedGemm {
   std::vector<int64_t> a_offsets, b_offsets, c_offsets;
 
   // Folds the batches into one taller GEMM when they share B and A's and C's batches are
-  // stacked densely; then cuts every GEMM into panels of C's rows (or columns, when N > M) for
-  // the threads. The panels depend on the shapes alone, so results do not change with the
-  // thread count. Makes BLAS run on the calling thread (blas.h).
+  // stacked densely, and makes BLAS run on the calling thread (blas.h).
   void prepare();
 
+  // Runs the batches on parallel.h's threads; when there are fewer batches than threads, each
+  // GEMM is cut into panels of C's rows (or columns, when N > M). Every element of C is the
+  // same dot product however C is cut, so results do not change with the thread count.
   void run(const float* a, const float* b, float* c, float beta) const;
 
  private:
-  void run_task(const float* a, const float* b, float* c, float beta, int64_t task) const;
+  void run_task(const float* a, const float* b, float* c, float beta, int64_t task,
+                int64_t panels) const;
 
   bool split_rows_ = true;
-  int64_t panels_ = 1;
 };
 
 }  // namespace piper::engine::cpu

@@ -16,10 +16,13 @@
 namespace piper::engine::cpu {
 namespace {
 
-// How long an idle worker polls for the next loop before it sleeps: long enough to bridge the
-// short serial gaps between one kernel's loop and the next, short enough that idle workers
-// soon leave the cores to other threads and processes.
-constexpr std::chrono::microseconds kSpin{50};
+// How long a waiting thread polls before it sleeps: it spins for kSpin, then yields its core to
+// any other runnable thread between polls until kPoll has passed. Waking a sleeping thread
+// takes a scheduler round trip, which on a busy machine costs milliseconds; polling bridges
+// the gaps between one kernel's loop and the next, and yielding keeps it from holding a core
+// that a GEMM, another stream or another rank needs.
+constexpr std::chrono::microseconds kSpin{20};
+constexpr std::chrono::microseconds kPoll{2000};
 
 // Chunks per thread: a few, so that threads slowed by others still finish close together.
 constexpr int64_t kChunksPerThread = 4;
@@ -35,11 +38,17 @@ void relax() {
 #endif
 }
 
-// Spins for up to kSpin while `busy()` holds, then returns.
+// Polls while `busy()` holds, for up to kPoll; then returns.
 template <typename Busy>
 void spin_while(Busy busy) {
-  const auto deadline = std::chrono::steady_clock::now() + kSpin;
-  while (busy() && std::chrono::steady_clock::now() < deadline) relax();
+  const auto start = std::chrono::steady_clock::now();
+  for (auto now = start; busy() && now - start < kPoll; now = std::chrono::steady_clock::now()) {
+    if (now - start < kSpin) {
+      relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
 }
 
 int default_threads() {
