@@ -6,6 +6,7 @@
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/nary_fold.h"
 #include "engine/cpu/strided_loop.h"
+#include "engine/cpu/vector_math.h"
 #include "formats/error.h"
 
 namespace piper::engine::cpu {
@@ -104,11 +105,8 @@ struct SumFold {
 };
 
 float sigmoid(float x) {
-  if (x >= 0) {
-    return 1.0f / (1.0f + std::exp(-x));
-  }
-  const float e = std::exp(x);
-  return e / (1.0f + e);
+  const float e = vexp(x < 0.0f ? x : -x);  // e^-|x| never overflows
+  return x < 0.0f ? e / (1.0f + e) : 1.0f / (1.0f + e);
 }
 
 }  // namespace

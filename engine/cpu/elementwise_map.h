@@ -1,5 +1,6 @@
 // Same-shape elementwise kernels spread over parallel.h's threads: unary maps y[i] = f(x[i])
-// and gradients dX[i] = f(dY[i], S[i]) of a saved tensor S (elementwise.cc, math.cc).
+// (element by element, or range by range for vector_math.h's exp_n and erf_n) and gradients
+// dX[i] = f(dY[i], S[i]) of a saved tensor S (elementwise.cc, math.cc).
 #pragma once
 
 #include <string>
@@ -20,21 +21,39 @@ std::unique_ptr<PreparedKernel> make_map(const TensorView& x, const TensorView& 
       });
 }
 
+// Checks one input and one output of the same shape and dtype.
+inline void check_unary(const KernelArgs& args) {
+  args.expect_inputs(1, 1);
+  args.expect_outputs(1, 1);
+  args.expect_same_shape(args.input(0), "input 0", args.output(0), "output 0");
+  args.expect_dtype(args.input(0), args.output(0).dtype, "input 0");
+}
+
 // A same-shape float32 map y[i] = f(x[i]); with kAllowInt64 also for int64 tensors.
 template <bool kAllowInt64, typename F>
 KernelFactory unary_factory(F f) {
   return [f](const KernelArgs& args) -> std::unique_ptr<PreparedKernel> {
-    args.expect_inputs(1, 1);
-    args.expect_outputs(1, 1);
+    check_unary(args);
     const TensorView& x = args.input(0);
     const TensorView& y = args.output(0);
-    args.expect_same_shape(x, "input 0", y, "output 0");
-    args.expect_dtype(x, y.dtype, "input 0");
     if constexpr (kAllowInt64) {
       if (y.dtype == plan::INT64) return make_map<int64_t>(x, y, f);
     }
     args.expect_dtype(y, plan::FLOAT32, "output 0");
     return make_map<float>(x, y, f);
+  };
+}
+
+// A same-shape float32 map computed range by range: fn(x, y, n) writes y[0, n) from x[0, n).
+inline KernelFactory range_unary_factory(void (*fn)(const float*, float*, int64_t)) {
+  return [fn](const KernelArgs& args) -> std::unique_ptr<PreparedKernel> {
+    check_unary(args);
+    args.expect_dtype(args.output(0), plan::FLOAT32, "output 0");
+    return make_kernel([fn, n = args.output(0).elements(), px = args.input(0).as<const float>(),
+                        py = args.output(0).as<float>()](const StepContext&) {
+      parallel_for(n, kParallelGrain,
+                   [&](int64_t begin, int64_t end) { fn(px + begin, py + begin, end - begin); });
+    });
   };
 }
 

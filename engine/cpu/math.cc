@@ -8,6 +8,7 @@
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/nary_fold.h"
 #include "engine/cpu/strided_loop.h"
+#include "engine/cpu/vector_math.h"
 #include "formats/error.h"
 
 namespace piper::engine::cpu {
@@ -248,9 +249,9 @@ void register_math_kernels(KernelTable& table) {
   table["Pow"] = pow_factory;
   table["Sqrt"] = unary_factory<false>([](float x) { return std::sqrt(x); });
   table["Reciprocal"] = unary_factory<false>([](float x) { return 1.0f / x; });
-  table["Exp"] = unary_factory<false>([](float x) { return std::exp(x); });
+  table["Exp"] = range_unary_factory(exp_n);
   table["Log"] = unary_factory<false>([](float x) { return std::log(x); });
-  table["Erf"] = unary_factory<false>([](float x) { return std::erf(x); });
+  table["Erf"] = range_unary_factory(erf_n);
   table["Max"] = nary_fold_factory<ExtremumFold<true>>;
   table["Min"] = nary_fold_factory<ExtremumFold<false>>;
   table["piper.PowBaseGrad"] = pow_base_grad_factory;
@@ -262,7 +263,7 @@ void register_math_kernels(KernelTable& table) {
   table["piper.ErfGrad"] = saved_grad_factory(
       [](float dy, float x) {
         constexpr float kTwoOverSqrtPi = 2.0f * std::numbers::inv_sqrtpi_v<float>;
-        return dy * kTwoOverSqrtPi * std::exp(-x * x);
+        return dy * kTwoOverSqrtPi * vexp(-x * x);
       },
       "X");
   table["piper.MaxMinGrad"] = max_min_grad_factory;

@@ -8,6 +8,7 @@
 
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/parallel.h"
+#include "engine/cpu/vector_math.h"
 #include "formats/error.h"
 
 namespace piper::engine::cpu {
@@ -63,19 +64,26 @@ AxisView axis_view(const KernelArgs& args, const Shape& shape, int64_t axis) {
   return view;
 }
 
-// Softmax and LogSoftmax of rows of n elements. Contiguous rows when inner == 1; otherwise
-// rows are strided by `inner` and are gathered into a scratch row first.
+// Exponentials go through buffers of this many floats where a row must keep its values.
+constexpr int64_t kExpChunk = 256;
+
+// Softmax or LogSoftmax of one row of n elements; y may be x.
 template <bool kLog>
 void softmax_row(const float* x, float* y, int64_t n) {
   const float m = row_max(x, n);
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] - m;
   if (kLog) {
-    for (int64_t i = 0; i < n; ++i) y[i] = x[i] - m;
+    float exps[kExpChunk];
     float sum = 0.0f;
-    for (int64_t i = 0; i < n; ++i) sum += std::exp(y[i]);
+    for (int64_t i = 0; i < n; i += kExpChunk) {
+      const int64_t count = std::min(kExpChunk, n - i);
+      exp_n(y + i, exps, count);
+      sum += row_sum(exps, count);
+    }
     const float log_sum = std::log(sum);
     for (int64_t i = 0; i < n; ++i) y[i] -= log_sum;
   } else {
-    for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i] - m);
+    exp_n(y, y, n);
     const float scale = 1.0f / row_sum(y, n);
     for (int64_t i = 0; i < n; ++i) y[i] *= scale;
   }
@@ -153,7 +161,12 @@ std::unique_ptr<PreparedKernel> softmax_grad_factory(const KernelArgs& args) {
       const float* s = rows[1];
       if (kLog) {
         const float sum = row_sum(g, v.n);
-        for (int64_t i = 0; i < v.n; ++i) out[i] = g[i] - std::exp(s[i]) * sum;
+        float exps[kExpChunk];
+        for (int64_t i = 0; i < v.n; i += kExpChunk) {
+          const int64_t count = std::min(kExpChunk, v.n - i);
+          exp_n(s + i, exps, count);
+          for (int64_t j = 0; j < count; ++j) out[i + j] = g[i + j] - exps[j] * sum;
+        }
       } else {
         const float dot = row_dot(g, s, v.n);
         for (int64_t i = 0; i < v.n; ++i) out[i] = s[i] * (g[i] - dot);
