@@ -104,11 +104,6 @@ struct SumFold {
   }
 };
 
-float sigmoid(float x) {
-  const float e = vexp(x < 0.0f ? x : -x);  // e^-|x| never overflows
-  return x < 0.0f ? e / (1.0f + e) : 1.0f / (1.0f + e);
-}
-
 }  // namespace
 
 void register_elementwise_kernels(KernelTable& table) {
@@ -121,7 +116,10 @@ void register_elementwise_kernels(KernelTable& table) {
   // NaN propagates, as in ONNX and PyTorch.
   table["Relu"] = unary_factory<false>([](float x) { return x < 0.0f ? 0.0f : x; });
   table["Tanh"] = unary_factory<false>([](float x) { return std::tanh(x); });
-  table["Sigmoid"] = unary_factory<false>(sigmoid);
+  table["Sigmoid"] = unary_factory<false>([](float x) {
+    const float e = vexp(-std::fabs(x));  // e^-|x| never overflows
+    return x < 0.0f ? e / (1.0f + e) : 1.0f / (1.0f + e);
+  });
   table["piper.ReluGrad"] =
       saved_grad_factory([](float dy, float y) { return y > 0.0f ? dy : 0.0f; }, "Y");
   table["piper.TanhGrad"] =
