@@ -43,13 +43,15 @@ struct ClassLossGeometry {
 // Positions (i, j) per block of sum_positions.
 constexpr int64_t kPositionsPerBlock = 64;
 
-// Calls f(i, j) for every position (i in [0, N), j in [0, D)), positions spread over
-// parallel.h's threads; f touches about C elements per call.
+// Calls f(i, j, scratch) for every position (i in [0, N), j in [0, D)), positions spread over
+// parallel.h's threads; f touches about C elements per call, and scratch holds C floats for
+// its own use.
 template <typename F>
 void for_each_position(const ClassLossGeometry& g, F f) {
   parallel_for(g.n * g.d, (kParallelGrain + g.c - 1) / std::max<int64_t>(g.c, 1),
                [&](int64_t begin, int64_t end) {
-                 for (int64_t p = begin; p < end; ++p) f(p / g.d, p % g.d);
+                 std::vector<float> scratch(static_cast<size_t>(g.c));
+                 for (int64_t p = begin; p < end; ++p) f(p / g.d, p % g.d, scratch.data());
                });
 }
 
@@ -58,9 +60,9 @@ struct LossSums {
   double weight = 0.0;
 };
 
-// Sums f(i, j, &weight) and the weights it reports over every position, in parallel: each block
-// of kPositionsPerBlock positions sums its own, and the blocks' sums are added in order, so the
-// result does not depend on the thread count.
+// Sums f(i, j, &weight, scratch) and the weights it reports over every position (scratch as in
+// for_each_position), in parallel: each block of kPositionsPerBlock positions sums its own, and
+// the blocks' sums are added in order, so the result does not depend on the thread count.
 template <typename F>
 LossSums sum_positions(const ClassLossGeometry& g, F f) {
   const int64_t positions = g.n * g.d;
@@ -69,12 +71,13 @@ LossSums sum_positions(const ClassLossGeometry& g, F f) {
   const int64_t block_work = kPositionsPerBlock * std::max<int64_t>(g.c, 1);
   parallel_for(blocks, (kParallelGrain + block_work - 1) / block_work,
                [&](int64_t begin, int64_t end) {
+                 std::vector<float> scratch(static_cast<size_t>(g.c));
                  for (int64_t b = begin; b < end; ++b) {
                    LossSums& part = parts[static_cast<size_t>(b)];
                    const int64_t last = std::min(positions, (b + 1) * kPositionsPerBlock);
                    for (int64_t p = b * kPositionsPerBlock; p < last; ++p) {
                      double weight = 0.0;
-                     part.loss += f(p / g.d, p % g.d, &weight);
+                     part.loss += f(p / g.d, p % g.d, &weight, scratch.data());
                      part.weight += weight;
                    }
                  }

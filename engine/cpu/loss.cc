@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "engine/cpu/class_loss.h"
+#include "engine/cpu/vector_math.h"
 
 namespace piper::engine::cpu {
 namespace {
@@ -14,14 +15,21 @@ namespace {
 struct SceGeometry : ClassLossGeometry {
   const float* scores = nullptr;
 
-  // log(sum_c exp(scores[i, c, j])), computed stably.
-  double log_sum_exp(int64_t i, int64_t j) const {
+  // Writes e[k] = exp(scores[i, k, j] − max) for every class k (max over the classes) and
+  // returns max and Σ_k e[k], summed in double: log Σ_k exp(scores[i, k, j]) = max + log Σ.
+  struct Exps {
+    double max = 0.0, sum = 0.0;
+    double log_sum_exp() const { return max + std::log(sum); }
+  };
+  Exps softmax_exps(int64_t i, int64_t j, float* e) const {
     const float* x = scores + i * c * d + j;
     float max = -std::numeric_limits<float>::infinity();
     for (int64_t k = 0; k < c; ++k) max = std::max(max, x[k * d]);
+    for (int64_t k = 0; k < c; ++k) e[k] = x[k * d] - max;
+    exp_n(e, e, c);
     double sum = 0.0;
-    for (int64_t k = 0; k < c; ++k) sum += std::exp(static_cast<double>(x[k * d] - max));
-    return static_cast<double>(max) + std::log(sum);
+    for (int64_t k = 0; k < c; ++k) sum += e[k];
+    return {max, sum};
   }
 };
 
@@ -50,8 +58,8 @@ std::unique_ptr<PreparedKernel> sce_factory(const KernelArgs& args) {
     log_prob = lp.as<float>();
   }
   return make_kernel([g, log_prob, out = loss.as<float>()](const StepContext&) {
-    const LossSums sums = sum_positions(g, [&](int64_t i, int64_t j, double* weight) {
-      const double lse = g.log_sum_exp(i, j);
+    const LossSums sums = sum_positions(g, [&](int64_t i, int64_t j, double* weight, float* e) {
+      const double lse = g.softmax_exps(i, j, e).log_sum_exp();
       const float* x = g.scores + i * g.c * g.d + j;
       if (log_prob != nullptr) {
         float* lp = log_prob + i * g.c * g.d + j;
@@ -86,8 +94,7 @@ std::unique_ptr<PreparedKernel> sce_grad_factory(const KernelArgs& args) {
       [g, pdl = dl.as<const float>(), out = dscores.as<float>()](const StepContext&) {
         double scale = 1.0;
         if (g.reduction == Reduction::kMean) scale = 1.0 / g.weight_sum();
-        for_each_position(g, [&](int64_t i, int64_t j) {
-          const float* x = g.scores + i * g.c * g.d + j;
+        for_each_position(g, [&](int64_t i, int64_t j, float* e) {
           float* dx = out + i * g.c * g.d + j;
           int64_t label = 0;
           const float w = g.label_weight(i, j, &label);
@@ -97,9 +104,9 @@ std::unique_ptr<PreparedKernel> sce_grad_factory(const KernelArgs& args) {
           }
           const double upstream = g.reduction == Reduction::kNone ? pdl[i * g.d + j] : pdl[0];
           const double factor = upstream * scale * w;
-          const double lse = g.log_sum_exp(i, j);
+          const double inv_sum = 1.0 / g.softmax_exps(i, j, e).sum;
           for (int64_t k = 0; k < g.c; ++k) {
-            const double p = std::exp(static_cast<double>(x[k * g.d]) - lse);
+            const double p = e[k] * inv_sum;
             dx[k * g.d] = static_cast<float>(factor * (p - (k == label ? 1.0 : 0.0)));
           }
         });

@@ -25,7 +25,7 @@ std::unique_ptr<PreparedKernel> nll_factory(const KernelArgs& args) {
   const TensorView& loss = args.output(0);
   check_loss_shape(args, g, loss, target, "loss (output 0)");
   return make_kernel([g, px = input.as<const float>(), out = loss.as<float>()](const StepContext&) {
-    const LossSums sums = sum_positions(g, [&](int64_t i, int64_t j, double* weight) {
+    const LossSums sums = sum_positions(g, [&](int64_t i, int64_t j, double* weight, float*) {
       int64_t t = 0;
       const float w = g.label_weight(i, j, &t);
       const double value = w == 0.0f ? 0.0 : -static_cast<double>(px[(i * g.c + t) * g.d + j]) * w;
