@@ -5,7 +5,7 @@ same data, in one run.
 
     /usr/bin/python3 bench/cpu_gpt.py [--d 256 --layers 4 --heads 4 --seq 128
                                        --batch 8 --vocab 512 --steps 10
-                                       --threads N --openblas-coretype NAME]
+                                       --threads N --openblas-coretype NAME --build DIR]
 
 Prints, per system, the median step time (the first step is warm-up and not
 counted), the Piper/peer ratio and the peak resident memory (ru_maxrss of the
@@ -16,6 +16,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -25,7 +26,6 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 EXPORT_PY = os.path.join(ROOT, "samples", "gpt", "export.py")
-TOOLS = os.path.join(ROOT, "build", "tools")
 ORT_TARGET = "/tmp/ortpkgs"
 LR = 1e-3
 WEIGHT_DECAY = 0.01
@@ -172,11 +172,6 @@ def run_child(cmd, env, timeout):
     return proc.returncode, usage.ru_maxrss * 1024, text  # Linux: ru_maxrss in KiB
 
 
-def median_after_warmup(seconds):
-    rest = seconds[1:] if len(seconds) > 1 else seconds
-    return statistics.median(rest)
-
-
 def ensure_ort(env):
     """Returns (ok, why). Tries the import; on failure one time-limited pip install."""
     probe = [sys.executable, "-c", "import onnxruntime.training.api, onnxruntime.training.artifacts"]
@@ -211,9 +206,14 @@ def main():
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--vocab", type=int, default=512)
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every system this many times, alternating (medians over all rounds)")
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--openblas-coretype", default=None,
-                   help="set OPENBLAS_CORETYPE for all systems (default: unset, OpenBLAS detects)")
+                   help="set OPENBLAS_CORETYPE for Piper and PyTorch (default: PyTorch gets the "
+                        "OpenBLAS kernels piper-run chose)")
+    p.add_argument("--build", default=os.path.join(ROOT, "build"),
+                   help="the CMake build directory holding tools/piper-plan and tools/piper-run")
     p.add_argument("--no-ort", action="store_true", help="skip the ONNX Runtime training peer")
     p.add_argument("--timeout", type=float, default=900, help="seconds per system")
     p.add_argument("--keep", action="store_true", help="keep the temp directory")
@@ -237,9 +237,11 @@ def main():
     ort_env["PYTHONPATH"] = os.pathsep.join(
         [ORT_TARGET] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
 
+    tools = os.path.join(args.build, "tools")
     for tool in ("piper-plan", "piper-run"):
-        if not os.path.exists(os.path.join(TOOLS, tool)):
-            sys.exit(f"{TOOLS}/{tool} missing: cmake --build build -j2 --target piper-plan piper-run")
+        if not os.path.exists(os.path.join(tools, tool)):
+            sys.exit(f"{tools}/{tool} missing: cmake --build {args.build} -j2 "
+                     "--target piper-plan piper-run")
 
     tmp = tempfile.mkdtemp(prefix="piper_bench_")
     work = tmp
@@ -247,7 +249,7 @@ def main():
     os.makedirs(data)
     print(f"config: d={args.d} layers={args.layers} heads={args.heads} T={args.seq} "
           f"batch={args.batch} vocab={args.vocab} steps={args.steps} threads={args.threads}")
-    print(f"OPENBLAS_CORETYPE: {args.openblas_coretype or 'unset (OpenBLAS auto-detects; Prescott on this VM)'}")
+    print(f"OPENBLAS_CORETYPE: {args.openblas_coretype or 'unset (PyTorch gets the kernels piper-run chose)'}")
     print(f"work dir: {work}", flush=True)
 
     # Export with the same settings as samples/gpt (opset 17, training mode,
@@ -262,61 +264,74 @@ def main():
     make_data(data, args.vocab, args.seq)
     print(f"exported {nparams} parameters to {onnx_path}", flush=True)
 
-    results = {}
-
-    # ---- Piper
     strategy = {"batch": {"global": args.batch},
                 "optimizer": {"type": "adamw", "lr": LR, "weight_decay": WEIGHT_DECAY},
                 "frozen": ["*mask*"]}
     with open(os.path.join(work, "strategy.json"), "w") as f:
         json.dump(strategy, f)
     plan_dir = os.path.join(work, "plan")
-    r = subprocess.run([os.path.join(TOOLS, "piper-plan"), onnx_path,
+    r = subprocess.run([os.path.join(tools, "piper-plan"), onnx_path,
                         os.path.join(work, "strategy.json"), "-o", plan_dir],
                        env=env, capture_output=True, text=True)
-    if r.returncode != 0:
+    planned = r.returncode == 0
+    if not planned:
         print(f"[piper] piper-plan failed:\n{r.stdout}{r.stderr}")
-    else:
-        metrics = os.path.join(work, "piper_metrics.jsonl")
-        rc, rss, text = run_child([os.path.join(TOOLS, "piper-run"), "--plan",
-                                   os.path.join(plan_dir, "rank0.plan"), "--steps",
-                                   str(args.steps), "--data", data, "--metrics", metrics],
-                                  env, args.timeout)
-        if rc != 0 or not os.path.exists(metrics):
-            print(f"[piper] piper-run failed (rc {rc}):\n{text[-3000:]}")
-        else:
-            with open(metrics) as f:
-                lines = [json.loads(l) for l in f if l.strip()]
-            results["Piper"] = {"seconds": [l["seconds"] for l in lines],
-                                "losses": [l["loss"] for l in lines], "rss": rss,
-                                "note": f"peak_bytes {max(l['peak_bytes'] for l in lines)}"}
-    print("[piper] done", flush=True)
 
-    # ---- PyTorch eager
-    out = os.path.join(work, "torch.json")
-    rc, rss, text = run_child([sys.executable, os.path.abspath(__file__), "--child", "torch",
-                               "--work", work, "--child-out", out] + forward_args(args),
-                              env, args.timeout)
-    if rc != 0:
-        print(f"[pytorch] failed (rc {rc}):\n{text[-3000:]}")
-    else:
-        with open(out) as f:
-            res = json.load(f)
-        results["PyTorch eager"] = {"seconds": [s["seconds"] for s in res["steps"]],
-                                    "losses": [s["loss"] for s in res["steps"]], "rss": rss,
-                                    "note": f"torch {torch.__version__}, "
-                                            f"{res['threads']} threads"}
-    print("[pytorch] done", flush=True)
-
-    # ---- ONNX Runtime training
-    ort_skip = None
-    if args.no_ort:
-        ort_skip = "--no-ort given"
-    else:
+    ort_skip = "--no-ort given" if args.no_ort else None
+    if not ort_skip:
         ok, why = ensure_ort(ort_env)
-        if not ok:
-            ort_skip = why
+        ort_skip = None if ok else why
+
+    # Per system: the step times of every round without its first (warm-up) step, the first
+    # round's losses, the largest peak RSS.
+    results = {}
+
+    def record(name, steps, rss, note):
+        r = results.setdefault(name, {"seconds": [], "losses": [s["loss"] for s in steps],
+                                      "rss": 0, "note": note})
+        r["seconds"] += [s["seconds"] for s in steps[1:]]
+        r["rss"] = max(r["rss"], rss)
+
+    blas_core = args.openblas_coretype or "unknown"
+    for round_ in range(1, args.rounds + 1):
+        tag = f" (round {round_} of {args.rounds})" if args.rounds > 1 else ""
+        if planned:
+            metrics = os.path.join(work, "piper_metrics.jsonl")
+            # OPENBLAS_VERBOSE=2 makes OpenBLAS print the kernels it loads ("Core: Haswell"); the
+            # last line is piper-run's choice after its restart (engine/cpu/blas.h).
+            rc, rss, text = run_child([os.path.join(tools, "piper-run"), "--plan",
+                                       os.path.join(plan_dir, "rank0.plan"), "--steps",
+                                       str(args.steps), "--data", data, "--metrics", metrics],
+                                      dict(env, OPENBLAS_VERBOSE="2"), args.timeout)
+            cores = re.findall(r"^Core: (\S+)", text, re.MULTILINE)
+            blas_core = cores[-1] if cores else blas_core
+            if rc != 0 or not os.path.exists(metrics):
+                print(f"[piper] piper-run failed (rc {rc}):\n{text[-3000:]}")
+            else:
+                with open(metrics) as f:
+                    steps = [json.loads(l) for l in f if l.strip()]
+                record("Piper", steps, rss,
+                       f"peak_bytes {max(s['peak_bytes'] for s in steps)}")
+        print(f"[piper] done{tag}", flush=True)
+
+        # PyTorch eager: its BLAS is the same OpenBLAS; it gets the same kernels as Piper.
+        torch_env = dict(env)
+        if blas_core != "unknown":
+            torch_env["OPENBLAS_CORETYPE"] = blas_core
+        out = os.path.join(work, "torch.json")
+        rc, rss, text = run_child([sys.executable, os.path.abspath(__file__), "--child", "torch",
+                                   "--work", work, "--child-out", out] + forward_args(args),
+                                  torch_env, args.timeout)
+        if rc != 0:
+            print(f"[pytorch] failed (rc {rc}):\n{text[-3000:]}")
         else:
+            with open(out) as f:
+                res = json.load(f)
+            record("PyTorch eager", res["steps"], rss,
+                   f"torch {torch.__version__}, {res['threads']} threads")
+        print(f"[pytorch] done{tag}", flush=True)
+
+        if not ort_skip:
             out = os.path.join(work, "ort.json")
             rc, rss, text = run_child([sys.executable, os.path.abspath(__file__), "--child",
                                        "ort", "--work", work, "--child-out", out]
@@ -326,34 +341,33 @@ def main():
             else:
                 with open(out) as f:
                     res = json.load(f)
-                results["ONNX Runtime training"] = {
-                    "seconds": [s["seconds"] for s in res["steps"]],
-                    "losses": [s["loss"] for s in res["steps"]], "rss": rss,
-                    "note": f"onnxruntime {res['ort_version']}"}
+                record("ONNX Runtime training", res["steps"], rss,
+                       f"onnxruntime {res['ort_version']}")
+        print(f"[ort] done{tag}", flush=True)
     if ort_skip:
         print(f"[ort] ONNX Runtime training peer SKIPPED: {ort_skip}")
-    print("[ort] done", flush=True)
 
     # ---- table
     print()
+    rounds = f" x {args.rounds} rounds" if args.rounds > 1 else ""
     print(f"GPT d={args.d} layers={args.layers} heads={args.heads} T={args.seq} "
-          f"batch={args.batch} vocab={args.vocab} ({nparams} params), {args.steps} steps "
-          f"(median of steps 2..{args.steps}), {args.threads} threads, OPENBLAS_CORETYPE="
-          f"{args.openblas_coretype or 'unset'}")
+          f"batch={args.batch} vocab={args.vocab} ({nparams} params), {args.steps} steps{rounds} "
+          f"(median of steps 2..{args.steps}), {args.threads} threads, OpenBLAS kernels "
+          f"{blas_core} (Piper and PyTorch)")
     print(f"{'system':<24}{'median step s':>14}{'samples/s':>11}{'peak RSS MiB':>14}"
           f"{'loss 1st->last':>20}  note")
     for name, r in results.items():
-        med = median_after_warmup(r["seconds"])
+        med = statistics.median(r["seconds"])
         print(f"{name:<24}{med:>14.4f}{args.batch / med:>11.1f}{r['rss'] / 2**20:>14.1f}"
               f"{r['losses'][0]:>10.4f}->{r['losses'][-1]:<8.4f}  {r['note']}")
     if ort_skip:
         print(f"{'ONNX Runtime training':<24}{'skipped':>14}  ({ort_skip})")
     if "Piper" in results:
-        pm = median_after_warmup(results["Piper"]["seconds"])
+        pm = statistics.median(results["Piper"]["seconds"])
         for name, r in results.items():
             if name == "Piper":
                 continue
-            m = median_after_warmup(r["seconds"])
+            m = statistics.median(r["seconds"])
             print(f"ratio Piper/{name}: step time {pm / m:.3f}, peak RSS "
                   f"{results['Piper']['rss'] / r['rss']:.3f}")
     if args.keep:
