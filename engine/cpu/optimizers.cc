@@ -57,6 +57,26 @@ std::unique_ptr<PreparedKernel> sgd_factory(const KernelArgs& args) {
   });
 }
 
+// One AdamW step's factors (torch.optim.AdamW).
+struct AdamWStep {
+  float decay, b1, b2, one_minus_b1, one_minus_b2, step_size, bias_correction2_sqrt, epsilon;
+};
+
+// Updates elements [0, n) of distinct tensors; the factors are a by-value argument, so that
+// GCC keeps them in registers and vectorises the loop (stores through p, m and v could alias
+// a float read through a reference).
+void adamw_update(AdamWStep s, float* __restrict p, float* __restrict m, float* __restrict v,
+                  const float* __restrict grad, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grad[i];
+    p[i] *= s.decay;
+    m[i] = m[i] * s.b1 + s.one_minus_b1 * g;
+    v[i] = v[i] * s.b2 + s.one_minus_b2 * g * g;
+    const float denom = std::sqrt(v[i]) / s.bias_correction2_sqrt + s.epsilon;
+    p[i] -= s.step_size * (m[i] / denom);
+  }
+}
+
 std::unique_ptr<PreparedKernel> adamw_factory(const KernelArgs& args) {
   args.expect_inputs(4, 4);
   check_state(args, {"P (input 0)", "G (input 1)", "M (input 2)", "V (input 3)"});
@@ -71,23 +91,16 @@ std::unique_ptr<PreparedKernel> adamw_factory(const KernelArgs& args) {
                       pm = args.input(2).as<float>(), pv = args.input(3).as<float>(), lr, beta1,
                       beta2, eps, weight_decay](const StepContext& context) {
     const double t = static_cast<double>(context.step);
-    const float decay = static_cast<float>(1.0 - lr * weight_decay);
-    const float b1 = static_cast<float>(beta1);
-    const float b2 = static_cast<float>(beta2);
-    const float one_minus_b1 = static_cast<float>(1.0 - beta1);
-    const float one_minus_b2 = static_cast<float>(1.0 - beta2);
-    const float step_size = static_cast<float>(lr / (1.0 - std::pow(beta1, t)));
-    const float bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, t)));
-    const float epsilon = static_cast<float>(eps);
+    const AdamWStep s{static_cast<float>(1.0 - lr * weight_decay),
+                      static_cast<float>(beta1),
+                      static_cast<float>(beta2),
+                      static_cast<float>(1.0 - beta1),
+                      static_cast<float>(1.0 - beta2),
+                      static_cast<float>(lr / (1.0 - std::pow(beta1, t))),
+                      static_cast<float>(std::sqrt(1.0 - std::pow(beta2, t))),
+                      static_cast<float>(eps)};
     parallel_for(n, kParallelGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const float g = pg[i];
-        pp[i] *= decay;
-        pm[i] = pm[i] * b1 + one_minus_b1 * g;
-        pv[i] = pv[i] * b2 + one_minus_b2 * g * g;
-        const float denom = std::sqrt(pv[i]) / bias_correction2_sqrt + epsilon;
-        pp[i] -= step_size * (pm[i] / denom);
-      }
+      adamw_update(s, pp + begin, pm + begin, pv + begin, pg + begin, end - begin);
     });
   });
 }
