@@ -44,10 +44,61 @@ void for_each_slab(const std::vector<StridedLoop>& slabs, F body) {
   });
 }
 
+// Column sums (X as [rows, columns] with only leading dimensions reduced: bias gradients) of
+// at most this many columns sum blocks of rows, at most kMaxRowBlocks of them, each into
+// partial sums of its own, which are added block by block afterwards; wider ones use slabs.
+constexpr int64_t kMaxColumnSumColumns = 4096;
+constexpr int64_t kMaxRowBlocks = 64;
+
+// The elements per row when `kept` keeps a suffix of X's dimensions and reduces all the
+// others (X as [rows, columns]); 0 otherwise.
+int64_t kept_columns(const Shape& x, const Shape& kept) {
+  const size_t lead = x.size() - kept.size();
+  const auto kept_dim = [&](size_t d) { return d < lead ? int64_t{1} : kept[d - lead]; };
+  size_t first = x.size();
+  while (first > 0 && kept_dim(first - 1) == x[first - 1]) --first;
+  for (size_t d = 0; d < first; ++d) {
+    if (kept_dim(d) != 1 && x[d] != 1) return 0;
+  }
+  return product(x, first, x.size());
+}
+
+// y = scale * column sums of x viewed as [rows, columns], in double: see kMaxRowBlocks.
+std::unique_ptr<PreparedKernel> make_column_sums(const TensorView& x, int64_t columns,
+                                                 const TensorView& y, double scale) {
+  const int64_t rows = x.elements() / columns;
+  const int64_t blocks = std::clamp<int64_t>((rows + 15) / 16, 1, kMaxRowBlocks);
+  const int64_t block_rows = (rows + blocks - 1) / blocks;
+  std::vector<double> partial(static_cast<size_t>(blocks * columns));
+  return make_kernel([columns, rows, blocks, block_rows, partial, scale, px = x.as<const float>(),
+                      py = y.as<float>()](const StepContext&) mutable {
+    const int64_t grain = (kParallelGrain + block_rows * columns - 1) / (block_rows * columns);
+    parallel_for(blocks, grain, [&](int64_t first, int64_t last) {
+      for (int64_t b = first; b < last; ++b) {
+        double* sums = partial.data() + b * columns;
+        std::fill(sums, sums + columns, 0.0);
+        for (int64_t r = b * block_rows; r < std::min(rows, (b + 1) * block_rows); ++r) {
+          const float* in = px + r * columns;
+          for (int64_t c = 0; c < columns; ++c) sums[c] += in[c];
+        }
+      }
+    });
+    for (int64_t c = 0; c < columns; ++c) {
+      double sum = 0.0;
+      for (int64_t b = 0; b < blocks; ++b) sum += partial[static_cast<size_t>(b * columns + c)];
+      py[c] = static_cast<float>(sum * scale);
+    }
+  });
+}
+
 // y = scale * (x summed over the dimensions where `kept` is 1 and x's is not), with `kept`
 // (x's shape with 1 at reduced axes) broadcasting to x's shape. Accumulates in double.
 std::unique_ptr<PreparedKernel> make_reduction(const TensorView& x, const Shape& kept,
                                                const TensorView& y, double scale) {
+  const int64_t columns = kept_columns(x.shape, kept);
+  if (columns > 0 && columns <= kMaxColumnSumColumns && x.elements() > 0) {
+    return make_column_sums(x, columns, y, scale);
+  }
   std::vector<double> acc(static_cast<size_t>(num_elements(kept)));
   return make_kernel([slabs = reduction_slabs(x.shape, kept), acc, scale, px = x.as<const float>(),
                       py = y.as<float>()](const StepContext&) mutable {
