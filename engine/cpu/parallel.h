@@ -1,6 +1,6 @@
 // Intra-op parallelism of the CPU kernels: one process-wide pool of threads that
-// parallel_for spreads a loop over. The pool's threads spin briefly after a loop and then
-// sleep, so they do not hold cores that GEMMs, other streams or other ranks need.
+// parallel_for spreads a loop over. After a loop the pool's threads poll for the next one for
+// 2 ms, yielding their cores to any other runnable thread, and then sleep.
 #pragma once
 
 #include <cstdint>
