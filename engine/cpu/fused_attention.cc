@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "engine/cpu/attention_geometry.h"
 #include "engine/cpu/blas.h"
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/parallel.h"
@@ -26,21 +27,6 @@ constexpr int64_t kBlockFloats = 32768;
 // Floating-point operations worth handing a thread (parallel.h's grain): tens of microseconds.
 constexpr int64_t kTaskFlops = int64_t{1} << 18;
 
-struct AttentionGeometry {
-  int64_t batch = 1;  // product of the leading dimensions
-  int64_t t = 0, d = 0, tk = 0, dv = 0;
-  int64_t block_rows = 1;
-  int64_t grain = 1;  // batch indices per parallel task
-  float scale = 1;
-  // The mask, read through element offsets per batch index and strides over rows and keys
-  // (0 where it broadcasts).
-  enum class MaskKind { kNone, kAdd, kFill } mask = MaskKind::kNone;
-  float fill = 0;
-  bool fill_if = true;
-  std::vector<int64_t> mask_offsets;
-  int64_t mask_row_stride = 0, mask_key_stride = 0;
-};
-
 int blas_dim(const KernelArgs& args, int64_t value) {
   if (value > INT32_MAX) {
     args.fail("dimension " + std::to_string(value) + " exceeds the BLAS integer range");
@@ -48,71 +34,21 @@ int blas_dim(const KernelArgs& args, int64_t value) {
   return static_cast<int>(value);
 }
 
-// Checks Q [..., T, D], Kt [..., D, Tk], V [..., Tk, Dv] (inputs first..first+2) and the mask
-// (input first+3, optional) and plans their layout.
-AttentionGeometry attention_geometry(const KernelArgs& args, size_t first) {
-  const TensorView& q = args.input(first);
-  const TensorView& kt = args.input(first + 1);
-  const TensorView& v = args.input(first + 2);
-  const std::string names[] = {"Q (input " + std::to_string(first) + ")",
-                               "Kt (input " + std::to_string(first + 1) + ")",
-                               "V (input " + std::to_string(first + 2) + ")"};
-  for (size_t i = 0; i < 3; ++i) args.expect_dtype(args.input(first + i), plan::FLOAT32, names[i]);
-  const int64_t rank = q.rank();
-  const bool same_batch = rank >= 2 && kt.rank() == rank && v.rank() == rank &&
-                          std::equal(q.shape.begin(), q.shape.end() - 2, kt.shape.begin()) &&
-                          std::equal(q.shape.begin(), q.shape.end() - 2, v.shape.begin());
-  AttentionGeometry g;
-  if (same_batch) {
-    g.t = q.shape[rank - 2];
-    g.d = q.shape[rank - 1];
-    g.tk = kt.shape[rank - 1];
-    g.dv = v.shape[rank - 1];
-  }
-  if (!same_batch || kt.shape[rank - 2] != g.d || v.shape[rank - 2] != g.tk) {
-    args.fail(
-        "needs Q [..., T, D], Kt [..., D, Tk] and V [..., Tk, Dv] with equal leading "
-        "dimensions; got Q " +
-        shape_string(q.shape) + ", Kt " + shape_string(kt.shape) + ", V " + shape_string(v.shape));
-  }
-  for (int64_t dim : {g.t, g.d, g.tk, g.dv}) blas_dim(args, dim);
-  g.batch = product(q.shape, 0, rank - 2);
-  g.block_rows =
-      std::clamp<int64_t>(kBlockFloats / std::max<int64_t>(g.tk, 1), 1, std::max<int64_t>(g.t, 1));
-  g.grain = std::max<int64_t>(1, kTaskFlops / std::max<int64_t>(1, 2 * g.t * g.tk * (g.d + g.dv)));
-  g.scale = static_cast<float>(args.attributes().get_float("scale", 1.0));
-  if (!args.has_input(first + 3)) return g;
+// The geometry, cut the way these kernels work: blocks of query rows, and batch indices per
+// parallel task.
+struct AttentionBlocks : AttentionGeometry {
+  int64_t block_rows = 1;
+  int64_t grain = 1;
+};
 
-  const TensorView& mask = args.input(first + 3);
-  Shape scores(q.shape.begin(), q.shape.end() - 1);
-  scores.push_back(g.tk);
-  if (!broadcasts_to(mask.shape, scores)) {
-    args.fail("Mask (input " + std::to_string(first + 3) + ") of shape " +
-              shape_string(mask.shape) + " does not broadcast to the scores " +
-              shape_string(scores));
-  }
-  if (mask.dtype == plan::BOOL) {
-    g.mask = AttentionGeometry::MaskKind::kFill;
-    g.fill = static_cast<float>(args.attributes().require_float("fill"));
-    g.fill_if = args.attributes().get_int("fill_if", 1) != 0;
-  } else {
-    args.expect_dtype(mask, plan::FLOAT32, "Mask (input " + std::to_string(first + 3) + ")");
-    g.mask = AttentionGeometry::MaskKind::kAdd;
-  }
-  const std::vector<int64_t> strides = broadcast_strides(mask.shape, scores);
-  g.mask_row_stride = strides[rank - 2];
-  g.mask_key_stride = strides[rank - 1];
-  g.mask_offsets.resize(static_cast<size_t>(g.batch));
-  for (int64_t b = 0; b < g.batch; ++b) {
-    int64_t rest = b;
-    int64_t offset = 0;
-    for (int64_t dim = rank - 3; dim >= 0; --dim) {
-      offset += rest % scores[dim] * strides[dim];
-      rest /= scores[dim];
-    }
-    g.mask_offsets[b] = offset;
-  }
-  return g;
+AttentionBlocks attention_blocks(const KernelArgs& args, size_t first) {
+  const AttentionGeometry g = attention_geometry(args, first);
+  for (int64_t dim : {g.t, g.d, g.tk, g.dv}) blas_dim(args, dim);
+  const int64_t block_rows =
+      std::clamp<int64_t>(kBlockFloats / std::max<int64_t>(g.tk, 1), 1, std::max<int64_t>(g.t, 1));
+  const int64_t grain =
+      std::max<int64_t>(1, kTaskFlops / std::max<int64_t>(1, 2 * g.t * g.tk * (g.d + g.dv)));
+  return {g, block_rows, grain};
 }
 
 // Whether a bool mask sets key j of query row `row` of batch index b to `fill` (its score
@@ -148,7 +84,7 @@ void block_scores(const AttentionGeometry& g, const float* q, const float* kt, c
 // `floats` floats of the running thread's own, reused across steps. Batch indices write
 // disjoint parts of the outputs, so results do not depend on the thread count.
 template <typename Body>
-void for_each_batch_index(const AttentionGeometry& g, size_t floats, const Body& body) {
+void for_each_batch_index(const AttentionBlocks& g, size_t floats, const Body& body) {
   parallel_for(g.batch, g.grain, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> buffer;
     if (buffer.size() < floats) buffer.resize(floats);
@@ -156,19 +92,10 @@ void for_each_batch_index(const AttentionGeometry& g, size_t floats, const Body&
   });
 }
 
-void check_stats(const KernelArgs& args, const TensorView& stats, const AttentionGeometry& g,
-                 const std::string& what) {
-  args.expect_dtype(stats, plan::FLOAT32, what);
-  if (stats.elements() != g.batch * g.t) {
-    args.fail(what + " has shape " + shape_string(stats.shape) + ", expected one value per " +
-              "query row (" + std::to_string(g.batch * g.t) + ")");
-  }
-}
-
 std::unique_ptr<PreparedKernel> fused_attention_factory(const KernelArgs& args) {
   args.expect_inputs(3, 4);
   args.expect_outputs(1, 3);
-  const AttentionGeometry g = attention_geometry(args, 0);
+  const AttentionBlocks g = attention_blocks(args, 0);
   blas_on_calling_thread();
   const TensorView& y = args.output(0);
   args.expect_dtype(y, plan::FLOAT32, "Y (output 0)");
@@ -181,11 +108,11 @@ std::unique_ptr<PreparedKernel> fused_attention_factory(const KernelArgs& args) 
   float* row_max = nullptr;
   float* row_inv_sum = nullptr;
   if (args.has_output(1)) {
-    check_stats(args, args.output(1), g, "RowMax (output 1)");
+    check_row_statistic(args, args.output(1), g, "RowMax (output 1)");
     row_max = args.output(1).as<float>();
   }
   if (args.has_output(2)) {
-    check_stats(args, args.output(2), g, "RowInvSum (output 2)");
+    check_row_statistic(args, args.output(2), g, "RowInvSum (output 2)");
     row_inv_sum = args.output(2).as<float>();
   }
   return make_kernel([g, row_max, row_inv_sum, q = args.input(0).as<const float>(),
@@ -224,7 +151,7 @@ std::unique_ptr<PreparedKernel> fused_attention_factory(const KernelArgs& args) 
 std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& args) {
   args.expect_inputs(7, 7);
   args.expect_outputs(1, 3);
-  const AttentionGeometry g = attention_geometry(args, 1);
+  const AttentionBlocks g = attention_blocks(args, 1);
   blas_on_calling_thread();
   const TensorView& dy = args.input(0);
   args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
@@ -232,8 +159,8 @@ std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& a
     args.fail("dY (input 0) has shape " + shape_string(dy.shape) + ", expected " +
               std::to_string(g.batch * g.t * g.dv) + " elements ([..., T, Dv])");
   }
-  check_stats(args, args.input(5), g, "RowMax (input 5)");
-  check_stats(args, args.input(6), g, "RowInvSum (input 6)");
+  check_row_statistic(args, args.input(5), g, "RowMax (input 5)");
+  check_row_statistic(args, args.input(6), g, "RowInvSum (input 6)");
   return make_kernel([g, dq = args.gradient_output(0, 1), dkt = args.gradient_output(1, 2),
                       dv = args.gradient_output(2, 3), pdy = dy.as<const float>(),
                       q = args.input(1).as<const float>(), kt = args.input(2).as<const float>(),

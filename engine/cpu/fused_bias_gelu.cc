@@ -6,31 +6,30 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/cpu/bias_gelu_operands.h"
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/parallel.h"
 
 namespace piper::engine::cpu {
 namespace {
 
-enum class Approximation { kErf, kTanh };
-
 constexpr float kSqrt2 = 1.41421356237f;
 constexpr float kSqrt2OverPi = 0.7978845608f;
 constexpr float kCubic = 0.044715f;
 constexpr float kInvSqrt2Pi = 0.3989422804f;  // 1 / √(2π)
 
-template <Approximation kA>
+template <GeluApproximation kA>
 float gelu(float h) {
-  if constexpr (kA == Approximation::kErf) {
+  if constexpr (kA == GeluApproximation::kErf) {
     return (h * (1.0f + std::erf(h / kSqrt2))) * 0.5f;
   } else {
     return 0.5f * (h * (1.0f + std::tanh(kSqrt2OverPi * (h + kCubic * (h * (h * h))))));
   }
 }
 
-template <Approximation kA>
+template <GeluApproximation kA>
 float gelu_derivative(float h) {
-  if constexpr (kA == Approximation::kErf) {
+  if constexpr (kA == GeluApproximation::kErf) {
     return 0.5f * (1.0f + std::erf(h / kSqrt2)) + h * kInvSqrt2Pi * std::exp(-0.5f * h * h);
   } else {
     const float t = std::tanh(kSqrt2OverPi * (h + kCubic * h * h * h));
@@ -45,30 +44,16 @@ float gelu_derivative(float h) {
 struct GeluView {
   int64_t rows = 1, n = 1;
   int64_t block_rows = 1, blocks = 0;
-  Approximation approximation = Approximation::kErf;
+  GeluApproximation approximation = GeluApproximation::kErf;
 };
 
 GeluView gelu_view(const KernelArgs& args, const TensorView& x, size_t bias_input) {
   GeluView view;
-  const std::string approximate = args.attributes().get_string("approximate", "none");
-  if (approximate == "tanh") {
-    view.approximation = Approximation::kTanh;
-  } else if (approximate != "none") {
-    args.fail("approximate is '" + approximate + "'; expected \"none\" or \"tanh\"");
-  }
-  args.expect_dtype(x, plan::FLOAT32, "X (input " + std::to_string(bias_input - 1) + ")");
+  view.approximation = check_bias_gelu(args, x, bias_input);
   view.n = x.rank() == 0 ? 1 : x.shape.back();
   view.rows = view.n == 0 ? 0 : x.elements() / view.n;
   view.block_rows = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, view.n));
   view.blocks = (view.rows + view.block_rows - 1) / view.block_rows;
-  if (!args.has_input(bias_input)) return view;
-  const TensorView& bias = args.input(bias_input);
-  const std::string what = "Bias (input " + std::to_string(bias_input) + ")";
-  args.expect_dtype(bias, plan::FLOAT32, what);
-  if (x.rank() == 0 || bias.shape != Shape{x.shape.back()}) {
-    args.fail(what + " has shape " + shape_string(bias.shape) + "; expected one value per " +
-              "element of X's last dimension (X " + shape_string(x.shape) + ")");
-  }
   return view;
 }
 
@@ -82,7 +67,7 @@ void for_each_block(const GeluView& v, const Body& body) {
   });
 }
 
-template <Approximation kA>
+template <GeluApproximation kA>
 void gelu_forward(const GeluView& v, const float* x, const float* bias, float* y) {
   for_each_block(v, [&](int64_t first, int64_t end, int64_t) {
     for (int64_t r = first; r < end; ++r) {
@@ -95,7 +80,7 @@ void gelu_forward(const GeluView& v, const float* x, const float* bias, float* y
 
 // dX = dY · GELU'(X + Bias); dBias = Σ_rows dX, through `partial` (blocks × n). Either output
 // may be null.
-template <Approximation kA>
+template <GeluApproximation kA>
 void gelu_backward(const GeluView& v, const float* dy, const float* x, const float* bias, float* dx,
                    float* dbias, float* partial) {
   for_each_block(v, [&](int64_t first, int64_t end, int64_t block) {
@@ -125,8 +110,9 @@ std::unique_ptr<PreparedKernel> bias_gelu_factory(const KernelArgs& args) {
   const GeluView v = gelu_view(args, x, 1);
   args.expect_dtype(args.output(0), plan::FLOAT32, "Y (output 0)");
   args.expect_same_shape(x, "X (input 0)", args.output(0), "Y (output 0)");
-  const auto run = v.approximation == Approximation::kTanh ? gelu_forward<Approximation::kTanh>
-                                                           : gelu_forward<Approximation::kErf>;
+  const auto run = v.approximation == GeluApproximation::kTanh
+                       ? gelu_forward<GeluApproximation::kTanh>
+                       : gelu_forward<GeluApproximation::kErf>;
   return make_kernel(
       [v, run, px = x.as<const float>(),
        bias = args.has_input(1) ? args.input(1).as<const float>() : nullptr,
@@ -143,8 +129,9 @@ std::unique_ptr<PreparedKernel> bias_gelu_grad_factory(const KernelArgs& args) {
   args.expect_same_shape(dy, "dY (input 0)", x, "X (input 1)");
   float* dx = args.gradient_output(0, 1);
   float* dbias = args.gradient_output(1, 2);
-  const auto run = v.approximation == Approximation::kTanh ? gelu_backward<Approximation::kTanh>
-                                                           : gelu_backward<Approximation::kErf>;
+  const auto run = v.approximation == GeluApproximation::kTanh
+                       ? gelu_backward<GeluApproximation::kTanh>
+                       : gelu_backward<GeluApproximation::kErf>;
   std::vector<float> partial(dbias != nullptr ? static_cast<size_t>(v.blocks * v.n) : 0);
   return make_kernel(
       [v, run, dx, dbias, partial, pdy = dy.as<const float>(), px = x.as<const float>(),

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/layer_norm_geometry.h"
 #include "engine/cpu/parallel.h"
 #include "engine/cpu/vector_math.h"
 #include "formats/error.h"
@@ -175,52 +176,6 @@ std::unique_ptr<PreparedKernel> softmax_grad_factory(const KernelArgs& args) {
   });
 }
 
-// LayerNormalization's geometry: X as [rows, n] with n the product of X's dims from `axis`.
-struct LayerNormView {
-  int64_t rows = 1, n = 1;
-  Shape stats;  // X's shape with 1 from axis on: Mean and InvStdDev
-};
-
-LayerNormView layer_norm_view(const KernelArgs& args, const TensorView& x) {
-  const int64_t given = args.attributes().get_int("axis", -1);
-  const int64_t axis = given < 0 ? given + x.rank() : given;
-  if (axis < 0 || axis >= x.rank()) {
-    args.fail("axis " + std::to_string(given) + " is out of range for X of rank " +
-              std::to_string(x.rank()));
-  }
-  LayerNormView v;
-  v.stats = x.shape;
-  for (int64_t d = 0; d < x.rank(); ++d) {
-    if (d < axis) {
-      v.rows *= x.shape[d];
-    } else {
-      v.n *= x.shape[d];
-      v.stats[d] = 1;
-    }
-  }
-  return v;
-}
-
-// Scale and bias hold one value per normalized element (shape X.shape[axis:], as PyTorch
-// exports them).
-void check_affine(const KernelArgs& args, const TensorView& x, const LayerNormView& v,
-                  const TensorView& t, const std::string& what) {
-  args.expect_dtype(t, plan::FLOAT32, what);
-  if (t.elements() != v.n) {
-    args.fail(what + " has shape " + shape_string(t.shape) +
-              " but the normalized dimensions of X " + shape_string(x.shape) + " hold " +
-              std::to_string(v.n) + " elements; Piper needs one value per normalized element");
-  }
-}
-
-void check_stats(const KernelArgs& args, const TensorView& t, const LayerNormView& v,
-                 const std::string& what) {
-  args.expect_dtype(t, plan::FLOAT32, what);
-  if (t.elements() != v.rows) {
-    args.fail(what + " has shape " + shape_string(t.shape) + ", expected " + shape_string(v.stats));
-  }
-}
-
 std::unique_ptr<PreparedKernel> layer_norm_factory(const KernelArgs& args) {
   args.expect_inputs(2, 3);
   args.expect_outputs(1, 3);
@@ -229,7 +184,7 @@ std::unique_ptr<PreparedKernel> layer_norm_factory(const KernelArgs& args) {
   args.expect_dtype(x, plan::FLOAT32, "X (input 0)");
   args.expect_dtype(y, plan::FLOAT32, "Y (output 0)");
   args.expect_same_shape(x, "X (input 0)", y, "Y (output 0)");
-  const LayerNormView v = layer_norm_view(args, x);
+  const LayerNormRows v = layer_norm_rows(args, x);
   check_affine(args, x, v, args.input(1), "Scale (input 1)");
   const float* bias = nullptr;
   if (args.has_input(2)) {
@@ -285,7 +240,7 @@ std::unique_ptr<PreparedKernel> layer_norm_grad_factory(const KernelArgs& args) 
   args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
   args.expect_dtype(x, plan::FLOAT32, "X (input 1)");
   args.expect_same_shape(dy, "dY (input 0)", x, "X (input 1)");
-  const LayerNormView v = layer_norm_view(args, x);
+  const LayerNormRows v = layer_norm_rows(args, x);
   check_affine(args, x, v, args.input(2), "Scale (input 2)");
   check_stats(args, args.input(3), v, "Mean (input 3)");
   check_stats(args, args.input(4), v, "InvStdDev (input 4)");

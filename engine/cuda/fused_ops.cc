@@ -5,6 +5,8 @@
 // kChunkFloats), not of the whole [..., T, Tk] tensor.
 #include <algorithm>
 
+#include "engine/cpu/attention_geometry.h"
+#include "engine/cpu/bias_gelu_operands.h"
 #include "engine/cpu/strided_loop.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/fused.h"
@@ -26,24 +28,11 @@ struct GeluShape {
 
 GeluShape gelu_shape(const KernelArgs& args, const TensorView& x, size_t bias_input) {
   GeluShape shape;
-  const std::string approximate = args.attributes().get_string("approximate", "none");
-  if (approximate == "tanh") {
-    shape.gelu = Gelu::kTanh;
-  } else if (approximate != "none") {
-    args.fail("approximate is '" + approximate + "'; expected \"none\" or \"tanh\"");
-  }
-  args.expect_dtype(x, plan::FLOAT32, "X (input " + std::to_string(bias_input - 1) + ")");
+  shape.gelu = cpu::check_bias_gelu(args, x, bias_input) == cpu::GeluApproximation::kTanh
+                   ? Gelu::kTanh
+                   : Gelu::kErf;
   shape.total = x.elements();
-  shape.n = std::max<int64_t>(shape.total, 1);
-  if (!args.has_input(bias_input)) return shape;
-  const TensorView& bias = args.input(bias_input);
-  const std::string what = "Bias (input " + std::to_string(bias_input) + ")";
-  args.expect_dtype(bias, plan::FLOAT32, what);
-  if (x.rank() == 0 || bias.shape != Shape{x.shape.back()}) {
-    args.fail(what + " has shape " + shape_string(bias.shape) + "; expected one value per " +
-              "element of X's last dimension (X " + shape_string(x.shape) + ")");
-  }
-  shape.n = std::max<int64_t>(x.shape.back(), 1);
+  shape.n = std::max<int64_t>(args.has_input(bias_input) ? x.shape.back() : shape.total, 1);
   return shape;
 }
 
@@ -100,86 +89,29 @@ std::unique_ptr<PreparedKernel> bias_gelu_grad_factory(const KernelArgs& args,
   });
 }
 
-// Attention's geometry: Q [..., T, D], Kt [..., D, Tk], V [..., Tk, Dv] with equal leading
-// dimensions (`batch` in all), and the mask.
-struct Attention {
-  int64_t batch = 1, t = 0, d = 0, tk = 0, dv = 0;
-  float scale = 1.0f;
-  AttentionMask mask;
-  std::shared_ptr<int64_t> mask_offsets;  // device memory: mask.offsets
+// The shared geometry, with the mask's per-batch offsets in device memory.
+struct Attention : cpu::AttentionGeometry {
+  AttentionMask device_mask;  // the mask as the kernels read it
+  std::shared_ptr<int64_t> mask_offsets_on_device;
 };
 
 Attention attention(const KernelArgs& args, CudaContext& context, size_t first) {
-  const TensorView& q = args.input(first);
-  const TensorView& kt = args.input(first + 1);
-  const TensorView& v = args.input(first + 2);
-  const std::string names[] = {"Q (input " + std::to_string(first) + ")",
-                               "Kt (input " + std::to_string(first + 1) + ")",
-                               "V (input " + std::to_string(first + 2) + ")"};
-  for (size_t i = 0; i < 3; ++i) args.expect_dtype(args.input(first + i), plan::FLOAT32, names[i]);
-  const int64_t rank = q.rank();
-  const bool same_batch = rank >= 2 && kt.rank() == rank && v.rank() == rank &&
-                          std::equal(q.shape.begin(), q.shape.end() - 2, kt.shape.begin()) &&
-                          std::equal(q.shape.begin(), q.shape.end() - 2, v.shape.begin());
-  Attention a;
-  if (same_batch) {
-    a.t = q.shape[rank - 2];
-    a.d = q.shape[rank - 1];
-    a.tk = kt.shape[rank - 1];
-    a.dv = v.shape[rank - 1];
-  }
-  if (!same_batch || kt.shape[rank - 2] != a.d || v.shape[rank - 2] != a.tk) {
-    args.fail(
-        "needs Q [..., T, D], Kt [..., D, Tk] and V [..., Tk, Dv] with equal leading "
-        "dimensions; got Q " +
-        shape_string(q.shape) + ", Kt " + shape_string(kt.shape) + ", V " + shape_string(v.shape));
-  }
-  a.batch = product(q.shape, 0, static_cast<size_t>(rank - 2));
-  a.scale = static_cast<float>(args.attributes().get_float("scale", 1.0));
-  if (!args.has_input(first + 3)) return a;
-  const TensorView& mask = args.input(first + 3);
-  const std::string what = "Mask (input " + std::to_string(first + 3) + ")";
-  Shape scores(q.shape.begin(), q.shape.end() - 1);
-  scores.push_back(a.tk);
-  if (!cpu::broadcasts_to(mask.shape, scores)) {
-    args.fail(what + " of shape " + shape_string(mask.shape) +
-              " does not broadcast to the scores " + shape_string(scores));
-  }
-  if (mask.dtype == plan::BOOL) {
-    a.mask.kind = AttentionMask::Kind::kFill;
-    a.mask.fill = static_cast<float>(args.attributes().require_float("fill"));
-    a.mask.fill_if = args.attributes().get_int("fill_if", 1) != 0;
-  } else {
-    args.expect_dtype(mask, plan::FLOAT32, what);
-    a.mask.kind = AttentionMask::Kind::kAdd;
-  }
-  const std::vector<int64_t> strides = cpu::broadcast_strides(mask.shape, scores);
-  a.mask.row_stride = strides[rank - 2];
-  a.mask.key_stride = strides[rank - 1];
-  std::vector<int64_t> offsets(static_cast<size_t>(a.batch));
-  for (int64_t b = 0; b < a.batch; ++b) {
-    int64_t rest = b;
-    for (int64_t dim = rank - 3; dim >= 0; --dim) {
-      offsets[b] += rest % scores[dim] * strides[dim];
-      rest /= scores[dim];
-    }
-  }
+  Attention a{cpu::attention_geometry(args, first), {}, {}};
+  using MaskKind = cpu::AttentionGeometry::MaskKind;
+  if (a.mask == MaskKind::kNone) return a;
+  a.device_mask.kind =
+      a.mask == MaskKind::kFill ? AttentionMask::Kind::kFill : AttentionMask::Kind::kAdd;
+  a.device_mask.fill = a.fill;
+  a.device_mask.fill_if = a.fill_if;
+  a.device_mask.row_stride = a.mask_row_stride;
+  a.device_mask.key_stride = a.mask_key_stride;
   int64_t* device = nullptr;
-  PIPER_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device), offsets.size() * 8 + 8));
-  a.mask_offsets = std::shared_ptr<int64_t>(device, [](int64_t* p) { cudaFree(p); });
-  copy_to_device(context, device, offsets.data(), offsets.size() * 8);
-  a.mask.data = mask.data;
-  a.mask.offsets = device;
+  PIPER_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device), a.mask_offsets.size() * 8 + 8));
+  a.mask_offsets_on_device = std::shared_ptr<int64_t>(device, [](int64_t* p) { cudaFree(p); });
+  copy_to_device(context, device, a.mask_offsets.data(), a.mask_offsets.size() * 8);
+  a.device_mask.data = args.input(first + 3).data;
+  a.device_mask.offsets = device;
   return a;
-}
-
-void check_stats(const KernelArgs& args, const TensorView& stats, const Attention& a,
-                 const std::string& what) {
-  args.expect_dtype(stats, plan::FLOAT32, what);
-  if (stats.elements() != a.batch * a.t) {
-    args.fail(what + " has shape " + shape_string(stats.shape) + ", expected one value per " +
-              "query row (" + std::to_string(a.batch * a.t) + ")");
-  }
 }
 
 // The batch indices attention handles at once, within kChunkFloats of scores.
@@ -264,11 +196,11 @@ std::unique_ptr<PreparedKernel> fused_attention_factory(const KernelArgs& args,
   float* row_max = nullptr;
   float* row_inv_sum = nullptr;
   if (args.has_output(1)) {
-    check_stats(args, args.output(1), a, "RowMax (output 1)");
+    cpu::check_row_statistic(args, args.output(1), a, "RowMax (output 1)");
     row_max = args.output(1).as<float>();
   }
   if (args.has_output(2)) {
-    check_stats(args, args.output(2), a, "RowInvSum (output 2)");
+    cpu::check_row_statistic(args, args.output(2), a, "RowInvSum (output 2)");
     row_inv_sum = args.output(2).as<float>();
   }
   const int64_t chunk = chunk_batches(a);
@@ -293,7 +225,7 @@ std::unique_ptr<PreparedKernel> fused_attention_factory(const KernelArgs& args,
       } else {
         PIPER_CUDA_CHECK(cudaMemsetAsync(s, 0, p.batches * a.t * a.tk * sizeof(float), stream));
       }
-      launch_attention_softmax(rows, a.mask, s, row_max, row_inv_sum, stream);
+      launch_attention_softmax(rows, a.device_mask, s, row_max, row_inv_sum, stream);
       p.out->run(s, v + b * a.tk * a.dv, py + b * a.t * a.dv, 1.0f, 0.0f);
     });
   });
@@ -310,8 +242,8 @@ std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& a
     args.fail("dY (input 0) has shape " + shape_string(dy.shape) + ", expected " +
               std::to_string(a.batch * a.t * a.dv) + " elements ([..., T, Dv])");
   }
-  check_stats(args, args.input(5), a, "RowMax (input 5)");
-  check_stats(args, args.input(6), a, "RowInvSum (input 6)");
+  cpu::check_row_statistic(args, args.input(5), a, "RowMax (input 5)");
+  cpu::check_row_statistic(args, args.input(6), a, "RowInvSum (input 6)");
   const int64_t chunk = chunk_batches(a);
   const ChunkProducts full = chunk_products(context, args, a, chunk, true);
   const ChunkProducts last = chunk_products(context, args, a, a.batch % chunk, true);
@@ -344,11 +276,11 @@ std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& a
       } else {
         PIPER_CUDA_CHECK(cudaMemsetAsync(p, 0, c.batches * a.t * a.tk * sizeof(float), stream));
       }
-      launch_attention_probabilities(rows, a.mask, p, row_max, row_inv_sum, stream);
+      launch_attention_probabilities(rows, a.device_mask, p, row_max, row_inv_sum, stream);
       if (dv != nullptr) c.dv->run(p, dy_b, dv + b * a.tk * a.dv, 1.0f, 0.0f);
       if (dq == nullptr && dkt == nullptr) return;
       c.dp->run(dy_b, v + b * a.tk * a.dv, ds, 1.0f, 0.0f);
-      launch_attention_score_grad(rows, a.mask, p, ds, stream);
+      launch_attention_score_grad(rows, a.device_mask, p, ds, stream);
       if (dq != nullptr && c.dq)
         c.dq->run(ds, kt + b * a.d * a.tk, dq + b * a.t * a.d, a.scale, 0.0f);
       if (dkt != nullptr && c.dkt)
