@@ -15,10 +15,12 @@
 #include "planner/autodiff/optimizer.h"
 #include "planner/directives/directive.h"
 #include "planner/directives/expand.h"
+#include "planner/directives/transfers.h"
 #include "planner/fusion/fusion.h"
 #include "planner/import/import.h"
 #include "planner/ir/verify.h"
 #include "planner/lower/lower.h"
+#include "planner/sim/planned_timeline.h"
 
 namespace piper::planner {
 namespace {
@@ -118,6 +120,7 @@ PlanningResult plan_model(const std::string& model_path, const strategy::Strateg
     directive_pass(context)(graph, context);
     if (options.verify) ir::verify_or_throw(graph, "after " + context.where());
   }
+  check_replica_counts(graph, strategy.source);
   LowerContext lower_context;
   lower_context.plan_id = new_plan_id();
   lower_context.model_path = std::filesystem::absolute(model_path).lexically_normal().string();
@@ -128,6 +131,7 @@ PlanningResult plan_model(const std::string& model_path, const strategy::Strateg
   for (int rank = 0; rank < graph.world_size(); ++rank) {
     result.plans.push_back(lower(graph, rank, lower_context));
   }
+  sim::add_planned_timeline(graph, options.rates, result.plans);
   return result;
 }
 

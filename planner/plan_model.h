@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "formats/strategy.h"
+#include "planner/sim/cost_model.h"
 #include "schemas/plan.pb.h"
 
 namespace piper::planner {
@@ -16,6 +17,9 @@ struct PlanningOptions {
   // Rewrite attention, LayerNorm and GELU patterns into fused ops before autodiff
   // (planner/fusion); off: train the ops as exported.
   bool fuse = true;
+  // Device and link rates of the cost model that estimates each rank's step
+  // (Plan.planned_tasks, Plan.planned_step).
+  sim::DeviceRates rates;
 };
 
 struct PlanningResult {

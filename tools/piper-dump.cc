@@ -1,26 +1,64 @@
 // piper-dump PLAN [--json]: prints a plan file readably (or as JSON).
+// piper-dump --schedule DIR [-o schedule.svg]: draws the planned step of a
+// plan directory, as text or SVG.
 #include <CLI/CLI.hpp>
 #include <exception>
 #include <iostream>
 #include <string>
 
+#include "formats/atomic_file.h"
+#include "formats/error.h"
 #include "formats/plan_file.h"
 #include "formats/plan_text.h"
+#include "formats/schedule_view.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
       "Prints a Piper plan (written by piper-plan): header, memory, inputs, "
-      "parameters, optimizer, and every stream's instructions.",
+      "parameters, optimizer, and every stream's instructions. With --schedule, draws the "
+      "step piper-plan's cost model planned for every rank of a plan directory instead.",
       "piper-dump"};
-  std::string path;
+  std::string path, schedule_dir, output;
   bool json = false;
-  app.add_option("plan", path, "plan file, e.g. plans/rank0.plan")->required();
+  int width = 100;
+  app.add_option("plan", path, "plan file, e.g. plans/rank0.plan");
   app.add_flag("--json", json, "print the plan as JSON (protobuf's JSON mapping) instead");
+  auto* schedule =
+      app.add_option(
+             "--schedule", schedule_dir,
+             "draw the planned step of every DIR/rank<N>.plan: one row per rank and stream, tasks "
+             "labelled by pass and microbatch (F3, B0, BI/BW, U) or comm kind (S/R send/recv, AR "
+             "all-reduce, RS reduce-scatter, AG all-gather), idle time as gaps; as text unless -o")
+          ->type_name("DIR");
+  app.add_option("-o,--output", output,
+                 "with --schedule: write the picture as SVG to this file (atomically)")
+      ->type_name("FILE")
+      ->needs(schedule);
+  app.add_option("--width", width, "with --schedule and no -o: characters for the step")
+      ->default_val(width)
+      ->check(CLI::Range(10, 10000))
+      ->needs(schedule);
+  schedule->excludes("--json");
   CLI11_PARSE(app, argc, argv);
 
   try {
-    const piper::plan::Plan plan = piper::formats::read_plan_file(path);
-    std::cout << (json ? piper::formats::plan_to_json(plan) : piper::formats::plan_to_text(plan));
+    if (!schedule_dir.empty() && !path.empty()) {
+      throw piper::Error("give a plan file or --schedule DIR, not both");
+    }
+    if (!schedule_dir.empty()) {
+      const auto plans = piper::formats::read_plan_directory(schedule_dir);
+      if (!output.empty()) {
+        piper::formats::write_file_atomically(output, piper::formats::schedule_svg(plans));
+        std::cout << "wrote the planned step of " << plans.size() << " rank(s) to " << output
+                  << "\n";
+      } else {
+        std::cout << piper::formats::schedule_text(plans, width);
+      }
+    } else {
+      if (path.empty()) throw piper::Error("no plan: give a plan file or --schedule DIR");
+      const piper::plan::Plan plan = piper::formats::read_plan_file(path);
+      std::cout << (json ? piper::formats::plan_to_json(plan) : piper::formats::plan_to_text(plan));
+    }
     std::cout.flush();
     if (!std::cout) {
       std::cerr << "piper-dump: error: cannot write to standard output\n";

@@ -24,7 +24,20 @@ std::string human_bytes(uint64_t bytes) {
   return text;
 }
 
-void print_summary(const piper::planner::PlanningResult& result, const std::string& dir) {
+std::string human_seconds(double seconds) {
+  char text[32];
+  if (seconds < 1e-3) {
+    std::snprintf(text, sizeof(text), "%.1f us", seconds * 1e6);
+  } else if (seconds < 1) {
+    std::snprintf(text, sizeof(text), "%.2f ms", seconds * 1e3);
+  } else {
+    std::snprintf(text, sizeof(text), "%.3f s", seconds);
+  }
+  return text;
+}
+
+void print_summary(const piper::planner::PlanningResult& result, const std::string& dir,
+                   const piper::planner::sim::DeviceRates& rates) {
   std::cout << "planned " << result.plans.size() << " rank(s), " << result.num_ops << " ops in "
             << result.num_tasks << " tasks -> " << dir << "\n";
   if (!result.fusions.empty()) {
@@ -42,7 +55,17 @@ void print_summary(const piper::planner::PlanningResult& result, const std::stri
               << human_bytes(memory.gradient_bytes()) << ", optimizer "
               << human_bytes(memory.optimizer_bytes()) << ", activations peak "
               << human_bytes(memory.activation_bytes()) << ")\n";
+    const auto& step = plan.planned_step();
+    char bubble[32];
+    std::snprintf(bubble, sizeof(bubble), "%.1f%%", step.bubble_fraction() * 100);
+    std::cout << "  rank " << plan.header().rank() << ": planned step "
+              << human_seconds(step.step_s()) << ", compute busy " << human_seconds(step.busy_s())
+              << ", bubble " << bubble << ", peak activations "
+              << human_bytes(memory.activation_bytes()) << "\n";
   }
+  std::cout << "  cost model: " << rates.describe()
+            << " (--flops, --memory-bandwidth, --link-bandwidth, --link-latency, --op-overhead;"
+               " piper-dump --schedule DIR draws the planned step)\n";
 }
 
 }  // namespace
@@ -64,6 +87,30 @@ int main(int argc, char** argv) {
   app.add_flag("--no-fuse", no_fuse,
                "train the model's ops as exported: do not rewrite attention, LayerNorm and GELU "
                "patterns into fused ops");
+  piper::planner::PlanningOptions options;
+  piper::planner::sim::DeviceRates& rates = options.rates;
+  app.add_option("--flops", rates.flops,
+                 "cost model: FLOP/s one device's kernels reach, e.g. 100e9 (for the planned step "
+                 "time and bubbles piper-plan reports and piper-dump --schedule draws)")
+      ->default_val(rates.flops)
+      ->check(CLI::PositiveNumber);
+  app.add_option("--memory-bandwidth", rates.memory_bandwidth,
+                 "cost model: bytes/s a kernel reads plus writes; a kernel takes the longer of "
+                 "its FLOPs and its bytes over these rates")
+      ->default_val(rates.memory_bandwidth)
+      ->check(CLI::PositiveNumber);
+  app.add_option("--link-bandwidth", rates.link_bandwidth,
+                 "cost model: bytes/s between two devices (transfers and collectives)")
+      ->default_val(rates.link_bandwidth)
+      ->check(CLI::PositiveNumber);
+  app.add_option("--link-latency", rates.link_latency,
+                 "cost model: seconds each transfer or collective adds")
+      ->default_val(rates.link_latency)
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--op-overhead", rates.op_overhead,
+                 "cost model: seconds each kernel adds (dispatch, launch)")
+      ->default_val(rates.op_overhead)
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   try {
     const piper::strategy::Strategy strategy = piper::strategy::load_strategy(strategy_path);
@@ -73,11 +120,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (output_dir.empty()) throw piper::Error("no output directory: pass -o DIR");
-    piper::planner::PlanningOptions options;
     options.fuse = !no_fuse;
     const auto result = piper::planner::plan_model(model_path, strategy, options);
     piper::planner::write_plans(result.plans, output_dir);
-    print_summary(result, output_dir);
+    print_summary(result, output_dir, options.rates);
   } catch (const std::exception& error) {
     std::cerr << "piper-plan: error: " << error.what() << "\n";
     return 1;

@@ -42,6 +42,13 @@ int main(int argc, char** argv) {
   app.add_option("--save-onnx", options.save_onnx_path,
                  "After training, write the model (the plan's header.model_path) with the trained "
                  "weights to this ONNX file (atomically); rank 0 alone unless the path holds %r");
+  app.add_option("--trace", options.trace_path,
+                 "Write a Chrome/Perfetto trace (JSON; open in ui.perfetto.dev or "
+                 "chrome://tracing) of the last step: a row per stream, one event per task "
+                 "(\"F mb3\", transfers by label) with its kernels inside, in microseconds from "
+                 "the step's start; compare with piper-dump --schedule PLANDIR. Times are the "
+                 "host's: with --device cuda, when kernels were issued, not when they ran. "
+                 "Written atomically at the end; rank 0 alone unless the path holds %r");
   app.add_option("--rendezvous", options.rendezvous,
                  "Where the ranks of a multi-rank plan meet: tcp://HOST:PORT (rank 0 listens "
                  "there) or file:///shared/dir. Default: PIPER_RENDEZVOUS, else "

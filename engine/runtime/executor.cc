@@ -1,5 +1,6 @@
 #include "engine/runtime/executor.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -67,13 +68,32 @@ void run_kernel(const ExecInstruction& instruction, const StepContext& context) 
   }
 }
 
+// Where a traced step records its stream's times; null when tracing is off.
+struct StreamClock {
+  std::chrono::steady_clock::time_point step_start;
+  std::vector<InstructionTime>* times = nullptr;
+
+  double now() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+  }
+};
+
 void run_instructions(const ExecStream& stream, size_t index, DeviceStreams* device,
-                      const StepContext& context, StepEvents& events) {
-  for (const ExecInstruction& instruction : stream.instructions) {
+                      const StepContext& context, StepEvents& events, const StreamClock& clock) {
+  for (size_t i = 0; i < stream.instructions.size(); ++i) {
+    const ExecInstruction& instruction = stream.instructions[i];
     switch (instruction.kind) {
       case ExecInstruction::Kind::kKernel:
         if (events.failed()) return;
-        run_kernel(instruction, context);
+        if (clock.times) {
+          InstructionTime& time = (*clock.times)[i];
+          time.start = clock.now();
+          run_kernel(instruction, context);
+          time.end = clock.now();
+          time.ran = true;
+        } else {
+          run_kernel(instruction, context);
+        }
         break;
       case ExecInstruction::Kind::kRecord:
         if (device) device->record(index, instruction.event);
@@ -88,10 +108,10 @@ void run_instructions(const ExecStream& stream, size_t index, DeviceStreams* dev
 }
 
 void run_stream(const ExecStream& stream, size_t index, DeviceStreams* device,
-                const StepContext& context, StepEvents& events) {
+                const StepContext& context, StepEvents& events, const StreamClock& clock) {
   try {
     if (device) device->bind(index);
-    run_instructions(stream, index, device, context, events);
+    run_instructions(stream, index, device, context, events, clock);
   } catch (...) {
     events.fail(std::current_exception());
   }
@@ -186,15 +206,24 @@ void Executor::check_events() const {
 
 void Executor::run_step(const StepContext& context) {
   StepEvents events(num_events_, on_failure_);
+  std::vector<StreamClock> clocks(streams_.size());
+  if (tracing_) {
+    trace_.streams.assign(streams_.size(), {});
+    const auto step_start = std::chrono::steady_clock::now();
+    for (size_t s = 0; s < streams_.size(); ++s) {
+      trace_.streams[s].resize(streams_[s].instructions.size());
+      clocks[s] = {step_start, &trace_.streams[s]};
+    }
+  }
   if (streams_.size() == 1) {
-    run_stream(streams_[0], 0, device_.get(), context, events);
+    run_stream(streams_[0], 0, device_.get(), context, events, clocks[0]);
   } else {
     std::vector<std::thread> threads;
     threads.reserve(streams_.size());
     try {
       for (size_t s = 0; s < streams_.size(); ++s) {
-        threads.emplace_back([this, s, &context, &events] {
-          run_stream(streams_[s], s, device_.get(), context, events);
+        threads.emplace_back([this, s, &context, &events, &clocks] {
+          run_stream(streams_[s], s, device_.get(), context, events, clocks[s]);
         });
       }
     } catch (const std::system_error& error) {

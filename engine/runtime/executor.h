@@ -27,6 +27,20 @@ struct ExecStream {
   std::vector<ExecInstruction> instructions;
 };
 
+// Host times of one step's instructions, recorded only while tracing is on.
+struct InstructionTime {
+  // Seconds from the start of the step. For a device backend these are when the
+  // kernel was issued to its queue and when issuing returned, not when it ran.
+  double start = 0;
+  double end = 0;
+  bool ran = false;  // false for events and for kernels a failure skipped
+};
+
+struct StepTrace {
+  // Per stream, per instruction, in the order of the streams given to the Executor.
+  std::vector<std::vector<InstructionTime>> streams;
+};
+
 class Executor {
  public:
   // Checks the events: each in [0, num_events), recorded at most once per step, every waited
@@ -44,6 +58,12 @@ class Executor {
   size_t num_streams() const { return streams_.size(); }
   size_t num_kernels() const;
 
+  // While on, run_step records each kernel's host start and end time on its stream's thread;
+  // off (the default), it reads no clock.
+  void set_tracing(bool on) { tracing_ = on; }
+  // The times of the last step run with tracing on; empty before one.
+  const StepTrace& last_trace() const { return trace_; }
+
  private:
   void check_events() const;
 
@@ -51,6 +71,8 @@ class Executor {
   int num_events_;
   std::function<void()> on_failure_;
   std::unique_ptr<DeviceStreams> device_;
+  bool tracing_ = false;
+  StepTrace trace_;
 };
 
 }  // namespace piper::engine

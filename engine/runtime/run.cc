@@ -14,6 +14,8 @@
 #include "engine/comm/rendezvous.h"
 #include "engine/runtime/data.h"
 #include "engine/runtime/session.h"
+#include "engine/runtime/trace.h"
+#include "formats/atomic_file.h"
 #include "formats/error.h"
 #include "formats/onnx_model.h"
 #include "formats/plan_file.h"
@@ -98,9 +100,12 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
 
   const std::optional<std::string> metrics_path = rank_path(options.metrics_path, rank);
   const std::optional<std::string> save_onnx_path = rank_path(options.save_onnx_path, rank);
+  const std::optional<std::string> trace_path = rank_path(options.trace_path, rank);
   std::optional<MetricsFile> metrics;
   if (metrics_path) metrics.emplace(*metrics_path);
   for (int64_t step = 0; step < options.steps; ++step) {
+    // Only the last step is traced: the others read no clock.
+    if (trace_path) session.set_tracing(step + 1 == options.steps);
     const Batch batch = source.batch(step);
     const auto start = std::chrono::steady_clock::now();
     const double loss = session.step(batch);
@@ -127,6 +132,20 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
       const onnx::ModelProto model = formats::load_onnx_model(session.plan().header().model_path());
       formats::save_onnx_with_initializers(model, trained, *save_onnx_path);
       out << "saved the trained model to " << *save_onnx_path << "\n";
+    }
+  }
+  if (trace_path) {
+    if (options.steps == 0) {
+      out << "no step ran: no trace written to " << *trace_path << "\n";
+    } else {
+      const nlohmann::json trace = chrome_trace(session.plan(), session.last_trace(), options.steps,
+                                                session.backend().name());
+      try {
+        formats::write_file_atomically(*trace_path, trace.dump() + "\n");
+      } catch (const std::exception& error) {
+        throw Error(std::string("--trace: ") + error.what());
+      }
+      out << "wrote the trace of step " << options.steps << " to " << *trace_path << "\n";
     }
   }
   if (metrics) {

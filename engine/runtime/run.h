@@ -16,6 +16,9 @@ struct RunOptions {
   // JSON lines, one per step. Both are written by rank 0 alone unless the path holds %r.
   std::optional<std::string> metrics_path;
   std::optional<std::string> save_onnx_path;
+  // Chrome/Perfetto trace of the last step (engine/runtime/trace.h), written atomically when
+  // the run ends; rank 0 alone unless the path holds %r, as the metrics.
+  std::optional<std::string> trace_path;
   // Where the ranks of a multi-rank plan meet (tcp://HOST:PORT or file:///dir); the launcher's
   // environment is read when absent (engine/comm/launch_environment.h).
   std::optional<std::string> rendezvous;

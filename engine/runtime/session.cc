@@ -9,6 +9,7 @@
 #include "engine/comm/self_communicator.h"
 #include "engine/runtime/comm_ops.h"
 #include "engine/runtime/host_staging.h"
+#include "engine/runtime/parameter_exchange.h"
 #include "formats/error.h"
 #include "formats/onnx_model.h"
 
@@ -534,6 +535,17 @@ std::map<std::string, std::vector<uint8_t>> Session::trained_parameters() {
     if (tensor.role() != plan::PARAMETER || values.count(load.initializer())) continue;
     values.emplace(load.initializer(),
                    load.has_shard() ? gather_shards(load.shard(), tensor) : download(tensor));
+  }
+  if (plan_.collect_parameters()) {
+    const auto group = groups_.find(plan_.collect_group());
+    if (group == groups_.end()) {
+      throw Error("the plan collects parameters over group " +
+                  std::to_string(plan_.collect_group()) +
+                  ", which this rank has not joined; re-plan");
+    }
+    exchange_parameters(
+        channel("group " + std::to_string(plan_.collect_group()), *group->second, "save"),
+        *backend_, values);
   }
   return values;
 }

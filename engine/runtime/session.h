@@ -54,7 +54,8 @@ class Session {
   void write_tensor(const std::string& name, const void* data, size_t bytes);
   // Initializer name -> current bytes of its tensor, for every loaded parameter (role
   // PARAMETER): what --save-onnx writes back into the model. Sharded parameters are
-  // all-gathered from their group, so with shards every rank must call it.
+  // all-gathered from their group, and pipeline stages collect each other's parameters
+  // (Plan.collect_parameters), so with either every rank must call it.
   std::map<std::string, std::vector<uint8_t>> trained_parameters();
 
   // Bytes this session holds on the device (the arena): its peak memory.
@@ -63,6 +64,10 @@ class Session {
   const plan::MemorySummary& planned_memory() const { return plan_.memory(); }
   size_t num_streams() const { return executor_->num_streams(); }
   size_t num_kernels() const { return executor_->num_kernels(); }
+  // Host times of each instruction of the steps run while tracing is on (Executor), for
+  // piper-run --trace; plan().streams(s).instructions(i) is last_trace().streams[s][i].
+  void set_tracing(bool on) { executor_->set_tracing(on); }
+  const StepTrace& last_trace() const { return executor_->last_trace(); }
 
  private:
   void check_tensors();

@@ -13,9 +13,11 @@ DirectivePass directive_pass(const DirectiveContext& context) {
   if (context.directive.op == "place") return apply_place;
   if (context.directive.op == "split") return apply_split;
   if (context.directive.op == "replicate") return apply_replicate;
+  if (context.directive.op == "recompute") return apply_recompute;
+  if (context.directive.op == "order") return apply_order;
   throw Error(context.where() + ": directive '" + context.directive.op +
               "' is not implemented yet; this version implements: split, place, replicate, "
-              "zero (stages 0-2)");
+              "order, recompute, and the generators zero and pipeline");
 }
 
 bool selects(const strategy::Filter& filter, const ir::Task& task) {

@@ -26,6 +26,8 @@ DirectivePass directive_pass(const DirectiveContext& context);
 void apply_place(ir::TaskGraph& graph, const DirectiveContext& context);
 void apply_split(ir::TaskGraph& graph, const DirectiveContext& context);
 void apply_replicate(ir::TaskGraph& graph, const DirectiveContext& context);
+void apply_recompute(ir::TaskGraph& graph, const DirectiveContext& context);
+void apply_order(ir::TaskGraph& graph, const DirectiveContext& context);
 
 // Whether a task is selected by a filter (tags, microbatch, pass).
 bool selects(const strategy::Filter& filter, const ir::Task& task);

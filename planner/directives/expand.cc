@@ -1,5 +1,8 @@
 #include "planner/directives/expand.h"
 
+#include "formats/error.h"
+#include "planner/schedule/pipeline_schedule.h"
+
 namespace piper::planner {
 namespace {
 
@@ -27,6 +30,52 @@ std::vector<strategy::Directive> expand_zero(const strategy::Directive& directiv
   return {primitive(directive, place), primitive(directive, replicate)};
 }
 
+strategy::Filter slot_filter(const std::string& tag, const schedule::Slot& slot) {
+  strategy::Filter filter;
+  filter.tags[tag] = slot.stage;
+  filter.tags["MB"] = slot.microbatch;
+  filter.pass = ir::to_string(slot.pass);
+  return filter;
+}
+
+// pipeline: split into microbatches, place stage s (the tag's value s) on
+// device s mod p (Megatron's interleaved layout), and give every device the
+// order of its slots that the schedule generates.
+std::vector<strategy::Directive> expand_pipeline(const strategy::Directive& directive,
+                                                 const std::string& source) {
+  const auto& pipeline = std::get<strategy::PipelineDirective>(directive.spec);
+  if (pipeline.auto_stages) {
+    throw Error(source + ": " + directive.path +
+                ".stages: \"auto\" is not implemented yet; tag the stages with annotations "
+                "(\"tags\": {\"" +
+                pipeline.tag + "\": s})");
+  }
+  const schedule::PipelineShape shape{static_cast<int64_t>(pipeline.devices.size()),
+                                      pipeline.num_microbatches, pipeline.chunks};
+  const schedule::PipelineOrder order =
+      schedule::pipeline_order(pipeline.schedule, shape, source + ": " + directive.path);
+  std::vector<strategy::Directive> result;
+  strategy::SplitDirective split;
+  split.dim_name = "MB";
+  split.num_microbatches = pipeline.num_microbatches;
+  result.push_back(primitive(directive, split));
+  for (int64_t stage = 0; stage < shape.devices * shape.chunks; ++stage) {
+    strategy::PlaceDirective place;
+    place.filter.tags[pipeline.tag] = stage;
+    place.devices = {pipeline.devices[stage % shape.devices]};
+    result.push_back(primitive(directive, place));
+  }
+  for (size_t device = 0; device < order.size(); ++device) {
+    strategy::OrderDirective device_order;
+    device_order.device = pipeline.devices[device];
+    for (const schedule::Slot& slot : order[device]) {
+      device_order.filters.push_back({slot_filter(pipeline.tag, slot)});
+    }
+    result.push_back(primitive(directive, device_order));
+  }
+  return result;
+}
+
 }  // namespace
 
 strategy::Strategy expand_generators(const strategy::Strategy& strategy) {
@@ -35,6 +84,10 @@ strategy::Strategy expand_generators(const strategy::Strategy& strategy) {
   for (const strategy::Directive& directive : strategy.directives) {
     if (std::holds_alternative<strategy::ZeroDirective>(directive.spec)) {
       for (auto& primitive : expand_zero(directive)) expanded.directives.push_back(primitive);
+    } else if (std::holds_alternative<strategy::PipelineDirective>(directive.spec)) {
+      for (auto& primitive : expand_pipeline(directive, strategy.source)) {
+        expanded.directives.push_back(primitive);
+      }
     } else {
       expanded.directives.push_back(directive);
     }

@@ -10,6 +10,7 @@
 
 #include "formats/error.h"
 #include "planner/directives/directive.h"
+#include "planner/directives/transfers.h"
 
 namespace piper::planner {
 namespace {
@@ -21,12 +22,16 @@ struct Replication {
   const ReplicateDirective& spec;
   const DirectiveContext& context;
   std::vector<int> devices;
+  std::vector<bool> selected;      // by task id: the compute tasks replicated
+  std::vector<size_t> parameters;  // trained parameters the selected tasks update
 
   ir::OpGraph& ops() { return graph.op_graph(); }
 
+  // The selected tasks that run `op`.
   std::vector<ir::TaskId> tasks_running(ir::OpId op) const {
     std::vector<ir::TaskId> found;
     for (ir::TaskId id = 0; id < graph.num_tasks(); ++id) {
+      if (!selected[id]) continue;
       const auto& task_ops = graph.task(id).ops;
       if (std::find(task_ops.begin(), task_ops.end(), op) != task_ops.end()) found.push_back(id);
     }
@@ -43,6 +48,7 @@ struct Replication {
     task.stream = stream;
     task.tensors = std::move(tensors);
     task.average = true;
+    selected.push_back(false);
     return graph.add_task(std::move(task));
   }
 
@@ -67,7 +73,7 @@ struct Replication {
     std::vector<int> position(graph.num_tasks());
     for (size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int>(i);
     std::vector<std::pair<int, size_t>> ready;
-    for (size_t p = 0; p < ops().trained.size(); ++p) {
+    for (size_t p : parameters) {
       int last = 0;
       for (ir::TaskId id : tasks_running(ops().producer(ops().trained[p].gradient))) {
         last = std::max(last, position[id]);
@@ -168,7 +174,7 @@ struct Replication {
   // optimizer state. Without ZeRO-3 the slices are then all-gathered into the
   // parameter; with it the slice is the parameter this replica keeps.
   void shard_updates(const std::map<size_t, ir::TensorId>& gradient_shards) {
-    for (size_t p = 0; p < ops().trained.size(); ++p) {
+    for (size_t p : parameters) {
       ir::TrainedParameter& trained = ops().trained[p];
       const ir::OpId update = update_op(p);
       const ir::TaskId task = update_task(p);
@@ -210,8 +216,9 @@ struct Replication {
   // (the microbatches of one task) share the gathered tensors' names.
   void gather_parameters_before_use() {
     std::map<ir::TensorId, ir::TensorId> shards;  // whole parameter -> kept shard
-    for (const ir::TrainedParameter& trained : ops().trained) {
-      shards[ops().tensor(trained.parameter).shard_of] = trained.parameter;
+    for (size_t p : parameters) {
+      const ir::TensorId shard = ops().trained[p].parameter;
+      shards[ops().tensor(shard).shard_of] = shard;
     }
     std::map<std::vector<ir::OpId>, std::vector<ir::TensorId>> gathered_by_ops;
     const std::vector<ir::TaskId> compute_order = compute_tasks_in_order();
@@ -261,10 +268,11 @@ struct Replication {
     return pairs;
   }
 
+  // The selected tasks in the order they run.
   std::vector<ir::TaskId> compute_tasks_in_order() const {
     std::vector<ir::TaskId> order;
     for (ir::TaskId id : graph.topological_order()) {
-      if (graph.task(id).kind == ir::TaskKind::kCompute) order.push_back(id);
+      if (selected[id]) order.push_back(id);
     }
     return order;
   }
@@ -275,7 +283,7 @@ struct Replication {
   std::map<size_t, ir::TensorId> reduce_scatter_gradients() {
     const std::vector<ir::TaskId> compute_order = compute_tasks_in_order();
     std::map<size_t, ir::TensorId> shards;
-    for (size_t p = 0; p < ops().trained.size(); ++p) {
+    for (size_t p : parameters) {
       ir::TrainedParameter& trained = ops().trained[p];
       const ir::TensorId gradient = trained.gradient;
       const ir::OpId writer = ops().producer(gradient);
@@ -307,6 +315,7 @@ struct Replication {
           task_ops.erase(std::remove(task_ops.begin(), task_ops.end(), writer), task_ops.end());
           ir::Task add = source;
           add.ops = {writer};
+          selected.push_back(true);
           const ir::TaskId accumulate_task = graph.add_task(std::move(add));
           graph.add_edge(scatter, accumulate_task, ir::EdgeKind::kData);
           graph.add_edge(accumulate_task, update_task(p), ir::EdgeKind::kData);
@@ -327,35 +336,62 @@ struct Replication {
     return shards;
   }
 
-  void run() {
-    for (const ir::Task& task : graph.tasks()) {
-      if (task.kind != ir::TaskKind::kCompute) {
-        throw Error(context.where() +
-                    ": the task DAG already has transfers; replicate once, "
-                    "after split and before other directives");
-      }
-    }
-    int selected = 0;
+  // Selects the compute tasks to replicate; tasks already kept in sync by
+  // collectives are refused, since a second replication would not see them.
+  void select() {
+    selected.assign(graph.num_tasks(), false);
+    int count = 0;
     for (ir::TaskId id = 0; id < graph.num_tasks(); ++id) {
-      ir::Task& task = graph.task(id);
-      if (!selects(spec.filter, task)) {
-        // Pipeline x data parallelism needs per-stage replica groups (pipeline issue).
-        throw Error(context.where("filter") + ": replicating only some tasks (here not " +
-                    graph.describe(id) + ") is not implemented yet; use the filter {}");
+      const ir::Task& task = graph.task(id);
+      selected[id] = task.kind == ir::TaskKind::kCompute && selects(spec.filter, task);
+      count += selected[id];
+    }
+    if (count == 0) throw Error(context.where("filter") + ": the filter selects no task");
+    for (const ir::Edge& edge : graph.edges()) {
+      const ir::TaskKind from = graph.task(edge.from).kind;
+      const ir::TaskKind to = graph.task(edge.to).kind;
+      const bool collective = [](ir::TaskKind kind) {
+        return kind != ir::TaskKind::kCompute && kind != ir::TaskKind::kSend &&
+               kind != ir::TaskKind::kRecv;
+      }(selected[edge.from] ? to : from);
+      if ((selected[edge.from] || selected[edge.to]) && collective) {
+        throw Error(context.where("filter") + ": " +
+                    graph.describe(selected[edge.from] ? edge.from : edge.to) +
+                    " is replicated already; replicate each task once, after split and place");
       }
-      task.devices = devices;
-      ++selected;
     }
-    if (selected == 0) throw Error(context.where("filter") + ": the filter selects no task");
-    if (devices.size() == 1) return;
-    average_loss();
-    if (spec.shard_grads) {
-      shard_updates(reduce_scatter_gradients());
-      if (spec.shard_params) gather_parameters_before_use();
-    } else {
-      all_reduce_gradients();
-      if (spec.shard_optimizer) shard_updates({});
+    for (size_t p = 0; p < ops().trained.size(); ++p) {
+      if (selected[update_task_any(p)]) parameters.push_back(p);
     }
+  }
+
+  // The task updating parameter p, selected or not.
+  ir::TaskId update_task_any(size_t p) {
+    const ir::OpId update = update_op(p);
+    for (ir::TaskId id = 0; id < graph.num_tasks(); ++id) {
+      const auto& task_ops = graph.task(id).ops;
+      if (std::find(task_ops.begin(), task_ops.end(), update) != task_ops.end()) return id;
+    }
+    throw Error(context.where() + ": the update of '" +
+                ops().tensor(ops().trained[p].parameter).name + "' is in no task");
+  }
+
+  void run() {
+    select();
+    for (ir::TaskId id = 0; id < graph.num_tasks(); ++id) {
+      if (selected[id]) graph.task(id).devices = devices;
+    }
+    if (devices.size() > 1) {
+      average_loss();
+      if (spec.shard_grads) {
+        shard_updates(reduce_scatter_gradients());
+        if (spec.shard_params) gather_parameters_before_use();
+      } else {
+        all_reduce_gradients();
+        if (spec.shard_optimizer) shard_updates({});
+      }
+    }
+    route_transfers(graph, context);
   }
 };
 
@@ -363,7 +399,7 @@ struct Replication {
 
 void apply_replicate(ir::TaskGraph& graph, const DirectiveContext& context) {
   const auto& spec = std::get<ReplicateDirective>(context.directive.spec);
-  Replication replication{graph, spec, context, {spec.devices.begin(), spec.devices.end()}};
+  Replication replication{graph, spec, context, {spec.devices.begin(), spec.devices.end()}, {}, {}};
   replication.run();
 }
 

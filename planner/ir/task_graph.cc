@@ -37,6 +37,24 @@ void TaskGraph::add_edge(TaskId from, TaskId to, EdgeKind kind) {
   edges_.push_back({from, to, kind});
 }
 
+void TaskGraph::remove_tasks(const std::vector<bool>& drop) {
+  std::vector<TaskId> renumbered(tasks_.size(), -1);
+  std::vector<Task> kept;
+  for (TaskId id = 0; id < num_tasks(); ++id) {
+    if (drop.at(id)) continue;
+    renumbered[id] = static_cast<TaskId>(kept.size());
+    kept.push_back(std::move(tasks_[id]));
+  }
+  std::vector<Edge> kept_edges;
+  for (const Edge& edge : edges_) {
+    if (renumbered[edge.from] >= 0 && renumbered[edge.to] >= 0) {
+      kept_edges.push_back({renumbered[edge.from], renumbered[edge.to], edge.kind});
+    }
+  }
+  tasks_ = std::move(kept);
+  edges_ = std::move(kept_edges);
+}
+
 std::vector<TaskId> TaskGraph::topological_order() const {
   std::vector<int> indegree(tasks_.size(), 0);
   std::vector<std::vector<TaskId>> successors(tasks_.size());
@@ -44,17 +62,23 @@ std::vector<TaskId> TaskGraph::topological_order() const {
     successors.at(edge.from).push_back(edge.to);
     ++indegree.at(edge.to);
   }
-  std::priority_queue<TaskId, std::vector<TaskId>, std::greater<>> ready;
+  // (0 for transfers, 1 for the rest; id): transfers first, then by id.
+  using Rank = std::pair<int, TaskId>;
+  const auto rank = [&](TaskId id) {
+    const TaskKind kind = tasks_[id].kind;
+    return Rank{kind == TaskKind::kSend || kind == TaskKind::kRecv ? 0 : 1, id};
+  };
+  std::priority_queue<Rank, std::vector<Rank>, std::greater<>> ready;
   for (TaskId id = 0; id < num_tasks(); ++id) {
-    if (indegree[id] == 0) ready.push(id);
+    if (indegree[id] == 0) ready.push(rank(id));
   }
   std::vector<TaskId> order;
   while (!ready.empty()) {
-    const TaskId id = ready.top();
+    const TaskId id = ready.top().second;
     ready.pop();
     order.push_back(id);
     for (TaskId next : successors[id]) {
-      if (--indegree[next] == 0) ready.push(next);
+      if (--indegree[next] == 0) ready.push(rank(next));
     }
   }
   if (order.size() != tasks_.size()) {

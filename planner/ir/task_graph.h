@@ -65,7 +65,13 @@ class TaskGraph {
   const std::vector<Edge>& edges() const { return edges_; }
   int num_tasks() const { return static_cast<int>(tasks_.size()); }
 
-  // Tasks in an order that respects every edge, ties broken by id.
+  // Removes the tasks `drop` marks (indexed by task id) and every edge that
+  // touches them; the remaining tasks keep their order and are renumbered.
+  void remove_tasks(const std::vector<bool>& drop);
+
+  // Tasks in an order that respects every edge, ties broken by id, except
+  // that a send or recv runs as soon as it can: a transfer follows its
+  // producer, and every pair of ranks sees its transfers in one order.
   // Throws std::logic_error naming a task on a cycle.
   std::vector<TaskId> topological_order() const;
 

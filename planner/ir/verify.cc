@@ -127,12 +127,19 @@ class Verifier {
       }
       if (edge.kind == EdgeKind::kData) {
         data_predecessors_[edge.to].push_back(edge.from);
-      } else if (device_set(edge.from) != device_set(edge.to)) {
+      } else if (!nested(device_set(edge.from), device_set(edge.to))) {
         report("temporal edge from " + describe(edge.from) + " on devices " +
                devices_text(device_set(edge.from)) + " to " + describe(edge.to) + " on devices " +
                devices_text(device_set(edge.to)) + " crosses devices");
       }
     }
+  }
+
+  // A temporal edge holds on the devices both tasks run on: one set must
+  // include the other (a replicated task before one replica's transfer).
+  static bool nested(const DeviceSet& a, const DeviceSet& b) {
+    return std::includes(a.begin(), a.end(), b.begin(), b.end()) ||
+           std::includes(b.begin(), b.end(), a.begin(), a.end());
   }
 
   DeviceSet device_set(TaskId id) const {
@@ -240,9 +247,14 @@ class Verifier {
     const Task& task = graph_.task(id);
     const OpId producer = producer_[tensor];
     if (producer < 0 && is_always_available(ops_.tensor(tensor).role)) return;
-    for (TaskId source : data_predecessors_[id]) {
-      if (provides(source, tensor, devices, task.microbatch)) return;
-    }
+    // Each device of a replicated task may get the tensor from its own source
+    // (replica i's recv).
+    const bool everywhere = std::all_of(devices.begin(), devices.end(), [&](int device) {
+      return std::any_of(
+          data_predecessors_[id].begin(), data_predecessors_[id].end(),
+          [&](TaskId source) { return provides(source, tensor, {device}, task.microbatch); });
+    });
+    if (everywhere) return;
     const std::string reads = describe(id) + " on devices " + devices_text(devices) + " reads '" +
                               tensor_name(tensor) + "'";
     if (contains(task.ops, producer)) {

@@ -16,7 +16,8 @@ namespace piper::ir {
 //    constant or batch input;
 //  - every send has exactly one matching recv (tensor, microbatch, peers);
 //  - the tasks of one collective agree on their device set;
-//  - temporal edges join tasks on the same devices.
+//  - temporal edges join tasks on the same devices, or a task and one on
+//    some of its devices (a replicated reader before one replica's recv).
 std::vector<std::string> verify(const TaskGraph& graph);
 
 // Throws std::logic_error listing the violations, prefixed with `after`

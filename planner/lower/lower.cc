@@ -83,17 +83,29 @@ class Lowering {
       : graph_(graph), ops_(graph.op_graph()), rank_(rank), context_(context) {
     for (const ir::Task& task : graph.tasks()) {
       microbatches_ = std::max(microbatches_, task.microbatch + 1);
-      if (task.kind != ir::TaskKind::kCompute) {
+      if (task.kind != ir::TaskKind::kCompute && task.kind != ir::TaskKind::kSend &&
+          task.kind != ir::TaskKind::kRecv) {
         group_ids_.emplace(task.devices, static_cast<int>(group_ids_.size()));
       }
+      holds_different_parameters_ |= task.kind == ir::TaskKind::kSend;
+    }
+    if (holds_different_parameters_) {
+      std::vector<int> everyone(graph.world_size());
+      for (int r = 0; r < graph.world_size(); ++r) everyone[r] = r;
+      collect_group_ =
+          group_ids_.emplace(everyone, static_cast<int>(group_ids_.size())).first->second;
     }
   }
 
   plan::Plan run() {
     write_header();
     order_ = local_tasks();
+    local_edges_ = graph_.edges();
+    add_release_edges();
     for (ir::TaskId id : order_) emit_task(id);
     add_groups();
+    plan_.set_collect_parameters(holds_different_parameters_);
+    if (holds_different_parameters_) plan_.set_collect_group(collect_group_);
     add_batch_inputs();
     add_loss();
     place_tensors();
@@ -134,6 +146,22 @@ class Lowering {
     return local;
   }
 
+  // A send's buffer may be reused once the send is done: the second compute
+  // task after the one that wrote it waits for that, so the send overlaps
+  // the next task and the buffers of sent activations do not pile up.
+  void add_release_edges() {
+    for (size_t i = 0; i < order_.size(); ++i) {
+      if (graph_.task(order_[i]).kind != ir::TaskKind::kSend) continue;
+      int computes = 0;
+      for (size_t j = i + 1; j < order_.size(); ++j) {
+        if (graph_.task(order_[j]).kind == ir::TaskKind::kCompute && ++computes == 2) {
+          local_edges_.push_back({order_[i], order_[j], ir::EdgeKind::kTemporal});
+          break;
+        }
+      }
+    }
+  }
+
   plan::Stream& stream(const std::string& name) {
     for (plan::Stream& s : *plan_.mutable_streams()) {
       if (s.name() == name) return s;
@@ -148,7 +176,7 @@ class Lowering {
   void emit_task(ir::TaskId id) {
     const ir::Task& task = graph_.task(id);
     plan::Stream& out = stream(task.stream);
-    for (const ir::Edge& edge : graph_.edges()) {
+    for (const ir::Edge& edge : local_edges_) {
       if (edge.to != id) continue;
       const auto event = events_.find(edge.from);
       if (event != events_.end() && graph_.task(edge.from).stream != task.stream) {
@@ -159,11 +187,13 @@ class Lowering {
     using_task_ = &task;
     if (task.kind == ir::TaskKind::kCompute) {
       for (ir::OpId op : task.ops) emit_op(out, task, id, ops_.op(op));
+    } else if (task.kind == ir::TaskKind::kSend || task.kind == ir::TaskKind::kRecv) {
+      emit_transfer(out, task, id);
     } else {
       emit_collective(out, task, id);
     }
     const bool needed_elsewhere =
-        std::any_of(graph_.edges().begin(), graph_.edges().end(), [&](const ir::Edge& edge) {
+        std::any_of(local_edges_.begin(), local_edges_.end(), [&](const ir::Edge& edge) {
           return edge.from == id && graph_.task(edge.to).stream != task.stream;
         });
     if (needed_elsewhere) {
@@ -239,6 +269,37 @@ class Lowering {
       default:
         throw std::logic_error("lowering " + graph_.describe(id) + " is not implemented yet");
     }
+  }
+
+  // A send and its recv share a tag: the send task's id in the global DAG.
+  void emit_transfer(plan::Stream& out, const ir::Task& task, ir::TaskId id) {
+    const ir::TensorId tensor = task.tensors.at(0);
+    const std::string label = ir::to_string(task.kind) + " " + ops_.tensor(tensor).name;
+    plan::Instruction& inst = *instruction(out, task, id, label);
+    const int index = use(tensor, task.microbatch);
+    // A transfer reads or writes; both lists exist, one of them empty.
+    comm_inputs_[id];
+    comm_outputs_[id];
+    if (task.kind == ir::TaskKind::kSend) {
+      plan::Send& send = *inst.mutable_send();
+      send.set_tensor(index);
+      send.set_peer(task.peer);
+      send.set_tag(id);
+      comm_inputs_[id].push_back(index);
+      return;
+    }
+    plan::Recv& recv = *inst.mutable_recv();
+    recv.set_tensor(index);
+    recv.set_peer(task.peer);
+    recv.set_tag(sending_task(id));
+    comm_outputs_[id].push_back(index);
+  }
+
+  ir::TaskId sending_task(ir::TaskId recv) const {
+    for (const ir::Edge& edge : graph_.edges()) {
+      if (edge.to == recv && graph_.task(edge.from).kind == ir::TaskKind::kSend) return edge.from;
+    }
+    throw std::logic_error(graph_.describe(recv) + " has no send");
   }
 
   void add_groups() {
@@ -378,7 +439,7 @@ class Lowering {
     const std::vector<std::vector<bool>> ancestors = local_ancestors();
     for (const auto& [id, inputs] : comm_inputs_) {
       int waiter = position_;
-      for (const ir::Edge& edge : graph_.edges()) {
+      for (const ir::Edge& edge : local_edges_) {
         const auto found = first_position_.find(edge.to);
         if (edge.from == id && found != first_position_.end()) {
           waiter = std::min(waiter, found->second);
@@ -410,7 +471,7 @@ class Lowering {
       if (previous != last_on_stream.end()) predecessors[i].push_back(previous->second);
       last_on_stream[graph_.task(order_[i]).stream] = i;
     }
-    for (const ir::Edge& edge : graph_.edges()) {
+    for (const ir::Edge& edge : local_edges_) {
       const auto from = local_index_.find(edge.from);
       const auto to = local_index_.find(edge.to);
       if (from != local_index_.end() && to != local_index_.end()) {
@@ -441,7 +502,12 @@ class Lowering {
   int microbatches_ = 1;
   std::map<std::vector<int>, int> group_ids_;
   std::map<Instance, int> input_replica_;
+  // Pipelines: stages hold different parameters, which --save-onnx collects.
+  bool holds_different_parameters_ = false;
+  int collect_group_ = -1;
   std::vector<ir::TaskId> order_;  // this rank's tasks in emission order
+  // The DAG's edges plus this rank's release edges (add_release_edges).
+  std::vector<ir::Edge> local_edges_;
   std::map<ir::TaskId, size_t> local_index_;
   const ir::Task* using_task_ = nullptr;  // the task being emitted
   std::map<ir::TaskId, int> first_position_;

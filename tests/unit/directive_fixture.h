@@ -6,6 +6,7 @@
 
 #include "formats/strategy.h"
 #include "onnx_builder.h"
+#include "planner/annotate.h"
 #include "planner/autodiff/autodiff.h"
 #include "planner/autodiff/optimizer.h"
 #include "planner/directives/directive.h"
@@ -16,8 +17,10 @@
 namespace piper::testing {
 
 // x[B,4] -Gemm-> Relu -Gemm-> SoftmaxCrossEntropyLoss(labels y), trained with
-// `optimizer` (a JSON object), planned for batch `batch`.
-inline ir::TaskGraph two_layer_task_graph(int64_t batch, const std::string& optimizer) {
+// `optimizer` (a JSON object), planned for batch `batch`, its ops tagged by
+// `annotations` (a JSON array, as in a strategy).
+inline ir::TaskGraph two_layer_task_graph(int64_t batch, const std::string& optimizer,
+                                          const std::string& annotations = "[]") {
   OnnxBuilder b;
   b.input("x", {-1, 4}).input("y", {-1}, onnx::TensorProto::INT64).output("loss", {});
   b.initializer("w1", {8, 4}, std::vector<float>(32, 0.1f));
@@ -27,9 +30,12 @@ inline ir::TaskGraph two_layer_task_graph(int64_t batch, const std::string& opti
   OnnxBuilder::attr(b.node("Gemm", {"r", "w2"}, {"z"}, "/fc2/Gemm"), "transB", int64_t{1});
   b.node("SoftmaxCrossEntropyLoss", {"z", "y"}, {"loss"}, "/loss");
   ir::OpGraph graph = planner::import_model(b.model(), {.batch = batch}, "two_layer.onnx");
+  const auto strategy =
+      strategy::parse_strategy(R"({"batch": {"global": 8}, "optimizer": )" + optimizer +
+                                   R"(, "annotations": )" + annotations + "}",
+                               "test.json");
+  planner::annotate(graph, strategy.annotations, strategy.source);
   planner::differentiate(graph);
-  const auto strategy = strategy::parse_strategy(
-      R"({"batch": {"global": 8}, "optimizer": )" + optimizer + "}", "test.json");
   planner::add_optimizer(graph, strategy.optimizer);
   return ir::build_task_graph(std::move(graph));
 }
@@ -44,6 +50,14 @@ inline void apply_directives(ir::TaskGraph& graph, const std::string& directives
     planner::directive_pass(context)(graph, context);
     ir::verify_or_throw(graph, "after " + context.where());
   }
+}
+
+// The same model in two pipeline stages: fc1 and the Relu in PP 0, fc2 and
+// the loss in PP 1.
+inline ir::TaskGraph two_stage_task_graph(int64_t batch, const std::string& optimizer) {
+  return two_layer_task_graph(
+      batch, optimizer,
+      R"([{"match": "/fc1/*", "tags": {"PP": 0}}, {"match": "/fc2/*", "tags": {"PP": 1}}])");
 }
 
 inline int count_tasks(const ir::TaskGraph& graph, ir::TaskKind kind) {

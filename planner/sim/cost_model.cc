@@ -1,0 +1,230 @@
+#include "planner/sim/cost_model.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "formats/einsum.h"
+#include "formats/error.h"
+
+namespace piper::planner::sim {
+namespace {
+
+double elements(const ir::OpGraph& graph, ir::TensorId tensor) {
+  return tensor < 0 ? 0.0 : static_cast<double>(ir::num_elements(graph.tensor(tensor).shape));
+}
+
+double bytes(const ir::OpGraph& graph, ir::TensorId tensor) {
+  return tensor < 0 ? 0.0 : elements(graph, tensor) * ir::dtype_size(graph.tensor(tensor).dtype);
+}
+
+const ir::Shape& shape(const ir::OpGraph& graph, const ir::Op& op, size_t input) {
+  static const ir::Shape kNone;
+  if (input >= op.inputs.size() || op.inputs[input] < 0) return kNone;
+  return graph.tensor(op.inputs[input]).shape;
+}
+
+// 2 * (elements of Y) * K, K the contracted dimension of A.
+double matmul_flops(const ir::OpGraph& graph, const ir::Op& op) {
+  const ir::Shape& a = shape(graph, op, 0);
+  if (a.empty() || op.outputs.empty()) return 0;
+  const bool trans_a = ir::attr_int(op.attributes, "transA", 0) != 0 && a.size() >= 2;
+  const int64_t k = trans_a ? a[a.size() - 2] : a.back();
+  return 2.0 * elements(graph, op.outputs[0]) * static_cast<double>(k);
+}
+
+// One multiply-add per point of the space all labels span.
+double einsum_flops(const ir::OpGraph& graph, const ir::Op& op) {
+  const auto found = op.attributes.find("equation");
+  if (found == op.attributes.end()) return 0;
+  const auto* equation = std::get_if<std::string>(&found->second);
+  if (equation == nullptr) return 0;
+  std::vector<size_t> ranks;
+  for (size_t i = 0; i < op.inputs.size(); ++i) ranks.push_back(shape(graph, op, i).size());
+  formats::EinsumEquation parsed;
+  try {
+    parsed = formats::parse_einsum(*equation, ranks);
+  } catch (const Error&) {
+    return 0;  // the importer reports bad equations; the estimate need not
+  }
+  std::map<int, int64_t> sizes;
+  for (size_t i = 0; i < parsed.inputs.size(); ++i) {
+    const ir::Shape& dims = shape(graph, op, i);
+    for (size_t d = 0; d < parsed.inputs[i].size() && d < dims.size(); ++d) {
+      int64_t& size = sizes[parsed.inputs[i][d]];
+      size = std::max(size, dims[d]);
+    }
+  }
+  double points = 1;
+  for (const auto& [label, size] : sizes) points *= static_cast<double>(size);
+  return (op.inputs.size() > 1 ? 2.0 : 1.0) * points;
+}
+
+// Q [..., T, D], Kt [..., D, Tk], V [..., Tk, Dv] at inputs `q`, q+1, q+2.
+// Forward: S = Q Kt, softmax, Y = P V. Backward: S again, dV, dP, dQ, dKt.
+double attention_flops(const ir::OpGraph& graph, const ir::Op& op, size_t q, bool gradient) {
+  const ir::Shape& query = shape(graph, op, q);
+  const ir::Shape& keys = shape(graph, op, q + 1);
+  const ir::Shape& values = shape(graph, op, q + 2);
+  if (query.size() < 2 || keys.size() < 2 || values.size() < 2) return 0;
+  const double t = static_cast<double>(query[query.size() - 2]);
+  const double d = static_cast<double>(query.back());
+  const double tk = static_cast<double>(keys.back());
+  const double dv = static_cast<double>(values.back());
+  const double batch = t * d > 0 ? static_cast<double>(ir::num_elements(query)) / (t * d) : 0;
+  const double scores = batch * t * tk;
+  return gradient ? scores * (6 * d + 4 * dv + 10) : scores * (2 * d + 2 * dv + 5);
+}
+
+// FLOPs per element of the op's largest tensor, for ops that are not
+// contractions. Unlisted ops count 1 (an add, a compare).
+double flops_per_element(const std::string& type) {
+  static const std::set<std::string> kFree = {"Reshape",
+                                              "Squeeze",
+                                              "Unsqueeze",
+                                              "Flatten",
+                                              "Identity",
+                                              "Shape",
+                                              "Constant",
+                                              "ConstantOfShape",
+                                              "Expand",
+                                              "Transpose",
+                                              "Concat",
+                                              "Split",
+                                              "Slice",
+                                              "Gather",
+                                              "GatherElements",
+                                              "Cast",
+                                              "Range",
+                                              "OneHot",
+                                              "Trilu",
+                                              "piper.Shard",
+                                              "piper.BroadcastTo",
+                                              "piper.SliceGrad",
+                                              "piper.GatherGrad",
+                                              "piper.GatherElementsGrad"};
+  static const std::map<std::string, double> kCosts = {
+      {"Tanh", 8},
+      {"Erf", 8},
+      {"Exp", 8},
+      {"Log", 8},
+      {"Sigmoid", 8},
+      {"Sqrt", 4},
+      {"Pow", 8},
+      {"Softmax", 5},
+      {"LogSoftmax", 5},
+      {"Dropout", 4},
+      {"LayerNormalization", 8},
+      {"SoftmaxCrossEntropyLoss", 6},
+      {"piper.BiasGelu", 10},
+      {"piper.BiasGeluGrad", 14},
+      {"piper.TanhGrad", 3},
+      {"piper.SigmoidGrad", 3},
+      {"piper.ErfGrad", 10},
+      {"piper.SoftmaxGrad", 4},
+      {"piper.LogSoftmaxGrad", 10},
+      {"piper.LayerNormalizationGrad", 12},
+      {"piper.SoftmaxCrossEntropyLossGrad", 8},
+      {"piper.PowBaseGrad", 10},
+      {"piper.PowExponentGrad", 10},
+      {"piper.SGD", 4},
+      {"piper.AdamW", 16},
+  };
+  if (kFree.count(type)) return 0;
+  const auto found = kCosts.find(type);
+  return found == kCosts.end() ? 1.0 : found->second;
+}
+
+}  // namespace
+
+void DeviceRates::check() const {
+  const auto positive = [](double value, const char* what) {
+    if (!(value > 0)) throw Error(std::string(what) + " must be more than 0");
+  };
+  const auto non_negative = [](double value, const char* what) {
+    if (!(value >= 0)) throw Error(std::string(what) + " must be 0 or more");
+  };
+  positive(flops, "the FLOP rate");
+  positive(memory_bandwidth, "the memory bandwidth");
+  positive(link_bandwidth, "the link bandwidth");
+  non_negative(link_latency, "the link latency");
+  non_negative(op_overhead, "the per-op overhead");
+}
+
+std::string DeviceRates::describe() const {
+  char text[160];
+  std::snprintf(text, sizeof text,
+                "%g GFLOP/s, %g GB/s memory, %g GB/s link, %g us latency, %g us per op",
+                flops / 1e9, memory_bandwidth / 1e9, link_bandwidth / 1e9, link_latency * 1e6,
+                op_overhead * 1e6);
+  return text;
+}
+
+double op_flops(const ir::OpGraph& graph, const ir::Op& op) {
+  if (op.type == "MatMul" || op.type == "Gemm" || op.type == "piper.MatMul") {
+    return matmul_flops(graph, op);
+  }
+  if (op.type == "Einsum") return einsum_flops(graph, op);
+  if (op.type == "piper.FusedAttention") return attention_flops(graph, op, 0, false);
+  if (op.type == "piper.FusedAttentionGrad") return attention_flops(graph, op, 1, true);
+  double largest = 0;
+  for (ir::TensorId tensor : op.inputs) largest = std::max(largest, elements(graph, tensor));
+  for (ir::TensorId tensor : op.outputs) largest = std::max(largest, elements(graph, tensor));
+  return flops_per_element(op.type) * largest;
+}
+
+double op_bytes(const ir::OpGraph& graph, const ir::Op& op) {
+  double total = 0;
+  for (ir::TensorId tensor : op.inputs) total += bytes(graph, tensor);
+  for (ir::TensorId tensor : op.outputs) total += bytes(graph, tensor);
+  return total;
+}
+
+double comm_bytes(const ir::TaskGraph& graph, const ir::Task& task) {
+  const ir::OpGraph& ops = graph.op_graph();
+  double total = 0;
+  if (task.kind == ir::TaskKind::kReduceScatter || task.kind == ir::TaskKind::kAllGather) {
+    for (size_t i = 0; i + 1 < task.tensors.size(); i += 2) {
+      total += std::max(bytes(ops, task.tensors[i]), bytes(ops, task.tensors[i + 1]));
+    }
+    return total;
+  }
+  for (ir::TensorId tensor : task.tensors) total += bytes(ops, tensor);
+  return total;
+}
+
+double task_seconds(const ir::TaskGraph& graph, ir::TaskId id, const DeviceRates& rates) {
+  const ir::Task& task = graph.task(id);
+  if (task.kind == ir::TaskKind::kCompute) {
+    double seconds = 0;
+    for (ir::OpId op_id : task.ops) {
+      const ir::Op& op = graph.op_graph().op(op_id);
+      seconds += std::max(op_flops(graph.op_graph(), op) / rates.flops,
+                          op_bytes(graph.op_graph(), op) / rates.memory_bandwidth) +
+                 rates.op_overhead;
+    }
+    return seconds;
+  }
+  const double n = static_cast<double>(task.devices.size());
+  double factor = 1;
+  switch (task.kind) {
+    case ir::TaskKind::kAllReduce:
+      factor = 2 * (n - 1) / n;
+      break;
+    case ir::TaskKind::kReduceScatter:
+    case ir::TaskKind::kAllGather:
+    case ir::TaskKind::kAllToAll:
+      factor = (n - 1) / n;
+      break;
+    case ir::TaskKind::kBroadcast:
+      factor = n > 1 ? 1 : 0;
+      break;
+    default:  // send, recv: one device each, moving to or from its peer
+      break;
+  }
+  if (factor == 0) return 0;
+  return rates.link_latency + factor * comm_bytes(graph, task) / rates.link_bandwidth;
+}
+
+}  // namespace piper::planner::sim

@@ -1,0 +1,26 @@
+// Writes the simulated step into the plans (Plan.planned_tasks and
+// Plan.planned_step, docs/plan-format.md), for piper-plan's report and
+// piper-dump --schedule.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "planner/ir/task_graph.h"
+#include "planner/sim/cost_model.h"
+#include "schemas/plan.pb.h"
+
+namespace piper::planner::sim {
+
+// A short label for pictures: the pass and microbatch of a compute task
+// ("F3", "BW0", "U" for the update), an abbreviation of a comm task's kind
+// ("AR", "RS", "AG", "A2A", "BC"), with the microbatch for send and recv ("S3", "R3").
+std::string task_label(const ir::Task& task);
+
+// Simulates one step of `graph` with the cost model (step_simulation.h) and
+// fills planned_tasks and planned_step of plans[r], the plan of rank r, with
+// rank r's tasks ordered by start. Throws piper::Error as simulate() does.
+void add_planned_timeline(const ir::TaskGraph& graph, const DeviceRates& rates,
+                          std::vector<plan::Plan>& plans);
+
+}  // namespace piper::planner::sim

@@ -1,0 +1,54 @@
+// Replays one training step of the physical task DAG in time, the way the
+// engine runs the lowered plans: each (device, stream) is a serial queue that
+// takes its tasks in the lowering's emission order (the DAG's
+// topological_order(), as planner/lower does), and a task starts when its
+// stream is free and every predecessor, data or temporal, on any device, has
+// finished. A task on several devices runs on each of them:
+//   - a compute task runs independently on each replica;
+//   - a collective starts on all its devices together, when the last of them
+//     is ready, and ends together;
+//   - a recv joined by a data edge to its peer's send overlaps that send: it
+//     starts when its own stream and other predecessors are free and the send
+//     has started, and ends when the send ends (at once, if the data already
+//     arrived). A send's duration is the transfer's.
+// Predecessors on another device count from their end there (or their latest
+// end, for a task on several other devices).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "planner/ir/task_graph.h"
+#include "planner/sim/cost_model.h"
+
+namespace piper::planner::sim {
+
+struct TaskSpan {
+  ir::TaskId task = -1;
+  double start = 0;  // seconds from the start of the step
+  double end = 0;
+};
+
+struct DeviceTimeline {
+  std::vector<TaskSpan> tasks;  // this device's instances, in emission order
+  // Time some compute task runs here (intervals on several streams count once).
+  double busy = 0;
+  double bubble_fraction = 0;  // 1 - busy / step (1 for a device without work)
+};
+
+struct StepSimulation {
+  double step = 0;                      // when the last task on any device ends
+  std::vector<DeviceTimeline> devices;  // index = device, world_size() of them
+};
+
+// Seconds one instance of a task takes; must be finite and not negative.
+using TaskDuration = std::function<double(ir::TaskId)>;
+
+// Throws piper::Error when the DAG has a cycle (naming a task on it) or a
+// duration is negative or not finite (naming the task).
+StepSimulation simulate(const ir::TaskGraph& graph, const TaskDuration& duration);
+// With durations from the cost model.
+StepSimulation simulate(const ir::TaskGraph& graph, const DeviceRates& rates);
+
+}  // namespace piper::planner::sim

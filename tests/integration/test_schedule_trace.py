@@ -1,0 +1,193 @@
+"""The planned step and the measured one: piper-plan reports each rank's planned
+step time, bubble and peak activations; piper-dump --schedule draws the planned
+step of a plan directory as text and as SVG (one row per rank and stream) and
+refuses directories without plans or with plans of two planning runs;
+piper-run --trace (through piper-launch, 4 ranks of ZeRO-2) writes a
+Chrome/Perfetto trace per rank with the same rows and tasks."""
+import json
+import os
+import re
+import shutil
+import tempfile
+import unittest
+import xml.etree.ElementTree as ET
+
+import harness
+from harness import Tools
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def launch_path():
+    return os.path.join(os.path.dirname(Tools.run), "piper-launch")
+
+
+def plan_json(plans, rank):
+    dumped = harness.run_ok([Tools.dump, "--json", os.path.join(plans, f"rank{rank}.plan")])
+    return json.loads(dumped.stdout)
+
+
+class ScheduleTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="piper_schedule_")
+        cls.plans = os.path.join(cls.tmp, "plans")
+        cls.planned = harness.run_ok([Tools.plan, Tools.sample("mlp", "model.onnx"),
+                                      Tools.sample("strategies", "zero2.json"), "-o", cls.plans])
+        cls.ranks = [plan_json(cls.plans, rank) for rank in range(4)]
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def rows(self):
+        """(rank, stream) of every stream of every plan."""
+        return {(rank, stream["name"]) for rank, plan in enumerate(self.ranks)
+                for stream in plan["streams"]}
+
+    def test_plan_reports_the_planned_step(self):
+        out = self.planned.stdout
+        for rank in range(4):
+            self.assertRegex(out, rf"rank {rank}: planned step [0-9.]+ (us|ms|s), compute busy "
+                                  rf"[0-9.]+ (us|ms|s), bubble [0-9.]+%, peak activations",
+                             out)
+        self.assertIn("cost model: 100 GFLOP/s", out)
+        for plan in self.ranks:
+            step = plan["planned_step"]
+            self.assertGreater(step["step_s"], 0)
+            self.assertGreaterEqual(step["bubble_fraction"], 0)
+            self.assertLess(step["bubble_fraction"], 1)
+            kinds = {task["kind"] for task in plan["planned_tasks"]}
+            self.assertIn("compute", kinds)
+            self.assertIn("reduce_scatter", kinds)
+            for task in plan["planned_tasks"]:
+                self.assertLessEqual(task["start_s"], task["end_s"])
+                self.assertLessEqual(task["end_s"], step["step_s"] * (1 + 1e-9))
+
+    def test_planned_streams_run_their_tasks_in_plan_order(self):
+        for rank, plan in enumerate(self.ranks):
+            for stream in plan["streams"]:
+                emitted = []
+                for instruction in stream["instructions"]:
+                    if instruction.get("task", 0) not in emitted:
+                        emitted.append(instruction.get("task", 0))
+                planned = [t.get("task", 0) for t in plan["planned_tasks"]
+                           if t["stream"] == stream["name"]]
+                self.assertEqual(planned, emitted, f"rank {rank} stream {stream['name']}")
+
+    def test_rates_change_the_planned_step(self):
+        slow = os.path.join(self.tmp, "slow")
+        harness.run_ok([Tools.plan, Tools.sample("mlp", "model.onnx"),
+                        Tools.sample("strategies", "zero2.json"), "-o", slow,
+                        "--flops", "1e6", "--memory-bandwidth", "1e6"])
+        self.assertGreater(plan_json(slow, 0)["planned_step"]["step_s"],
+                           100 * self.ranks[0]["planned_step"]["step_s"])
+        bad = harness.run([Tools.plan, Tools.sample("mlp", "model.onnx"),
+                           Tools.sample("strategies", "zero2.json"), "-o", slow, "--flops", "0"])
+        self.assertNotEqual(bad.returncode, 0, bad.describe())
+        self.assertIn("--flops", bad.output)
+
+    def test_text_schedule_has_a_line_per_rank_and_stream(self):
+        out = harness.run_ok([Tools.dump, "--schedule", self.plans, "--width", "60"]).stdout
+        self.assertIn("planned step", out)
+        found = set()
+        for line in out.splitlines():
+            match = re.match(r"rank (\d+) (\S+)\s+\|([^|]*)\|", line)
+            if match:
+                found.add((int(match.group(1)), match.group(2)))
+                self.assertEqual(len(match.group(3)), 60, line)
+        self.assertEqual(found, self.rows(), out)
+        self.assertEqual(len(re.findall(r"bubble [0-9.]+%", out)), 4, out)
+        self.assertRegex(out, r"F0")
+        self.assertRegex(out, r"RS")
+
+    def test_svg_schedule_has_a_row_per_rank_and_stream(self):
+        svg = os.path.join(self.tmp, "schedule.svg")
+        harness.run_ok([Tools.dump, "--schedule", self.plans, "-o", svg])
+        root = ET.parse(svg).getroot()
+        self.assertEqual(root.tag, SVG + "svg")
+        rows = [g for g in root.iter(SVG + "g") if g.get("class") == "row"]
+        self.assertEqual({(int(g.get("data-rank")), g.get("data-stream")) for g in rows},
+                         self.rows())
+        self.assertEqual(len(rows), len(self.rows()))
+        boxes = 0
+        for g in rows:
+            tasks = [r for r in g.iter(SVG + "rect") if r.get("class") == "task"]
+            self.assertTrue(tasks, f"row {g.get('data-rank')} {g.get('data-stream')} is empty")
+            boxes += len(tasks)
+            for rect in tasks:
+                self.assertGreater(float(rect.get("width")), 0)
+        self.assertEqual(boxes, sum(len(plan["planned_tasks"]) for plan in self.ranks))
+        kinds = {r.get("data-kind") for r in root.iter(SVG + "rect") if r.get("class") == "task"}
+        self.assertTrue({"F", "B", "U", "reduce_scatter", "all_gather"} <= kinds, kinds)
+        legend = [g for g in root.iter(SVG + "g") if g.get("class") == "legend"]
+        self.assertEqual(len(legend), 1)
+
+    def test_schedule_refuses_bad_directories(self):
+        empty = os.path.join(self.tmp, "empty")
+        os.makedirs(empty, exist_ok=True)
+        result = harness.run([Tools.dump, "--schedule", empty])
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("holds no rank<N>.plan", result.stderr)
+        other = os.path.join(self.tmp, "other")
+        harness.run_ok([Tools.plan, Tools.sample("mlp", "model.onnx"),
+                        Tools.sample("strategies", "zero2.json"), "-o", other])
+        mixed = os.path.join(self.tmp, "mixed")
+        shutil.copytree(self.plans, mixed)
+        shutil.copy(os.path.join(other, "rank2.plan"), os.path.join(mixed, "rank2.plan"))
+        result = harness.run([Tools.dump, "--schedule", mixed])
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("another planning run", result.stderr)
+        self.assertIn("rank2.plan", result.stderr)
+        result = harness.run([Tools.dump, "--schedule", self.plans,
+                              os.path.join(self.plans, "rank0.plan")])
+        self.assertNotEqual(result.returncode, 0)
+
+    def test_trace_of_every_rank_has_the_planned_rows_and_tasks(self):
+        traces = os.path.join(self.tmp, "traces")
+        os.makedirs(traces)
+        harness.run_ok([launch_path(), "--plans", self.plans, "--steps", "2",
+                        "--data", Tools.sample("mlp", "data"),
+                        "--trace", os.path.join(traces, "trace%r.json")], timeout=240)
+        self.assertEqual(sorted(os.listdir(traces)), [f"trace{r}.json" for r in range(4)])
+        for rank, plan in enumerate(self.ranks):
+            with open(os.path.join(traces, f"trace{rank}.json")) as f:
+                trace = json.load(f)
+            events = trace["traceEvents"]
+            self.assertEqual({e["pid"] for e in events}, {rank})
+            threads = {e["tid"]: e["args"]["name"] for e in events
+                       if e["ph"] == "M" and e["name"] == "thread_name"}
+            self.assertEqual(sorted(threads.values()),
+                             sorted(s["name"] for s in plan["streams"]))
+            tasks = [e for e in events if e["ph"] == "X" and e["cat"] in ("compute", "comm")]
+            run_tasks = {(s["name"], i.get("task", 0)) for s in plan["streams"]
+                         for i in s["instructions"] if "record" not in i and "wait" not in i}
+            self.assertEqual({(threads[e["tid"]], e["args"]["task"]) for e in tasks}, run_tasks)
+            planned = {(t["stream"], t.get("task", 0)) for t in plan["planned_tasks"]}
+            self.assertLessEqual(run_tasks, planned)
+            for event in tasks:
+                self.assertGreaterEqual(event["ts"], 0)
+                self.assertGreaterEqual(event["dur"], 0)
+                self.assertIn("pass", event["args"])
+                self.assertIn("microbatch", event["args"])
+            self.assertTrue(any(e["name"] == "F mb1" for e in tasks))
+            self.assertEqual(trace["otherData"]["step"], 2)
+            kernels = [e for e in events if e["ph"] == "X" and e["cat"] == "kernel"]
+            self.assertTrue(kernels)
+
+    def test_single_rank_trace_without_rank_pattern(self):
+        plans = os.path.join(self.tmp, "single")
+        harness.run_ok([Tools.plan, Tools.sample("mlp", "model.onnx"),
+                        Tools.sample("strategies", "single.json"), "-o", plans])
+        trace_path = os.path.join(self.tmp, "single.json")
+        out = harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan"),
+                              "--steps", "1", "--trace", trace_path]).stdout
+        self.assertIn("wrote the trace of step 1", out)
+        with open(trace_path) as f:
+            events = json.load(f)["traceEvents"]
+        self.assertTrue(any(e["ph"] == "X" and e["name"] == "U mb0" for e in events))
+        self.assertFalse(os.path.exists(trace_path + ".tmp"))
+
+
+if __name__ == "__main__":
+    harness.main()

@@ -1,0 +1,216 @@
+// The step simulation on hand-built task DAGs with uniform task times (serial
+// streams, transfers that overlap their recv, collectives that start
+// together, replicas), and on a planned data-parallel step whose gradient
+// all-reduces overlap the backward.
+#include "planner/sim/step_simulation.h"
+
+#include <gtest/gtest.h>
+
+#include "formats/error.h"
+#include "formats/strategy.h"
+#include "planner/plan_model.h"
+
+namespace piper::planner::sim {
+namespace {
+
+class Dag {
+ public:
+  ir::TaskId compute(int device, ir::Pass pass, int microbatch, std::string stream = "compute") {
+    ir::Task task;
+    task.pass = pass;
+    task.microbatch = microbatch;
+    task.devices = {device};
+    task.stream = std::move(stream);
+    return graph.add_task(std::move(task));
+  }
+  ir::TaskId comm(ir::TaskKind kind, std::vector<int> devices, int peer, int microbatch,
+                  std::string stream) {
+    ir::Task task;
+    task.kind = kind;
+    task.microbatch = microbatch;
+    task.devices = std::move(devices);
+    task.peer = peer;
+    task.stream = std::move(stream);
+    return graph.add_task(std::move(task));
+  }
+  // A send on `from` and its recv on `to`, after `producer`; returns the recv.
+  ir::TaskId transfer(ir::TaskId producer, int from, int to, int microbatch) {
+    const ir::TaskId send = comm(ir::TaskKind::kSend, {from}, to, microbatch, "send");
+    const ir::TaskId recv = comm(ir::TaskKind::kRecv, {to}, from, microbatch, "recv");
+    edge(producer, send);
+    edge(send, recv);
+    return recv;
+  }
+  void edge(ir::TaskId from, ir::TaskId to, ir::EdgeKind kind = ir::EdgeKind::kData) {
+    graph.add_edge(from, to, kind);
+  }
+
+  ir::TaskGraph graph{ir::OpGraph{}};
+};
+
+const TaskSpan& span_of(const StepSimulation& sim, int device, ir::TaskId task) {
+  for (const TaskSpan& span : sim.devices.at(device).tasks) {
+    if (span.task == task) return span;
+  }
+  throw std::logic_error("task " + std::to_string(task) + " is not on device " +
+                         std::to_string(device));
+}
+
+TEST(StepSimulation, TwoStagesWithSendRecvAndUniformCosts) {
+  // Device 0 computes F0 and F1 and sends each to device 1, which computes them:
+  // every task, transfers included, takes 1.
+  Dag dag;
+  const ir::TaskId f0 = dag.compute(0, ir::Pass::kForward, 0);
+  const ir::TaskId f1 = dag.compute(0, ir::Pass::kForward, 1);
+  dag.edge(f0, f1, ir::EdgeKind::kTemporal);
+  const ir::TaskId r0 = dag.transfer(f0, 0, 1, 0);
+  const ir::TaskId r1 = dag.transfer(f1, 0, 1, 1);
+  const ir::TaskId g0 = dag.compute(1, ir::Pass::kForward, 0);
+  const ir::TaskId g1 = dag.compute(1, ir::Pass::kForward, 1);
+  dag.edge(r0, g0);
+  dag.edge(r1, g1);
+  dag.edge(g0, g1, ir::EdgeKind::kTemporal);
+
+  const StepSimulation sim = simulate(dag.graph, [](ir::TaskId) { return 1.0; });
+  // F0 [0,1], F1 [1,2]; sends [1,2], [2,3]; each recv overlaps its send; G0 [2,3], G1 [3,4].
+  EXPECT_DOUBLE_EQ(sim.step, 4);
+  EXPECT_DOUBLE_EQ(span_of(sim, 1, r0).start, 1);
+  EXPECT_DOUBLE_EQ(span_of(sim, 1, r0).end, 2);
+  EXPECT_DOUBLE_EQ(span_of(sim, 1, r1).end, 3);
+  EXPECT_DOUBLE_EQ(span_of(sim, 1, g0).start, 2);
+  EXPECT_DOUBLE_EQ(span_of(sim, 1, g1).end, 4);
+  ASSERT_EQ(sim.devices.size(), 2u);
+  for (const DeviceTimeline& device : sim.devices) {
+    EXPECT_DOUBLE_EQ(device.busy, 2);
+    EXPECT_DOUBLE_EQ(device.bubble_fraction, 0.5);
+  }
+  EXPECT_EQ(sim.devices[0].tasks.size(), 4u);  // F0, F1 and two sends
+}
+
+TEST(StepSimulation, GPipeBubbleWithFreeTransfers) {
+  // p = 2 stages, m = 4 microbatches, F = B = 1, transfers free: every
+  // device idles (p-1)/(m+p-1) of the step.
+  constexpr int kStages = 2, kMicrobatches = 4;
+  Dag dag;
+  std::vector<std::vector<ir::TaskId>> forward(kStages), backward(kStages);
+  std::vector<ir::TaskId> last(kStages, -1);
+  const auto in_order = [&](int stage, ir::TaskId task) {
+    if (last[stage] >= 0) dag.edge(last[stage], task, ir::EdgeKind::kTemporal);
+    last[stage] = task;
+  };
+  for (int s = 0; s < kStages; ++s) {
+    for (int m = 0; m < kMicrobatches; ++m) {
+      forward[s].push_back(dag.compute(s, ir::Pass::kForward, m));
+      in_order(s, forward[s].back());
+      if (s > 0) dag.edge(dag.transfer(forward[s - 1][m], s - 1, s, m), forward[s][m]);
+    }
+  }
+  for (int s = kStages - 1; s >= 0; --s) {
+    for (int m = 0; m < kMicrobatches; ++m) {
+      backward[s].push_back(dag.compute(s, ir::Pass::kBackward, m));
+      in_order(s, backward[s].back());
+      dag.edge(forward[s][m], backward[s][m]);
+      if (s + 1 < kStages) dag.edge(dag.transfer(backward[s + 1][m], s + 1, s, m), backward[s][m]);
+    }
+  }
+  const StepSimulation sim = simulate(dag.graph, [&](ir::TaskId id) {
+    return dag.graph.task(id).kind == ir::TaskKind::kCompute ? 1.0 : 0.0;
+  });
+  EXPECT_DOUBLE_EQ(sim.step, 2 * (kMicrobatches + kStages - 1));
+  for (const DeviceTimeline& device : sim.devices) {
+    EXPECT_DOUBLE_EQ(device.busy, 2 * kMicrobatches);
+    EXPECT_DOUBLE_EQ(device.bubble_fraction, (kStages - 1.0) / (kMicrobatches + kStages - 1.0));
+  }
+}
+
+TEST(StepSimulation, CollectivesStartTogetherAndReplicasRunApart) {
+  Dag dag;
+  const ir::TaskId short_work = dag.compute(0, ir::Pass::kBackward, 0);
+  const ir::TaskId long_work = dag.compute(1, ir::Pass::kBackward, 0);
+  const ir::TaskId reduce = dag.comm(ir::TaskKind::kAllReduce, {0, 1}, -1, 0, "reduce");
+  dag.edge(short_work, reduce);
+  dag.edge(long_work, reduce);
+  ir::Task update;
+  update.pass = ir::Pass::kUpdate;
+  update.devices = {0, 1};
+  const ir::TaskId replicated = dag.graph.add_task(update);
+  dag.edge(reduce, replicated);
+  const StepSimulation sim =
+      simulate(dag.graph, [&](ir::TaskId id) { return id == long_work ? 3.0 : 1.0; });
+  EXPECT_DOUBLE_EQ(span_of(sim, 0, reduce).start, 3);  // waits for device 1
+  EXPECT_DOUBLE_EQ(span_of(sim, 1, reduce).end, 4);
+  EXPECT_DOUBLE_EQ(span_of(sim, 0, replicated).start, 4);
+  EXPECT_DOUBLE_EQ(span_of(sim, 1, replicated).end, 5);
+  EXPECT_DOUBLE_EQ(sim.step, 5);
+  EXPECT_DOUBLE_EQ(sim.devices[0].busy, 2);
+  EXPECT_DOUBLE_EQ(sim.devices[1].busy, 4);
+}
+
+TEST(StepSimulation, ComputeOnTwoStreamsCountsOverlapOnce) {
+  Dag dag;
+  dag.compute(0, ir::Pass::kForward, 0, "compute");
+  dag.compute(0, ir::Pass::kBackward, 1, "compute2");
+  const StepSimulation sim = simulate(dag.graph, [](ir::TaskId id) { return id == 0 ? 2.0 : 1.0; });
+  EXPECT_DOUBLE_EQ(sim.step, 2);
+  EXPECT_DOUBLE_EQ(sim.devices[0].busy, 2);
+  EXPECT_DOUBLE_EQ(sim.devices[0].bubble_fraction, 0);
+}
+
+TEST(StepSimulation, RejectsCyclesAndBadDurations) {
+  Dag dag;
+  const ir::TaskId a = dag.compute(0, ir::Pass::kForward, 0);
+  const ir::TaskId b = dag.compute(0, ir::Pass::kForward, 1);
+  dag.edge(a, b);
+  EXPECT_THROW(simulate(dag.graph, [](ir::TaskId) { return -1.0; }), Error);
+  dag.edge(b, a, ir::EdgeKind::kTemporal);
+  try {
+    simulate(dag.graph, [](ir::TaskId) { return 1.0; });
+    FAIL() << "a cyclic DAG simulated";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("cannot simulate"), std::string::npos) << error.what();
+  }
+}
+
+TEST(StepSimulation, DataParallelAllReduceOverlapsTheBackward) {
+  // samples/mlp, one task per layer and pass, on 2 replicas; each layer's
+  // gradients all-reduced in their own bucket while earlier layers' backward runs.
+  const strategy::Strategy strategy = strategy::parse_strategy(R"({
+    "batch": {"global": 32},
+    "optimizer": {"type": "sgd", "lr": 0.1},
+    "annotations": [{"match": "/fc1/*", "tags": {"LAYER": 0}},
+                    {"match": "/fc2/*", "tags": {"LAYER": 1}},
+                    {"match": "/fc3/*", "tags": {"LAYER": 2}}],
+    "directives": [{"op": "replicate", "devices": [0, 1], "bucket_size": 64}]
+  })",
+                                                               "dp.json");
+  const PlanningResult result =
+      plan_model(PIPER_SOURCE_DIR "/samples/mlp/model.onnx", strategy, {});
+  ASSERT_EQ(result.plans.size(), 2u);
+  for (const plan::Plan& plan : result.plans) {
+    const plan::PlannedStep& step = plan.planned_step();
+    EXPECT_GT(step.step_s(), 0);
+    EXPECT_DOUBLE_EQ(step.step_s(), result.plans[0].planned_step().step_s());
+    EXPECT_GT(step.bubble_fraction(), 0);
+    EXPECT_LT(step.bubble_fraction(), 1);
+    int reduces = 0;
+    bool overlaps = false;
+    for (const plan::PlannedTask& reduce : plan.planned_tasks()) {
+      if (reduce.kind() != "all_reduce") continue;
+      ++reduces;
+      EXPECT_NE(reduce.stream(), "compute");
+      for (const plan::PlannedTask& work : plan.planned_tasks()) {
+        overlaps |= work.kind() == "compute" && work.start_s() < reduce.end_s() &&
+                    reduce.start_s() < work.end_s();
+      }
+    }
+    EXPECT_GE(reduces, 3);  // a bucket per layer, and the loss
+    EXPECT_TRUE(overlaps) << "no all-reduce of rank " << plan.header().rank()
+                          << " overlaps a compute task";
+    for (int i = 1; i < plan.planned_tasks_size(); ++i) {
+      EXPECT_LE(plan.planned_tasks(i - 1).start_s(), plan.planned_tasks(i).start_s());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace piper::planner::sim
