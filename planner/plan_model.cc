@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <random>
@@ -11,6 +12,7 @@
 #include "formats/onnx_model.h"
 #include "formats/plan_file.h"
 #include "planner/annotate.h"
+#include "planner/auto_stages.h"
 #include "planner/autodiff/autodiff.h"
 #include "planner/autodiff/optimizer.h"
 #include "planner/directives/directive.h"
@@ -74,18 +76,23 @@ int64_t planned_batch(const strategy::Strategy& strategy) {
   return strategy.global_batch / parts;
 }
 
+// How the model is imported for `strategy` (expanded): its frozen
+// initializers, and the batch of one task instance.
+ImportOptions import_options(const strategy::Strategy& strategy) {
+  ImportOptions options;
+  options.batch = planned_batch(strategy);
+  options.is_frozen = [frozen = strategy.frozen](const std::string& name) {
+    return std::any_of(frozen.begin(), frozen.end(), [&](const std::string& pattern) {
+      return strategy::glob_match(pattern, name);
+    });
+  };
+  return options;
+}
+
 ir::OpGraph training_graph(const std::string& model_path, const strategy::Strategy& strategy,
                            const PlanningOptions& options, std::map<std::string, int>& fusions) {
-  ImportOptions import_options;
-  import_options.batch = planned_batch(strategy);
-  import_options.is_frozen = [&](const std::string& name) {
-    for (const auto& pattern : strategy.frozen) {
-      if (strategy::glob_match(pattern, name)) return true;
-    }
-    return false;
-  };
   ir::OpGraph graph =
-      import_model(formats::load_onnx_model(model_path), import_options, model_path);
+      import_model(formats::load_onnx_model(model_path), import_options(strategy), model_path);
   check_supported_ops(graph, model_path);
   annotate(graph, strategy.annotations, strategy.source);
   if (options.fuse) fusions = fuse(graph, default_fusion_rules());
@@ -100,9 +107,15 @@ ir::OpGraph training_graph(const std::string& model_path, const strategy::Strate
 
 }  // namespace
 
+strategy::Strategy expand_strategy(const std::string& model_path,
+                                   const strategy::Strategy& written) {
+  return expand_generators(
+      resolve_auto_stages(model_path, written, import_options(expand_generators(written))));
+}
+
 PlanningResult plan_model(const std::string& model_path, const strategy::Strategy& written,
                           const PlanningOptions& options) {
-  const strategy::Strategy strategy = expand_generators(written);
+  const strategy::Strategy strategy = expand_strategy(model_path, written);
   check_strategy(strategy);
   PlanningResult result;
   ir::OpGraph ops = training_graph(model_path, strategy, options, result.fusions);

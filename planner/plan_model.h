@@ -30,6 +30,12 @@ struct PlanningResult {
   std::map<std::string, int> fusions;
 };
 
+// The strategy as planned: "stages": "auto" resolved into annotations
+// (auto_stages.h) and generators expanded into primitives; what
+// `piper-plan --expand` prints.
+strategy::Strategy expand_strategy(const std::string& model_path,
+                                   const strategy::Strategy& written);
+
 // Throws piper::Error naming the file, JSON path or ONNX node at fault.
 PlanningResult plan_model(const std::string& model_path, const strategy::Strategy& strategy,
                           const PlanningOptions& options = {});

@@ -6,7 +6,6 @@
 
 #include "formats/error.h"
 #include "formats/strategy.h"
-#include "planner/directives/expand.h"
 #include "planner/plan_model.h"
 
 namespace {
@@ -83,7 +82,8 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", output_dir,
                  "directory for the plans; replaced atomically, left untouched on failure");
   app.add_flag("--expand", expand,
-               "print the strategy with every default and generator expanded, as JSON, and exit");
+               "print the strategy with every default and generator expanded (and \"stages\": "
+               "\"auto\" resolved into annotations), as JSON, and exit");
   app.add_flag("--no-fuse", no_fuse,
                "train the model's ops as exported: do not rewrite attention, LayerNorm and GELU "
                "patterns into fused ops");
@@ -115,8 +115,9 @@ int main(int argc, char** argv) {
   try {
     const piper::strategy::Strategy strategy = piper::strategy::load_strategy(strategy_path);
     if (expand) {
-      std::cout << piper::strategy::to_json(piper::planner::expand_generators(strategy)).dump(2)
-                << "\n";
+      std::cout
+          << piper::strategy::to_json(piper::planner::expand_strategy(model_path, strategy)).dump(2)
+          << "\n";
       return 0;
     }
     if (output_dir.empty()) throw piper::Error("no output directory: pass -o DIR");

@@ -41,15 +41,11 @@ strategy::Filter slot_filter(const std::string& tag, const schedule::Slot& slot)
 // pipeline: split into microbatches, place stage s (the tag's value s) on
 // device s mod p (Megatron's interleaved layout), and give every device the
 // order of its slots that the schedule generates.
+// With "stages": "auto" the tag's values come from annotations that
+// planner/auto_stages.h adds.
 std::vector<strategy::Directive> expand_pipeline(const strategy::Directive& directive,
                                                  const std::string& source) {
   const auto& pipeline = std::get<strategy::PipelineDirective>(directive.spec);
-  if (pipeline.auto_stages) {
-    throw Error(source + ": " + directive.path +
-                ".stages: \"auto\" is not implemented yet; tag the stages with annotations "
-                "(\"tags\": {\"" +
-                pipeline.tag + "\": s})");
-  }
   const schedule::PipelineShape shape{static_cast<int64_t>(pipeline.devices.size()),
                                       pipeline.num_microbatches, pipeline.chunks};
   const schedule::PipelineOrder order =

@@ -118,13 +118,12 @@ class Router {
     send.pass = from.pass;
     send.microbatch = from.microbatch;
     send.devices = {source};
-    send.stream = send_stream(target);
+    send.stream = transfer_stream(source, target);
     send.tensors = {tensor};
     send.peer = target;
     ir::Task recv = send;
     recv.kind = ir::TaskKind::kRecv;
     recv.devices = {target};
-    recv.stream = recv_stream(source);
     recv.peer = source;
     const ir::TaskId send_id = graph_.add_task(std::move(send));
     const ir::TaskId recv_id = graph_.add_task(std::move(recv));
@@ -211,8 +210,9 @@ class Router {
 
 }  // namespace
 
-std::string send_stream(int peer) { return "send_to_" + std::to_string(peer); }
-std::string recv_stream(int peer) { return "recv_from_" + std::to_string(peer); }
+std::string transfer_stream(int from, int to) {
+  return "p2p_" + std::to_string(from) + "_to_" + std::to_string(to);
+}
 
 void route_transfers(ir::TaskGraph& graph, const DirectiveContext& context) {
   Router(graph, context).run();

@@ -24,9 +24,9 @@ void route_transfers(ir::TaskGraph& graph, const DirectiveContext& context);
 // piper::Error naming `source` (the strategy file).
 void check_replica_counts(const ir::TaskGraph& graph, const std::string& source);
 
-// The streams transfers run on, one per direction and peer, so that each
-// pair of ranks matches its transfers in one order.
-std::string send_stream(int peer);
-std::string recv_stream(int peer);
+// The stream of transfers from device `from` to device `to`, on both: one
+// per direction and pair, with the same name on sender and receiver, so that
+// communicators that pair channels by name and order (NCCL) match them.
+std::string transfer_stream(int from, int to);
 
 }  // namespace piper::planner

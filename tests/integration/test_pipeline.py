@@ -152,6 +152,11 @@ class PipelineMatchesOneProcess(PipelineHarness, unittest.TestCase):
         self.check("pp2x2_interleaved", pipeline("interleaved", [0, 1], chunks=2),
                    self.four_stages)
 
+    def test_stages_chosen_by_the_cost_model(self):
+        directives = pipeline("1f1b", [0, 1, 2, 3])
+        directives[0]["stages"] = "auto"
+        self.check("pp4_auto", directives, [])
+
     def test_hand_written_order(self):
         self.check("pp2_hand", hand_written_order(), self.two_stages)
 

@@ -55,7 +55,8 @@ TEST(PlaceDirective, TransfersCarryWhatCrossesDevices) {
   for (const ir::Task& task : graph.tasks()) {
     if (task.kind == ir::TaskKind::kSend) {
       EXPECT_EQ(task.peer, 1 - task.devices.at(0));
-      EXPECT_EQ(task.stream, "send_to_" + std::to_string(task.peer));
+      EXPECT_EQ(task.stream,
+                "p2p_" + std::to_string(task.devices[0]) + "_to_" + std::to_string(task.peer));
     }
   }
 }
