@@ -161,8 +161,11 @@ class PipelineMatchesOneProcess(PipelineHarness, unittest.TestCase):
         self.check("pp2_hand", hand_written_order(), self.two_stages)
 
     def test_recompute_every_stage(self):
-        directives = pipeline("1f1b", [0, 1]) + [{"op": "recompute", "filter": {"PP": "*"}}]
-        self.check("pp2_1f1b_recompute", directives, self.two_stages)
+        for schedule in ("1f1b", "zb-h1"):
+            with self.subTest(schedule=schedule):
+                directives = pipeline(schedule, [0, 1]) + [
+                    {"op": "recompute", "filter": {"PP": "*"}}]
+                self.check(f"pp2_{schedule}_recompute", directives, self.two_stages)
 
     def test_two_stages_times_two_replicas(self):
         for zero in (1, 3):
