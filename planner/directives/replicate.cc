@@ -256,6 +256,11 @@ struct Replication {
           tensor.name += "/gathered/" + ir::to_string(task.pass);
           for (const auto& [tag, value] : task.tags)
             tensor.name += "/" + tag + std::to_string(value);
+          // Another task of the same pass and tags (a recompute task) gathers too.
+          const std::string base = tensor.name;
+          for (int copies = 2; ops().find_tensor(tensor.name); ++copies) {
+            tensor.name = base + "/" + std::to_string(copies);
+          }
           tensor.role = ir::Role::kActivation;
           tensor.initializer.clear();
           copy = gathered.emplace(input, ops().add_tensor(std::move(tensor))).first;
