@@ -315,9 +315,13 @@ struct Replication {
                                             source.pass, source.microbatch, spec.reduce_stream);
         graph.add_edge(id, scatter, ir::EdgeKind::kData);
         if (accumulated) {
-          // The accumulation moves out of the backward task, after the scatter.
-          auto& task_ops = graph.task(id).ops;
-          task_ops.erase(std::remove(task_ops.begin(), task_ops.end(), writer), task_ops.end());
+          // The accumulation moves out of the backward task (or out of its
+          // BW half, when an order split it), after the scatter.
+          for (ir::TaskId holder : tasks_running(writer)) {
+            auto& task_ops = graph.task(holder).ops;
+            if (graph.task(holder).microbatch != source.microbatch) continue;
+            task_ops.erase(std::remove(task_ops.begin(), task_ops.end(), writer), task_ops.end());
+          }
           ir::Task add = source;
           add.ops = {writer};
           selected.push_back(true);

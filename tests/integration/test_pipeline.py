@@ -168,10 +168,10 @@ class PipelineMatchesOneProcess(PipelineHarness, unittest.TestCase):
                 self.check(f"pp2_{schedule}_recompute", directives, self.two_stages)
 
     def test_two_stages_times_two_replicas(self):
-        for zero in (1, 3):
-            with self.subTest(zero=zero):
-                directives = pipeline("1f1b", [0, 1]) + replicate_stages(2, zero)
-                self.check(f"pp2_dp2_zero{zero}", directives, self.two_stages)
+        for schedule, zero in (("1f1b", 1), ("1f1b", 3), ("zb-h1", 2)):
+            with self.subTest(schedule=schedule, zero=zero):
+                directives = pipeline(schedule, [0, 1]) + replicate_stages(2, zero)
+                self.check(f"pp2_{schedule}_dp2_zero{zero}", directives, self.two_stages)
 
     def refused(self, name, directives):
         work, plans, result = self.plan(name, directives, self.two_stages)
