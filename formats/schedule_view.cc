@@ -20,7 +20,8 @@ struct Row {
   std::vector<const plan::PlannedTask*> tasks;
 };
 
-// Rows in rank order, each rank's streams in the order its plan lists them.
+// Rows in rank order, each rank's streams in the order its plan lists them,
+// "compute" first.
 std::vector<Row> rows_of(const std::vector<plan::Plan>& plans) {
   std::vector<Row> rows;
   for (const plan::Plan& plan : plans) {
@@ -36,6 +37,9 @@ std::vector<Row> rows_of(const std::vector<plan::Plan>& plans) {
         streams.push_back(task.stream());
       }
     }
+    // The compute stream on top, wherever the plan happened to list it.
+    const auto compute = std::find(streams.begin(), streams.end(), "compute");
+    if (compute != streams.end()) std::rotate(streams.begin(), compute, compute + 1);
     if (streams.empty()) streams.push_back("compute");
     for (const std::string& stream : streams) {
       Row row{rank, stream, {}};

@@ -16,7 +16,8 @@ namespace piper::formats {
 // names another rank.
 std::vector<plan::Plan> read_plan_directory(const std::string& dir);
 
-// One line per rank and stream, `width` characters for the step: each task
+// One line per rank and stream (the compute stream first, the others in the
+// plan's order), `width` characters for the step: each task
 // written as its label ("F3", "AR") padded with '=' over its time, '.' where
 // the stream is idle; then the rank's busy time and bubble. Throws
 // piper::Error when a plan carries no planned timeline (an older planner).
