@@ -151,6 +151,7 @@ class PipelineMatchesOneProcess(PipelineHarness, unittest.TestCase):
     def test_interleaved_two_chunks_per_device(self):
         self.check("pp2x2_interleaved", pipeline("interleaved", [0, 1], chunks=2),
                    self.four_stages)
+        self.check("pp1x2_interleaved", pipeline("interleaved", [0], chunks=2), self.two_stages)
 
     def test_stages_chosen_by_the_cost_model(self):
         directives = pipeline("1f1b", [0, 1, 2, 3])
