@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <optional>
 #include <queue>
-#include <set>
 
 #include "formats/error.h"
 #include "planner/directives/backward_split.h"
