@@ -10,14 +10,15 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 
 #include "engine/cpu/attention_geometry.h"
 #include "engine/cpu/blas.h"
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/parallel.h"
+#include "engine/cpu/row_reductions.h"
 #include "engine/cpu/strided_loop.h"
+#include "engine/cpu/vector_math.h"
 
 namespace piper::engine::cpu {
 namespace {
@@ -72,6 +73,12 @@ void block_scores(const AttentionGeometry& g, const float* q, const float* kt, c
       const float* m =
           static_cast<const float*>(mask) + g.mask_offsets[b] + (row + i) * g.mask_row_stride;
       for (int64_t j = 0; j < g.tk; ++j) out[j] += m[j * g.mask_key_stride];
+    } else if (g.mask_key_stride == 1) {
+      const uint8_t* m =
+          static_cast<const uint8_t*>(mask) + g.mask_offsets[b] + (row + i) * g.mask_row_stride;
+      const bool fill_if = g.fill_if;
+      const float fill = g.fill;
+      for (int64_t j = 0; j < g.tk; ++j) out[j] = (m[j] != 0) == fill_if ? fill : out[j];
     } else {
       for (int64_t j = 0; j < g.tk; ++j) {
         if (is_filled(g, mask, b, row + i, j)) out[j] = g.fill;
@@ -125,13 +132,10 @@ std::unique_ptr<PreparedKernel> fused_attention_factory(const KernelArgs& args) 
         block_scores(g, q, kt, mask, b, row, rows, p);
         for (int64_t i = 0; i < rows; ++i) {
           float* s = p + i * g.tk;
-          const float m = *std::max_element(s, s + g.tk);
-          float sum = 0.0f;
-          for (int64_t j = 0; j < g.tk; ++j) {
-            s[j] = std::exp(s[j] - m);
-            sum += s[j];
-          }
-          const float inv = 1.0f / sum;
+          const float m = row_maximum(s, g.tk);
+          for (int64_t j = 0; j < g.tk; ++j) s[j] -= m;
+          exp_n(s, s, g.tk);
+          const float inv = 1.0f / row_sum(s, g.tk);
           for (int64_t j = 0; j < g.tk; ++j) s[j] *= inv;
           if (row_max != nullptr) row_max[b * g.t + row + i] = m;
           if (row_inv_sum != nullptr) row_inv_sum[b * g.t + row + i] = inv;
@@ -184,7 +188,9 @@ std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& a
           float* s = p + i * g.tk;
           const float m = row_max[b * g.t + row + i];
           const float inv = row_inv_sum[b * g.t + row + i];
-          for (int64_t j = 0; j < g.tk; ++j) s[j] = std::exp(s[j] - m) * inv;
+          for (int64_t j = 0; j < g.tk; ++j) s[j] -= m;
+          exp_n(s, s, g.tk);
+          for (int64_t j = 0; j < g.tk; ++j) s[j] *= inv;
         }
         if (dv != nullptr) {
           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tk, dvn, rows, 1.0f, p, tk, dy_blk,
@@ -196,10 +202,16 @@ std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& a
         for (int64_t i = 0; i < rows; ++i) {
           const float* pi = p + i * g.tk;
           float* gi = ds + i * g.tk;
-          float dot = 0.0f;
-          for (int64_t j = 0; j < g.tk; ++j) dot += gi[j] * pi[j];
+          const float dot = row_dot(gi, pi, g.tk);
           for (int64_t j = 0; j < g.tk; ++j) gi[j] = pi[j] * (gi[j] - dot);
           if (g.mask != AttentionGeometry::MaskKind::kFill) continue;
+          if (g.mask_key_stride == 1) {
+            const uint8_t* mi = static_cast<const uint8_t*>(mask) + g.mask_offsets[b] +
+                                (row + i) * g.mask_row_stride;
+            const bool fill_if = g.fill_if;
+            for (int64_t j = 0; j < g.tk; ++j) gi[j] = (mi[j] != 0) == fill_if ? 0.0f : gi[j];
+            continue;
+          }
           for (int64_t j = 0; j < g.tk; ++j) {
             if (is_filled(g, mask, b, row + i, j)) gi[j] = 0.0f;
           }

@@ -9,6 +9,7 @@
 #include "engine/cpu/bias_gelu_operands.h"
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/parallel.h"
+#include "engine/cpu/vector_math.h"
 
 namespace piper::engine::cpu {
 namespace {
@@ -18,23 +19,55 @@ constexpr float kSqrt2OverPi = 0.7978845608f;
 constexpr float kCubic = 0.044715f;
 constexpr float kInvSqrt2Pi = 0.3989422804f;  // 1 / √(2π)
 
+// Elements a row is processed in at a time: the erf and exp arguments go through stack
+// buffers of this size, so that vector_math.h's erf_n and exp_n run over whole arrays.
+constexpr int64_t kChunk = 256;
+
+// y[i] = GELU(h[i]) for i in [0, n), n <= kChunk. The erf form rounds as the unfused ops
+// Div → Erf (erf_n) → Add → Mul → Mul do.
 template <GeluApproximation kA>
-float gelu(float h) {
+void gelu_chunk(const float* h, float* y, int64_t n) {
   if constexpr (kA == GeluApproximation::kErf) {
-    return (h * (1.0f + std::erf(h / kSqrt2))) * 0.5f;
+    float e[kChunk];
+    for (int64_t i = 0; i < n; ++i) e[i] = h[i] / kSqrt2;
+    erf_n(e, e, n);
+    for (int64_t i = 0; i < n; ++i) y[i] = (h[i] * (1.0f + e[i])) * 0.5f;
   } else {
-    return 0.5f * (h * (1.0f + std::tanh(kSqrt2OverPi * (h + kCubic * (h * (h * h))))));
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = h[i];
+      y[i] = 0.5f * (x * (1.0f + std::tanh(kSqrt2OverPi * (x + kCubic * (x * (x * x))))));
+    }
   }
 }
 
+// d[i] = GELU'(h[i]) for i in [0, n), n <= kChunk.
 template <GeluApproximation kA>
-float gelu_derivative(float h) {
+void gelu_derivative_chunk(const float* h, float* d, int64_t n) {
   if constexpr (kA == GeluApproximation::kErf) {
-    return 0.5f * (1.0f + std::erf(h / kSqrt2)) + h * kInvSqrt2Pi * std::exp(-0.5f * h * h);
+    float e[kChunk], g[kChunk];
+    for (int64_t i = 0; i < n; ++i) {
+      e[i] = h[i] / kSqrt2;
+      g[i] = -0.5f * h[i] * h[i];
+    }
+    erf_n(e, e, n);
+    exp_n(g, g, n);
+    for (int64_t i = 0; i < n; ++i) d[i] = 0.5f * (1.0f + e[i]) + h[i] * kInvSqrt2Pi * g[i];
   } else {
-    const float t = std::tanh(kSqrt2OverPi * (h + kCubic * h * h * h));
-    return 0.5f * (1.0f + t) +
-           0.5f * h * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kCubic * h * h);
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = h[i];
+      const float t = std::tanh(kSqrt2OverPi * (x + kCubic * x * x * x));
+      d[i] = 0.5f * (1.0f + t) +
+             0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
+    }
+  }
+}
+
+// h[i] = x[i] + bias[i] (x[i] without a bias) for i in [0, n).
+void add_bias(const float* x, const float* bias, float* h, int64_t n) {
+  if (bias == nullptr) {
+    std::copy(x, x + n, h);
+  } else {
+    for (int64_t i = 0; i < n; ++i) h[i] = x[i] + bias[i];
   }
 }
 
@@ -70,10 +103,13 @@ void for_each_block(const GeluView& v, const Body& body) {
 template <GeluApproximation kA>
 void gelu_forward(const GeluView& v, const float* x, const float* bias, float* y) {
   for_each_block(v, [&](int64_t first, int64_t end, int64_t) {
+    float h[kChunk];
     for (int64_t r = first; r < end; ++r) {
-      const float* in = x + r * v.n;
-      float* out = y + r * v.n;
-      for (int64_t i = 0; i < v.n; ++i) out[i] = gelu<kA>(bias ? in[i] + bias[i] : in[i]);
+      for (int64_t i = 0; i < v.n; i += kChunk) {
+        const int64_t count = std::min(kChunk, v.n - i);
+        add_bias(x + r * v.n + i, bias != nullptr ? bias + i : nullptr, h, count);
+        gelu_chunk<kA>(h, y + r * v.n + i, count);
+      }
     }
   });
 }
@@ -86,13 +122,18 @@ void gelu_backward(const GeluView& v, const float* dy, const float* x, const flo
   for_each_block(v, [&](int64_t first, int64_t end, int64_t block) {
     float* sum = dbias != nullptr ? partial + block * v.n : nullptr;
     if (sum != nullptr) std::fill(sum, sum + v.n, 0.0f);
+    float h[kChunk], d[kChunk];
     for (int64_t r = first; r < end; ++r) {
-      const float* in = x + r * v.n;
-      const float* g = dy + r * v.n;
-      for (int64_t i = 0; i < v.n; ++i) {
-        const float grad = g[i] * gelu_derivative<kA>(bias ? in[i] + bias[i] : in[i]);
-        if (dx != nullptr) dx[r * v.n + i] = grad;
-        if (sum != nullptr) sum[i] += grad;
+      for (int64_t i = 0; i < v.n; i += kChunk) {
+        const int64_t count = std::min(kChunk, v.n - i);
+        add_bias(x + r * v.n + i, bias != nullptr ? bias + i : nullptr, h, count);
+        gelu_derivative_chunk<kA>(h, d, count);
+        const float* g = dy + r * v.n + i;
+        for (int64_t j = 0; j < count; ++j) d[j] *= g[j];
+        if (dx != nullptr) std::copy(d, d + count, dx + r * v.n + i);
+        if (sum != nullptr) {
+          for (int64_t j = 0; j < count; ++j) sum[i + j] += d[j];
+        }
       }
     }
   });

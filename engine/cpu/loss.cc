@@ -23,12 +23,38 @@ struct SceGeometry : ClassLossGeometry {
   };
   Exps softmax_exps(int64_t i, int64_t j, float* e) const {
     const float* x = scores + i * c * d + j;
+    if (d == 1) return contiguous_exps(x, e);
     float max = -std::numeric_limits<float>::infinity();
     for (int64_t k = 0; k < c; ++k) max = std::max(max, x[k * d]);
     for (int64_t k = 0; k < c; ++k) e[k] = x[k * d] - max;
     exp_n(e, e, c);
     double sum = 0.0;
     for (int64_t k = 0; k < c; ++k) sum += e[k];
+    return {max, sum};
+  }
+
+  // softmax_exps for classes stored contiguously (D = 1; [N, C] scores), with the maximum and
+  // the sum kept in eight lanes so that the loops vectorise.
+  Exps contiguous_exps(const float* x, float* e) const {
+    constexpr int kLanes = 8;
+    float lane_max[kLanes];
+    std::fill(lane_max, lane_max + kLanes, -std::numeric_limits<float>::infinity());
+    const int64_t whole = c / kLanes * kLanes;
+    for (int64_t k = 0; k < whole; k += kLanes) {
+      for (int l = 0; l < kLanes; ++l) lane_max[l] = std::max(lane_max[l], x[k + l]);
+    }
+    float max = -std::numeric_limits<float>::infinity();
+    for (int64_t k = whole; k < c; ++k) max = std::max(max, x[k]);
+    for (float m : lane_max) max = std::max(max, m);
+    for (int64_t k = 0; k < c; ++k) e[k] = x[k] - max;
+    exp_n(e, e, c);
+    double lane_sum[kLanes] = {};
+    for (int64_t k = 0; k < whole; k += kLanes) {
+      for (int l = 0; l < kLanes; ++l) lane_sum[l] += e[k + l];
+    }
+    double sum = 0.0;
+    for (int64_t k = whole; k < c; ++k) sum += e[k];
+    for (double part : lane_sum) sum += part;
     return {max, sum};
   }
 };
@@ -105,6 +131,11 @@ std::unique_ptr<PreparedKernel> sce_grad_factory(const KernelArgs& args) {
           const double upstream = g.reduction == Reduction::kNone ? pdl[i * g.d + j] : pdl[0];
           const double factor = upstream * scale * w;
           const double inv_sum = 1.0 / g.softmax_exps(i, j, e).sum;
+          if (g.d == 1) {  // contiguous: the same values, in a loop that vectorises
+            for (int64_t k = 0; k < g.c; ++k) dx[k] = static_cast<float>(factor * (e[k] * inv_sum));
+            dx[label] = static_cast<float>(factor * (e[label] * inv_sum - 1.0));
+            return;
+          }
           for (int64_t k = 0; k < g.c; ++k) {
             const double p = e[k] * inv_sum;
             dx[k * g.d] = static_cast<float>(factor * (p - (k == label ? 1.0 : 0.0)));

@@ -4,48 +4,16 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <limits>
 
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/layer_norm_geometry.h"
 #include "engine/cpu/parallel.h"
+#include "engine/cpu/row_reductions.h"
 #include "engine/cpu/vector_math.h"
 #include "formats/error.h"
 
 namespace piper::engine::cpu {
 namespace {
-
-// Sum of x[0..n) with eight independent accumulators, so the loop vectorises.
-float row_sum(const float* x, int64_t n) {
-  float acc[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int k = 0; k < 8; ++k) acc[k] += x[i + k];
-  }
-  float sum = 0.0f;
-  for (; i < n; ++i) sum += x[i];
-  for (float a : acc) sum += a;
-  return sum;
-}
-
-// Σ x[i]·y[i], vectorisable like row_sum.
-float row_dot(const float* x, const float* y, int64_t n) {
-  float acc[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int k = 0; k < 8; ++k) acc[k] += x[i + k] * y[i + k];
-  }
-  float sum = 0.0f;
-  for (; i < n; ++i) sum += x[i] * y[i];
-  for (float a : acc) sum += a;
-  return sum;
-}
-
-float row_max(const float* x, int64_t n) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
-  return m;
-}
 
 // A tensor viewed as [outer, n, inner] around one axis.
 struct AxisView {
@@ -71,7 +39,7 @@ constexpr int64_t kExpChunk = 256;
 // Softmax or LogSoftmax of one row of n elements; y may be x.
 template <bool kLog>
 void softmax_row(const float* x, float* y, int64_t n) {
-  const float m = row_max(x, n);
+  const float m = row_maximum(x, n);
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] - m;
   if (kLog) {
     float exps[kExpChunk];

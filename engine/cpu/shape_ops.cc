@@ -39,8 +39,11 @@ std::unique_ptr<PreparedKernel> copy_factory(const KernelArgs& args) {
       });
 }
 
-// Edge of the square tiles a transpose copies at a time: a tile's rows of the input and of the
-// output stay in cache while it is copied.
+// Edge of the square tiles a transpose copies at a time. A tile is read row by row (contiguous
+// pieces of the input) into a local buffer and written out row by row from it: every cache
+// line of the input and of the output is touched once, however the input's and the output's
+// row strides map onto cache sets (strides of 4 KiB would make a direct tile-to-tile copy
+// evict its own lines).
 constexpr int64_t kTile = 32;
 
 // Y = X with dimensions permuted; `strides` are X's strides along Y's dimensions. When Y's
@@ -82,6 +85,7 @@ std::unique_ptr<PreparedKernel> make_transpose(const TensorView& x, const Tensor
     const auto count = static_cast<int64_t>(y_offsets.size()) * tiles;
     parallel_for(count, (kParallelGrain + kTile * cols - 1) / (kTile * cols),
                  [&](int64_t begin, int64_t end) {
+                   T tile[kTile][kTile];
                    for (int64_t t = begin; t < end; ++t) {
                      const auto m = static_cast<size_t>(t / tiles);
                      const int64_t a0 = t % tiles * kTile, a1 = std::min(rows, a0 + kTile);
@@ -89,8 +93,13 @@ std::unique_ptr<PreparedKernel> make_transpose(const TensorView& x, const Tensor
                      const T* in = px + x_offsets[m];
                      for (int64_t b0 = 0; b0 < cols; b0 += kTile) {
                        const int64_t b1 = std::min(cols, b0 + kTile);
+                       for (int64_t b = b0; b < b1; ++b) {
+                         std::memcpy(tile[b - b0], in + a0 + b * x_col,
+                                     static_cast<size_t>(a1 - a0) * sizeof(T));
+                       }
                        for (int64_t a = a0; a < a1; ++a) {
-                         for (int64_t b = b0; b < b1; ++b) out[a * y_row + b] = in[a + b * x_col];
+                         T* row = out + a * y_row;
+                         for (int64_t b = b0; b < b1; ++b) row[b] = tile[b - b0][a - a0];
                        }
                      }
                    }

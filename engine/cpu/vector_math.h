@@ -46,8 +46,8 @@ namespace piper::engine::cpu {
 // erf(x): for |x| < 2, x · P(x²) with P a least-squares fit of erf(x)/x; for 2 <= |x| < 4.5,
 // 1 − e^(−x²) · Q(1/x) with Q a fit of erfc(x) e^(x²); beyond, ±1 (erf rounds to 1 in float
 // from |x| = 3.92).
-[[gnu::always_inline]] inline float verf(float x) {
-  const float a = x < 0.0f ? -x : x;
+// verf's polynomial for |x| < 2: a · P(a²), a = min(|x|, 2).
+[[gnu::always_inline]] inline float verf_near_magnitude(float a) {
   const float small = a < 2.0f ? a : 2.0f;
   const float s = small * small;
   float p = 2.709679370e-09f;
@@ -61,7 +61,12 @@ namespace piper::engine::cpu {
   p = p * s + 1.128376871e-01f;
   p = p * s - 3.761263788e-01f;
   p = p * s + 1.128379226e+00f;
-  const float near = small * p;
+  return small * p;
+}
+
+[[gnu::always_inline]] inline float verf(float x) {
+  const float a = x < 0.0f ? -x : x;
+  const float near = verf_near_magnitude(a);
   const float large = a < 2.0f ? 2.0f : (a > 4.5f ? 4.5f : a);
   const float u = 1.0f / large;
   float q = 2.259011753e-02f;
@@ -76,7 +81,8 @@ namespace piper::engine::cpu {
   return x != x ? x : (x < 0.0f ? -magnitude : magnitude);
 }
 
-// y[i] = vexp(x[i]) and y[i] = verf(x[i]) for i in [0, n); y may be x.
+// y[i] = vexp(x[i]) and y[i] = verf(x[i]) for i in [0, n); y may be x. erf_n skips verf's
+// branch for |x| >= 2 in runs of elements that have none (the same results, sooner).
 void exp_n(const float* x, float* y, int64_t n);
 void erf_n(const float* x, float* y, int64_t n);
 

@@ -60,6 +60,25 @@ TEST(CpuShapeOps, TransposeWithPermMatchesNaiveReference) {
   ExpectNear(r.Floats(y), expected, 0, "Transpose");
 }
 
+// Matrices larger than the kernel's 32 x 32 tiles, with partial tiles at both edges and a batch
+// dimension: every element lands where a naive transpose puts it.
+TEST(CpuShapeOps, TransposeAcrossSeveralTilesMatchesNaiveReference) {
+  const Shape xs = {3, 70, 45};
+  const Shape ys = {3, 45, 70};
+  KernelRunner r;
+  const auto xv = TestValues(num_elements(xs));
+  const int x = r.Input(xs, xv);
+  const int y = r.Output(ys);
+  r.Run("Transpose", {x}, {y}, {Ints("perm", {0, 2, 1})});
+  std::vector<double> expected;
+  for (int64_t b = 0; b < 3; ++b) {
+    for (int64_t i = 0; i < 45; ++i) {
+      for (int64_t j = 0; j < 70; ++j) expected.push_back(xv[(b * 70 + j) * 45 + i]);
+    }
+  }
+  ExpectNear(r.Floats(y), expected, 0, "Transpose");
+}
+
 TEST(CpuShapeOps, TransposeInt64) {
   KernelRunner r;
   const int x = r.IntInput({2, 2}, {1, 2, 3, 4});

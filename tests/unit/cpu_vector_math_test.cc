@@ -84,5 +84,23 @@ TEST(VectorMath, ArrayFunctionsEqualTheInlineOnesInPlaceToo) {
   }
 }
 
+// erf_n takes a shorter path through runs of elements below 2 in magnitude; runs with one
+// element beyond (or a NaN) take verf's whole path. Both give verf's values.
+TEST(VectorMath, ErfArrayEqualsInlineWithAndWithoutLargeArguments) {
+  std::vector<float> x;
+  for (int i = 0; i < 300; ++i) x.push_back(-1.99f + 3.98f * static_cast<float>(i) / 299.0f);
+  x[10] = std::numeric_limits<float>::quiet_NaN();
+  x[130] = 3.0f;
+  x[260] = -2.0f;
+  std::vector<float> y(x.size());
+  erf_n(x.data(), y.data(), static_cast<int64_t>(x.size()));
+  EXPECT_TRUE(std::isnan(y[10]));
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (i != 10) {
+      EXPECT_EQ(y[i], verf(x[i])) << "x = " << x[i];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace piper::engine::cpu
