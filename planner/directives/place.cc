@@ -18,7 +18,9 @@ void apply_place(ir::TaskGraph& graph, const DirectiveContext& context) {
     ++selected;
   }
   if (selected == 0) {
-    throw Error(context.where("filter") + ": the filter selects no task");
+    throw Error(context.where("filter") + ": " + strategy::to_json(spec.filter).dump() +
+                " selects no task; tasks take their tags from $.annotations (a pipeline's "
+                "stages are the values 0, 1, ... of its tag, or give it \"stages\": \"auto\")");
   }
   route_transfers(graph, context);
 }

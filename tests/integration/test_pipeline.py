@@ -204,6 +204,13 @@ class PipelineMatchesOneProcess(PipelineHarness, unittest.TestCase):
         self.assertIn("deadlocks", output)
         self.assertIn("can never run", output)
 
+    def test_stages_without_tags_are_refused(self):
+        # Three devices, but the annotations tag two stages.
+        output = self.refused("untagged", pipeline("1f1b", [0, 1, 2]))
+        self.assertIn("$.directives[0].filter (place)", output)
+        self.assertIn("selects no task", output)
+        self.assertIn("\"stages\": \"auto\"", output)
+
     def test_expand_prints_the_schedule_as_primitives(self):
         work = os.path.join(self.tmp.name, "expand")
         os.makedirs(work)
