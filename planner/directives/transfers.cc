@@ -175,9 +175,10 @@ class Router {
     });
   }
 
-  // Rank 0 reports the step's loss: each microbatch's loss goes there from
-  // the first device computing it, once every task writing it (the loss op,
-  // a replica average) is done.
+  // Every rank reports the step's loss: each microbatch's loss goes to every
+  // device that does not compute it (the k-th of them from the loss task's
+  // replica k mod n), once every task writing it (the loss op, a replica
+  // average) is done.
   void deliver_loss() {
     const ir::OpId producer = ops_.producer(ops_.loss);
     std::map<int, std::vector<ir::TaskId>> writers;  // by microbatch
@@ -192,12 +193,17 @@ class Router {
       if (computes_loss) computes[task.microbatch] = id;
       if (computes_loss || reduces_loss) writers[task.microbatch].push_back(id);
     }
+    const int world = graph_.world_size();
     for (const auto& [microbatch, compute] : computes) {
       const std::vector<int> devices = graph_.task(compute).devices;
-      if (std::find(devices.begin(), devices.end(), 0) != devices.end()) continue;
-      const ir::TaskId send = transfer(compute, ops_.loss, devices[0], 0).first;
-      for (ir::TaskId writer : writers[microbatch]) {
-        graph_.add_edge(writer, send, ir::EdgeKind::kData);
+      size_t lacking = 0;
+      for (int device = 0; device < world; ++device) {
+        if (std::find(devices.begin(), devices.end(), device) != devices.end()) continue;
+        const int source = devices[lacking++ % devices.size()];
+        const ir::TaskId send = transfer(compute, ops_.loss, source, device).first;
+        for (ir::TaskId writer : writers[microbatch]) {
+          graph_.add_edge(writer, send, ir::EdgeKind::kData);
+        }
       }
     }
   }

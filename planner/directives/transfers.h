@@ -12,8 +12,8 @@
 namespace piper::planner {
 
 // Also sends a parameter updated on some devices to the others that read it
-// (tied weights), and delivers the loss of every microbatch to device 0 when
-// device 0 does not compute it, so that rank 0 reports the step's loss.
+// (tied weights), and delivers the loss of every microbatch to every device
+// that does not compute it, so that every rank reports the step's loss.
 // Throws piper::Error naming the directive when writer and reader have
 // different numbers of replicas (neither of them one) or a tensor shared by
 // microbatches crosses devices.

@@ -174,6 +174,18 @@ class PipelineMatchesOneProcess(PipelineHarness, unittest.TestCase):
                 directives = pipeline(schedule, [0, 1]) + replicate_stages(2, zero)
                 self.check(f"pp2_{schedule}_dp2_zero{zero}", directives, self.two_stages)
 
+    def test_every_rank_reports_the_loss(self):
+        work, plans, result = self.plan("every_rank", pipeline("1f1b", [0, 1]) +
+                                        replicate_stages(2, 1), self.two_stages)
+        self.assertEqual(result.returncode, 0, result.describe())
+        metrics = os.path.join(work, "metrics_%r.jsonl")
+        harness.run_ok([launch_path(), "--plans", plans, "--steps", 2, "--data", self.data,
+                        "--metrics", metrics, "--timeout", 60], timeout=240)
+        losses = [[record["loss"] for record in
+                   harness.read_metrics(metrics.replace("%r", str(rank)))] for rank in range(4)]
+        for rank in range(1, 4):
+            self.assertEqual(losses[rank], losses[0], f"rank {rank}")
+
     def refused(self, name, directives):
         work, plans, result = self.plan(name, directives, self.two_stages)
         self.assertNotEqual(result.returncode, 0, result.describe())
