@@ -4,6 +4,7 @@
 #include "planner/fusion/fusion.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -203,7 +204,8 @@ TEST_P(FusionRules, FuseExactlyWhatTheKernelsSupport) {
 
 // One step (learning rate 0) of the case planned with or without fusion: loss and gradients.
 std::pair<double, std::map<std::string, std::vector<float>>> step(const FusionCase& c, bool fuse) {
-  const auto dir = std::filesystem::temp_directory_path() / ("piper_fusion_" + c.name);
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("piper_fusion_" + c.name + "_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string model_path = (dir / "model.onnx").string();
   formats::write_file_atomically(model_path, case_model(c).SerializeAsString());

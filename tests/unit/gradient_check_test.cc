@@ -2,6 +2,7 @@
 // differentiates a one-op model, the CPU engine runs it, and the loss is
 // re-evaluated with each parameter element nudged both ways.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -72,7 +73,9 @@ TEST_P(GradientCheck, MatchesCentralDifferences) {
     OnnxBuilder::attr(sum, "keepdims", int64_t{0});
     b.output("loss", {});
   }
-  const auto dir = std::filesystem::temp_directory_path() / ("piper_gradcheck_" + c.name);
+  // Per process, so that two test runs at once do not share files.
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("piper_gradcheck_" + c.name + "_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string model_path = (dir / "model.onnx").string();
   formats::write_file_atomically(model_path, b.model().SerializeAsString());
