@@ -180,9 +180,10 @@ class Exchange {
   // Waits for every transfer; throws piper::Error naming the peer that did not complete.
   void wait() {
     for (Entry& entry : entries_) {
-      const auto left = std::max(
-          std::chrono::duration_cast<std::chrono::milliseconds>(operation_.deadline - Clock::now()),
-          std::chrono::milliseconds(1));
+      // Rounded up: Gloo's timeout must not end before the operation's deadline.
+      const auto left =
+          std::max(std::chrono::ceil<std::chrono::milliseconds>(operation_.deadline - Clock::now()),
+                   std::chrono::milliseconds(1));
       bool completed = false;
       try {
         completed = entry.is_send ? entry.buffer->waitSend(left) : entry.buffer->waitRecv(left);
@@ -215,7 +216,9 @@ class Exchange {
   Error failed(const Entry& entry, const std::string& reason) const {
     const std::string peer =
         "rank " + std::to_string(group_.ranks[static_cast<size_t>(entry.peer)]);
-    const bool timed_out = Clock::now() >= operation_.deadline;
+    // Gloo's own timeout is the time left to the deadline, so it means the deadline passed.
+    const bool timed_out =
+        Clock::now() >= operation_.deadline || reason.find("Timed out") != std::string::npos;
     std::string message = "rank " + std::to_string(group_.global_rank()) + " ";
     if (timed_out) {
       message += "waited " + elapsed_text(operation_.start) + " s in " + operation_.what + " of " +
