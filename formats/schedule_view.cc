@@ -10,6 +10,7 @@
 
 #include "formats/error.h"
 #include "formats/plan_file.h"
+#include "formats/plan_text.h"
 
 namespace piper::formats {
 namespace {
@@ -102,20 +103,8 @@ constexpr const char* kOtherColour = "#d3d3d3";
 
 std::string style_key(const plan::PlannedTask& task) {
   if (task.kind() == "compute") {
-    switch (task.pass()) {
-      case plan::FORWARD:
-        return "F";
-      case plan::BACKWARD:
-        return "B";
-      case plan::BACKWARD_INPUT:
-        return "BI";
-      case plan::BACKWARD_WEIGHT:
-        return "BW";
-      case plan::UPDATE:
-        return "U";
-      default:
-        return "F";
-    }
+    const std::string pass = pass_to_text(task.pass());
+    return pass == "?" ? "F" : pass;
   }
   if (task.kind() == "send" || task.kind() == "recv") return "send/recv";
   return task.kind();

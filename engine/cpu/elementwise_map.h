@@ -62,17 +62,10 @@ inline KernelFactory range_unary_factory(void (*fn)(const float*, float*, int64_
 template <typename F>
 KernelFactory saved_grad_factory(F f, const char* saved) {
   return [f, saved](const KernelArgs& args) -> std::unique_ptr<PreparedKernel> {
-    args.expect_inputs(2, 2);
-    args.expect_outputs(1, 1);
+    args.expect_saved_grad(saved);
     const TensorView& dy = args.input(0);
     const TensorView& s = args.input(1);
     const TensorView& dx = args.output(0);
-    const std::string saved_what = std::string(saved) + " (input 1)";
-    args.expect_same_shape(dy, "dY (input 0)", dx, "dX (output 0)");
-    args.expect_same_shape(s, saved_what, dx, "dX (output 0)");
-    args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
-    args.expect_dtype(s, plan::FLOAT32, saved_what);
-    args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
     return make_kernel([f, n = dx.elements(), pdy = dy.as<const float>(), ps = s.as<const float>(),
                         pdx = dx.as<float>()](const StepContext&) {
       parallel_for(n, kParallelGrain, [&](int64_t begin, int64_t end) {

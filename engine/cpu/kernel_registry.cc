@@ -49,6 +49,20 @@ void KernelArgs::expect_dtype(const TensorView& view, plan::DType dtype,
   }
 }
 
+void KernelArgs::expect_saved_grad(const char* saved) const {
+  expect_inputs(2, 2);
+  expect_outputs(1, 1);
+  const TensorView& dy = input(0);
+  const TensorView& s = input(1);
+  const TensorView& dx = output(0);
+  const std::string saved_what = std::string(saved) + " (input 1)";
+  expect_same_shape(dy, "dY (input 0)", dx, "dX (output 0)");
+  expect_same_shape(s, saved_what, dx, "dX (output 0)");
+  expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
+  expect_dtype(s, plan::FLOAT32, saved_what);
+  expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
+}
+
 void KernelArgs::expect_same_shape(const TensorView& a, const std::string& a_what,
                                    const TensorView& b, const std::string& b_what) const {
   if (a.shape != b.shape) {

@@ -41,6 +41,9 @@ class KernelArgs {
   // Throws naming both tensors unless their shapes are equal.
   void expect_same_shape(const TensorView& a, const std::string& a_what, const TensorView& b,
                          const std::string& b_what) const;
+  // The operands of an elementwise gradient dX = f(dY, S) with S saved from the forward op
+  // (named `saved` in errors): inputs dY and S, output dX, all float32 of one shape.
+  void expect_saved_grad(const char* saved) const;
   // Throws unless the inputs broadcast (numpy rules) to exactly `output`'s shape.
   void expect_broadcast(const std::vector<TensorView>& inputs, const TensorView& output) const;
   // Output `output` as the float32 gradient of input `input` (equal shapes), or null when the

@@ -107,17 +107,10 @@ CudaKernelFactory unary_factory(Unary op) {
 // dX = f(dY, S) with S saved from the forward op; all three float32 of one shape.
 CudaKernelFactory saved_grad_factory(SavedGrad op, const char* saved) {
   return [op, saved](const KernelArgs& args, CudaContext& context) {
-    args.expect_inputs(2, 2);
-    args.expect_outputs(1, 1);
+    args.expect_saved_grad(saved);
     const TensorView& dy = args.input(0);
     const TensorView& s = args.input(1);
     const TensorView& dx = args.output(0);
-    const std::string saved_what = std::string(saved) + " (input 1)";
-    args.expect_same_shape(dy, "dY (input 0)", dx, "dX (output 0)");
-    args.expect_same_shape(s, saved_what, dx, "dX (output 0)");
-    args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
-    args.expect_dtype(s, plan::FLOAT32, saved_what);
-    args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
     return make_kernel([&context, op, n = dx.elements(), pdy = dy.as<const float>(),
                         ps = s.as<const float>(), pdx = dx.as<float>()](const StepContext&) {
       launch_saved_grad(op, n, pdy, ps, pdx, context.stream());

@@ -2,25 +2,10 @@
 
 #include <algorithm>
 
+#include "formats/plan_text.h"
+
 namespace piper::engine {
 namespace {
-
-std::string pass_name(plan::Pass pass) {
-  switch (pass) {
-    case plan::FORWARD:
-      return "F";
-    case plan::BACKWARD:
-      return "B";
-    case plan::BACKWARD_INPUT:
-      return "BI";
-    case plan::BACKWARD_WEIGHT:
-      return "BW";
-    case plan::UPDATE:
-      return "U";
-    default:
-      return "?";
-  }
-}
 
 bool is_comm(const plan::Instruction& instruction) {
   return instruction.has_collective() || instruction.has_send() || instruction.has_recv();
@@ -93,9 +78,9 @@ nlohmann::json chrome_trace(const plan::Plan& plan, const StepTrace& trace, int6
                           {"dur", micros(times[j].end - times[j].start)},
                           {"args", {{"label", instruction.label()}, {"instruction", j}}}});
       }
-      const std::string name =
-          is_comm(first) ? first.label()
-                         : pass_name(first.pass()) + " mb" + std::to_string(first.microbatch());
+      const std::string name = is_comm(first) ? first.label()
+                                              : formats::pass_to_text(first.pass()) + " mb" +
+                                                    std::to_string(first.microbatch());
       events.push_back({{"ph", "X"},
                         {"cat", is_comm(first) ? "comm" : "compute"},
                         {"name", name},
@@ -105,7 +90,7 @@ nlohmann::json chrome_trace(const plan::Plan& plan, const StepTrace& trace, int6
                         {"dur", micros(end - start)},
                         {"args",
                          {{"task", first.task()},
-                          {"pass", pass_name(first.pass())},
+                          {"pass", formats::pass_to_text(first.pass())},
                           {"microbatch", first.microbatch()},
                           {"kernels", kernels}}}});
       i = j;

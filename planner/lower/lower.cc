@@ -6,7 +6,27 @@
 #include "planner/lower/memory_plan.h"
 
 namespace piper::planner {
+
+plan::Pass to_plan(ir::Pass pass) {
+  switch (pass) {
+    case ir::Pass::kForward:
+      return plan::FORWARD;
+    case ir::Pass::kBackward:
+      return plan::BACKWARD;
+    case ir::Pass::kBackwardInput:
+      return plan::BACKWARD_INPUT;
+    case ir::Pass::kBackwardWeight:
+      return plan::BACKWARD_WEIGHT;
+    case ir::Pass::kUpdate:
+      return plan::UPDATE;
+  }
+  return plan::PASS_UNSPECIFIED;
+}
+
 namespace {
+
+// The overloads below would otherwise hide to_plan(ir::Pass).
+using planner::to_plan;
 
 plan::DType to_plan(ir::DType dtype) {
   switch (dtype) {
@@ -38,22 +58,6 @@ plan::Role to_plan(ir::Role role) {
       return plan::CONSTANT;
   }
   return plan::ROLE_UNSPECIFIED;
-}
-
-plan::Pass to_plan(ir::Pass pass) {
-  switch (pass) {
-    case ir::Pass::kForward:
-      return plan::FORWARD;
-    case ir::Pass::kBackward:
-      return plan::BACKWARD;
-    case ir::Pass::kBackwardInput:
-      return plan::BACKWARD_INPUT;
-    case ir::Pass::kBackwardWeight:
-      return plan::BACKWARD_WEIGHT;
-    case ir::Pass::kUpdate:
-      return plan::UPDATE;
-  }
-  return plan::PASS_UNSPECIFIED;
 }
 
 void add_attribute(plan::Kernel& kernel, const std::string& name, const ir::AttributeValue& value) {

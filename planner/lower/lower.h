@@ -16,6 +16,9 @@ struct LowerContext {
   strategy::Optimizer optimizer;
 };
 
+// The plan's name for a pass (the planned timeline uses it too).
+plan::Pass to_plan(ir::Pass pass);
+
 // The plan of `rank`: its tasks' ops as kernel instructions on their streams
 // in topological order, events wherever an edge crosses streams, tensors
 // placed by plan_memory, parameters to load, constants, batch inputs and the

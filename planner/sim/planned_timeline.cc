@@ -3,29 +3,10 @@
 #include <algorithm>
 #include <tuple>
 
+#include "planner/lower/lower.h"
 #include "planner/sim/step_simulation.h"
 
 namespace piper::planner::sim {
-namespace {
-
-plan::Pass to_plan(ir::Pass pass) {
-  switch (pass) {
-    case ir::Pass::kForward:
-      return plan::FORWARD;
-    case ir::Pass::kBackward:
-      return plan::BACKWARD;
-    case ir::Pass::kBackwardInput:
-      return plan::BACKWARD_INPUT;
-    case ir::Pass::kBackwardWeight:
-      return plan::BACKWARD_WEIGHT;
-    case ir::Pass::kUpdate:
-      return plan::UPDATE;
-  }
-  return plan::PASS_UNSPECIFIED;
-}
-
-}  // namespace
-
 std::string task_label(const ir::Task& task) {
   const std::string microbatch = std::to_string(task.microbatch);
   switch (task.kind) {
@@ -65,7 +46,7 @@ void add_planned_timeline(const ir::TaskGraph& graph, const DeviceRates& rates,
       plan::PlannedTask& out = *plan.add_planned_tasks();
       out.set_task(span.task);
       out.set_stream(task.stream);
-      out.set_pass(to_plan(task.pass));
+      out.set_pass(planner::to_plan(task.pass));
       out.set_microbatch(task.microbatch);
       out.set_kind(ir::to_string(task.kind));
       out.set_label(task_label(task));

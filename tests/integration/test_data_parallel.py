@@ -41,6 +41,21 @@ def weights_of(path):
     return {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
 
 
+def train_plans(work, plans, data, launch):
+    """Trains STEPS steps from `plans` (every rank through piper-launch, or
+    rank 0 alone) and returns each step's loss and the saved weights."""
+    metrics = os.path.join(work, "metrics.jsonl")
+    trained = os.path.join(work, "trained.onnx")
+    flags = ["--steps", STEPS, "--data", data, "--metrics", metrics, "--save-onnx", trained,
+             "--timeout", 60]
+    if launch:
+        harness.run_ok([launch_path(), "--plans", plans] + flags, timeout=240)
+    else:
+        harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan")] + flags)
+    losses = [record["loss"] for record in harness.read_metrics(metrics)]
+    return losses, weights_of(trained)
+
+
 def gpt_data(directory):
     """Token sequences for samples/gpt (vocabulary 64, 16 positions)."""
     os.makedirs(directory)
@@ -86,16 +101,7 @@ class DataParallelMatchesOneProcess(unittest.TestCase):
     @classmethod
     def train(cls, name, strategy_directives, launch=True):
         work, plans = cls.plan(name, strategy_directives)
-        metrics = os.path.join(work, "metrics.jsonl")
-        trained = os.path.join(work, "trained.onnx")
-        flags = ["--steps", STEPS, "--data", cls.data, "--metrics", metrics,
-                 "--save-onnx", trained, "--timeout", 60]
-        if launch:
-            harness.run_ok([launch_path(), "--plans", plans] + flags, timeout=240)
-        else:
-            harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan")] + flags)
-        losses = [record["loss"] for record in harness.read_metrics(metrics)]
-        return losses, weights_of(trained)
+        return train_plans(work, plans, cls.data, launch)
 
     def check(self, replicas, stage, microbatches):
         name = f"{self.sample}_dp{replicas}_zero{stage}_mb{microbatches}"

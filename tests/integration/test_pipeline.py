@@ -16,7 +16,8 @@ import torch
 
 import harness
 from harness import Tools
-from test_data_parallel import GLOBAL_BATCH, OPTIMIZER, STEPS, gpt_data, launch_path, weights_of
+from test_data_parallel import (GLOBAL_BATCH, OPTIMIZER, STEPS, gpt_data, launch_path,
+                                train_plans)
 
 LOSS_RTOL = 1e-5
 WEIGHT_RTOL = 1e-4
@@ -94,16 +95,7 @@ class PipelineHarness:
         work, plans, result = cls.plan(name, directives, annotations)
         if result.returncode != 0:
             raise AssertionError(result.describe())
-        metrics = os.path.join(work, "metrics.jsonl")
-        trained = os.path.join(work, "trained.onnx")
-        flags = ["--steps", STEPS, "--data", cls.data, "--metrics", metrics,
-                 "--save-onnx", trained, "--timeout", 60]
-        if launch:
-            harness.run_ok([launch_path(), "--plans", plans] + flags, timeout=240)
-        else:
-            harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan")] + flags)
-        losses = [record["loss"] for record in harness.read_metrics(metrics)]
-        return losses, weights_of(trained)
+        return train_plans(work, plans, cls.data, launch)
 
     def check(self, name, directives, annotations):
         name = f"{self.sample}_{name}"
