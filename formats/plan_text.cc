@@ -29,6 +29,8 @@ std::string dtype_to_text(plan::DType dtype) {
       return "i64";
     case plan::BOOL:
       return "bool";
+    case plan::BFLOAT16:
+      return "bf16";
     default:
       return "?";
   }

@@ -1,9 +1,10 @@
 // Comparisons and logic: ONNX Equal, Less, Greater (numpy broadcasting, bool output), Not,
-// and Cast between float32, int64 and bool. Bools are one byte, 0 or 1.
+// and Cast between float32, bfloat16, int64 and bool. Bools are one byte, 0 or 1.
 #include <cmath>
 #include <cstring>
 #include <limits>
 
+#include "engine/cpu/bfloat16.h"
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/strided_loop.h"
 #include "formats/error.h"
@@ -103,10 +104,13 @@ std::unique_ptr<PreparedKernel> not_factory(const KernelArgs& args) {
 
 // Element conversion as ONNX Cast: float to int64 truncates toward zero (NaN and values out
 // of range give INT64_MIN, as x86 and numpy do), anything to bool is "≠ 0" (NaN is true),
-// bool to numbers gives 0 or 1.
+// bool to numbers gives 0 or 1; bfloat16 converts as the float32 it widens to, and float32
+// to bfloat16 rounds to nearest even.
 template <typename From, typename To>
 To convert(From x) {
-  if constexpr (std::is_same_v<To, uint8_t>) {
+  if constexpr (std::is_same_v<From, BFloat16>) {
+    return convert<float, To>(static_cast<float>(x));
+  } else if constexpr (std::is_same_v<To, uint8_t>) {
     return x != From{0} ? 1 : 0;
   } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, int64_t>) {
     constexpr float kLimit = 9223372036854775808.0f;  // 2^63
@@ -139,8 +143,11 @@ std::unique_ptr<PreparedKernel> cast_from(const KernelArgs& args, const TensorVi
       return make_cast<From, int64_t>(x, y);
     case plan::BOOL:
       return make_cast<From, uint8_t>(x, y);
+    case plan::BFLOAT16:
+      return make_cast<From, BFloat16>(x, y);
     default:
-      args.fail("output has dtype " + dtype_name(y.dtype) + ", expected float32, int64 or bool");
+      args.fail("output has dtype " + dtype_name(y.dtype) +
+                ", expected float32, bfloat16, int64 or bool");
   }
 }
 
@@ -153,6 +160,8 @@ plan::DType from_onnx(int64_t onnx_type) {
       return plan::INT64;
     case 9:
       return plan::BOOL;
+    case 16:
+      return plan::BFLOAT16;
     default:
       return plan::DTYPE_UNSPECIFIED;
   }
@@ -168,7 +177,7 @@ std::unique_ptr<PreparedKernel> cast_factory(const KernelArgs& args) {
   const plan::DType target = from_onnx(to);
   if (target == plan::DTYPE_UNSPECIFIED) {
     args.fail("to = " + std::to_string(to) +
-              " is not a data type Piper supports (1 float32, 7 int64, 9 bool)");
+              " is not a data type Piper supports (1 float32, 7 int64, 9 bool, 16 bfloat16)");
   }
   args.expect_dtype(y, target, "output 0 (the dtype `to` names)");
   switch (x.dtype) {
@@ -178,8 +187,11 @@ std::unique_ptr<PreparedKernel> cast_factory(const KernelArgs& args) {
       return cast_from<int64_t>(args, x, y);
     case plan::BOOL:
       return cast_from<uint8_t>(args, x, y);
+    case plan::BFLOAT16:
+      return cast_from<BFloat16>(args, x, y);
     default:
-      args.fail("input has dtype " + dtype_name(x.dtype) + ", expected float32, int64 or bool");
+      args.fail("input has dtype " + dtype_name(x.dtype) +
+                ", expected float32, bfloat16, int64 or bool");
   }
 }
 

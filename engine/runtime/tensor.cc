@@ -12,10 +12,12 @@ size_t dtype_size(plan::DType dtype) {
       return 8;
     case plan::BOOL:
       return 1;
+    case plan::BFLOAT16:
+      return 2;
     default:
       throw Error("tensor dtype " + dtype_name(dtype) +
                   " has no element size; the plan must give every tensor a dtype "
-                  "(float32, int64 or bool)");
+                  "(float32, bfloat16, int64 or bool)");
   }
 }
 
@@ -27,6 +29,8 @@ std::string dtype_name(plan::DType dtype) {
       return "int64";
     case plan::BOOL:
       return "bool";
+    case plan::BFLOAT16:
+      return "bfloat16";
     case plan::DTYPE_UNSPECIFIED:
       return "unspecified";
     default:

@@ -13,9 +13,9 @@ namespace piper::engine {
 
 using Shape = std::vector<int64_t>;
 
-// Bytes per element: FLOAT32 4, INT64 8, BOOL 1. Throws piper::Error for others.
+// Bytes per element: FLOAT32 4, BFLOAT16 2, INT64 8, BOOL 1. Throws piper::Error for others.
 size_t dtype_size(plan::DType dtype);
-// "float32", "int64", "bool", or "unspecified".
+// "float32", "bfloat16", "int64", "bool", or "unspecified".
 std::string dtype_name(plan::DType dtype);
 // Product of the dimensions (1 for a scalar). Throws piper::Error on a negative dimension.
 int64_t num_elements(const Shape& shape);

@@ -20,6 +20,8 @@ std::optional<ir::DType> to_dtype(int32_t onnx_type) {
       return ir::DType::kInt64;
     case onnx::TensorProto::BOOL:
       return ir::DType::kBool;
+    case onnx::TensorProto::BFLOAT16:
+      return ir::DType::kBFloat16;
     default:
       return std::nullopt;
   }

@@ -13,7 +13,7 @@ Enum parse_enum(const std::string& text, const char* const (&names)[N], const ch
   throw std::invalid_argument("unknown " + std::string(what) + " '" + text + "'");
 }
 
-constexpr const char* kDTypeNames[] = {"f32", "i64", "bool"};
+constexpr const char* kDTypeNames[] = {"f32", "i64", "bool", "bf16"};
 constexpr const char* kRoleNames[] = {"input",           "activation", "parameter", "gradient",
                                       "optimizer_state", "loss",       "constant"};
 constexpr const char* kPassNames[] = {"F", "B", "BI", "BW", "U"};
@@ -37,6 +37,8 @@ size_t dtype_size(DType dtype) {
       return 8;
     case DType::kBool:
       return 1;
+    case DType::kBFloat16:
+      return 2;
   }
   return 0;
 }

@@ -9,7 +9,7 @@
 
 namespace piper::ir {
 
-enum class DType { kFloat32, kInt64, kBool };
+enum class DType { kFloat32, kInt64, kBool, kBFloat16 };
 enum class Role { kInput, kActivation, kParameter, kGradient, kOptimizerState, kLoss, kConstant };
 enum class Pass { kForward, kBackward, kBackwardInput, kBackwardWeight, kUpdate };
 

@@ -36,6 +36,8 @@ plan::DType to_plan(ir::DType dtype) {
       return plan::INT64;
     case ir::DType::kBool:
       return plan::BOOL;
+    case ir::DType::kBFloat16:
+      return plan::BFLOAT16;
   }
   return plan::DTYPE_UNSPECIFIED;
 }
