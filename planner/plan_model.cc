@@ -22,6 +22,7 @@
 #include "planner/import/import.h"
 #include "planner/ir/verify.h"
 #include "planner/lower/lower.h"
+#include "planner/precision/precision.h"
 #include "planner/sim/planned_timeline.h"
 
 namespace piper::planner {
@@ -35,13 +36,6 @@ std::string new_plan_id() {
   std::ostringstream id;
   id << std::hex << generator();
   return id.str();
-}
-
-void check_strategy(const strategy::Strategy& strategy) {
-  if (strategy.precision != "fp32") {
-    throw Error(strategy.source + ": $.precision: '" + strategy.precision +
-                "' is not implemented yet; use \"fp32\"");
-  }
 }
 
 // The batch one task instance processes: the global batch over microbatches
@@ -96,12 +90,14 @@ ir::OpGraph training_graph(const std::string& model_path, const strategy::Strate
   check_supported_ops(graph, model_path);
   annotate(graph, strategy.annotations, strategy.source);
   if (options.fuse) fusions = fuse(graph, default_fusion_rules());
+  if (strategy.precision == "bf16") insert_bf16_casts(graph);
   try {
     differentiate(graph);
   } catch (const Error& error) {
     throw Error(model_path + ": " + error.what());
   }
   add_optimizer(graph, strategy.optimizer);
+  if (strategy.precision == "tf32") allow_tf32(graph);
   return graph;
 }
 
@@ -116,7 +112,6 @@ strategy::Strategy expand_strategy(const std::string& model_path,
 PlanningResult plan_model(const std::string& model_path, const strategy::Strategy& written,
                           const PlanningOptions& options) {
   const strategy::Strategy strategy = expand_strategy(model_path, written);
-  check_strategy(strategy);
   PlanningResult result;
   ir::OpGraph ops = training_graph(model_path, strategy, options, result.fusions);
   const int num_ops = ops.num_ops();

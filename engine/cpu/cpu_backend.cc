@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/cpu/widened_kernel.h"
 #include "formats/error.h"
 
 namespace piper::engine::cpu {
@@ -77,6 +78,9 @@ std::unique_ptr<PreparedKernel> CpuBackend::prepare(const plan::Kernel& kernel,
     }
     throw Error("op type '" + kernel.op_type() +
                 "' is not supported by the cpu backend; supported ops: " + supported);
+  }
+  if (kernel.op_type() != "Cast" && has_bfloat16(inputs, outputs)) {
+    return prepare_widened(found->second, kernel, std::move(inputs), std::move(outputs));
   }
   const KernelArgs args(kernel, std::move(inputs), std::move(outputs));
   return found->second(args);

@@ -20,7 +20,7 @@ std::vector<bool> requiring_gradients(const ir::OpGraph& graph) {
     const bool any = std::any_of(op.inputs.begin(), op.inputs.end(),
                                  [&](ir::TensorId in) { return in >= 0 && needs[in]; });
     for (ir::TensorId out : op.outputs) {
-      if (out >= 0) needs[out] = any && graph.tensor(out).dtype == ir::DType::kFloat32;
+      if (out >= 0) needs[out] = any && ir::is_float(graph.tensor(out).dtype);
     }
   }
   return needs;
@@ -91,6 +91,7 @@ class Differentiator {
     if (parts.size() == 1) return parts[0];
     ir::Tensor sum;
     sum.name = "grad/" + graph_.tensor(tensor).name;
+    sum.dtype = graph_.tensor(tensor).dtype;
     sum.shape = graph_.tensor(tensor).shape;
     const ir::TensorId out = graph_.add_tensor(std::move(sum));
     ir::Op op;
@@ -121,6 +122,7 @@ class Differentiator {
     // reductions) can own.
     if (graph_.tensor(gradient).role != ir::Role::kActivation || is_used_elsewhere(gradient)) {
       ir::Tensor copy;
+      copy.dtype = graph_.tensor(parameter).dtype;
       copy.shape = graph_.tensor(parameter).shape;
       const ir::TensorId out = graph_.add_tensor(std::move(copy));
       ir::Op op;

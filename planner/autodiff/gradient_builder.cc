@@ -14,6 +14,7 @@ ir::TensorId GradientBuilder::emit(const std::string& type, std::vector<ir::Tens
                                    const ir::Shape& shape, ir::Attributes attributes) {
   ir::Tensor tensor;
   tensor.name = fresh_name(type + ":");
+  tensor.dtype = float_dtype_of(inputs);
   tensor.shape = shape;
   const ir::TensorId output = graph_.add_tensor(std::move(tensor));
   ir::Op op;
@@ -41,6 +42,7 @@ std::vector<ir::TensorId> GradientBuilder::emit_multi(
     }
     ir::Tensor tensor;
     tensor.name = op.name + "/" + std::to_string(op.outputs.size());
+    tensor.dtype = float_dtype_of(inputs);
     tensor.shape = *shape;
     op.outputs.push_back(graph_.add_tensor(std::move(tensor)));
   }
@@ -51,6 +53,42 @@ std::vector<ir::TensorId> GradientBuilder::emit_multi(
   const std::vector<ir::TensorId> outputs = op.outputs;
   graph_.add_op(std::move(op));
   return outputs;
+}
+
+namespace {
+
+// Ops whose bfloat16 result is a float32 sum rounded once at the end.
+bool sums_in_float32(const std::string& type) {
+  return type == "MatMul" || type == "piper.MatMul" || type == "Gemm" || type == "Einsum" ||
+         type == "piper.SumTo";
+}
+
+}  // namespace
+
+ir::TensorId GradientBuilder::cast(ir::TensorId tensor, ir::DType dtype) {
+  if (graph_.tensor(tensor).dtype == dtype) return tensor;
+  const ir::OpId producer = graph_.producer(tensor);
+  if (dtype == ir::DType::kFloat32 && producer >= 0 && graph_.consumers(tensor).empty() &&
+      sums_in_float32(graph_.op(producer).type)) {
+    graph_.tensor(tensor).dtype = dtype;
+    return tensor;
+  }
+  constexpr int64_t kOnnxFloat = 1;
+  constexpr int64_t kOnnxBFloat16 = 16;
+  const ir::TensorId output =
+      emit("Cast", {tensor}, graph_.tensor(tensor).shape,
+           {{"to", dtype == ir::DType::kBFloat16 ? kOnnxBFloat16 : kOnnxFloat}});
+  graph_.tensor(output).dtype = dtype;
+  return output;
+}
+
+ir::DType GradientBuilder::float_dtype_of(const std::vector<ir::TensorId>& inputs) const {
+  for (ir::TensorId input : inputs) {
+    if (input >= 0 && graph_.tensor(input).dtype == ir::DType::kBFloat16) {
+      return ir::DType::kBFloat16;
+    }
+  }
+  return ir::DType::kFloat32;
 }
 
 ir::TensorId GradientBuilder::ensure_output(size_t index, const std::string& stem, ir::DType dtype,

@@ -29,8 +29,10 @@ class GradientBuilder {
   // Whether the loss's gradient with respect to input `index` is wanted.
   bool wants(size_t index) const { return index < wanted_.size() && wanted_[index]; }
 
-  // Adds a pass-B op with the forward op's tags producing one new float
-  // tensor of `shape`; returns that tensor.
+  // Adds a pass-B op with the forward op's tags producing one new float tensor of `shape`;
+  // returns that tensor. Float outputs are bfloat16 when an input is (mixed precision keeps
+  // each forward op's float inputs in one dtype, so its gradient ops compute in that dtype),
+  // else float32.
   ir::TensorId emit(const std::string& type, std::vector<ir::TensorId> inputs,
                     const ir::Shape& shape, ir::Attributes attributes = {});
   // Like emit, for an op with several float outputs; an output whose shape is nullopt is
@@ -38,6 +40,10 @@ class GradientBuilder {
   std::vector<ir::TensorId> emit_multi(const std::string& type, std::vector<ir::TensorId> inputs,
                                        const std::vector<std::optional<ir::Shape>>& shapes,
                                        ir::Attributes attributes = {});
+  // `tensor` cast to `dtype` by a pass-B Cast, or `tensor` itself when it has that dtype. A
+  // bfloat16 matrix product or piper.SumTo that nothing else reads writes float32 instead: a
+  // weight gradient is then summed in float32 and rounded once, whatever the batch split.
+  ir::TensorId cast(ir::TensorId tensor, ir::DType dtype);
   // The forward op's output `index`, added (named "<op>/<stem>") when the model omitted it,
   // so that the forward kernel also writes what the backward needs (a mask, saved statistics).
   ir::TensorId ensure_output(size_t index, const std::string& stem, ir::DType dtype,
@@ -61,6 +67,7 @@ class GradientBuilder {
 
  private:
   std::string fresh_name(const std::string& stem);
+  ir::DType float_dtype_of(const std::vector<ir::TensorId>& inputs) const;
 
   ir::OpGraph& graph_;
   ir::OpId forward_id_;

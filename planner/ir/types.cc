@@ -43,6 +43,8 @@ size_t dtype_size(DType dtype) {
   return 0;
 }
 
+bool is_float(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kBFloat16; }
+
 int64_t num_elements(const Shape& shape) {
   int64_t n = 1;
   for (int64_t dim : shape) n *= dim;

@@ -26,6 +26,8 @@ using AttributeValue =
 using Attributes = std::map<std::string, AttributeValue>;
 
 size_t dtype_size(DType dtype);
+// float32 or bfloat16: the dtypes gradients flow through.
+bool is_float(DType dtype);
 int64_t num_elements(const Shape& shape);
 
 std::string to_string(DType dtype);

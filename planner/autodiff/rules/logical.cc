@@ -4,15 +4,15 @@
 namespace piper::planner {
 namespace {
 
-// Float to float passes the gradient through; a cast from or to int64 or bool cuts it (such
-// tensors never need a gradient, so autodiff only gets here for float to float).
+// Float to float casts the gradient back to the input's dtype; a cast from or to int64 or bool
+// cuts it (such tensors never need a gradient, so autodiff only gets here for float to float).
 void cast_rule(GradientBuilder& g) {
-  if (g.dtype(g.op().inputs[0]) != ir::DType::kFloat32 ||
-      g.dtype(g.op().outputs[0]) != ir::DType::kFloat32) {
+  const ir::DType from = g.dtype(g.op().inputs[0]);
+  if (!ir::is_float(from) || !ir::is_float(g.dtype(g.op().outputs[0]))) {
     no_gradient(g);
     return;
   }
-  g.contribute(0, g.output_gradient(0));
+  g.contribute(0, g.cast(g.output_gradient(0), from));
 }
 
 }  // namespace

@@ -1,0 +1,175 @@
+"""The strategy's `precision` against PyTorch. samples/gpt and samples/moe
+trained 50 AdamW steps with "bf16" track PyTorch's CPU autocast to bfloat16 on
+the same weights and rows, and the float32 run within 2e-2 relative per step;
+the saved weights are float32 master weights. bf16 under data parallelism with
+ZeRO-3 and under a 1F1B pipeline (bfloat16 activations cross ranks) trains what
+one process trains. "tf32" marks the matrix products, which the CPU computes
+exactly: its losses equal float32's. PyTorch runs here; no reference numbers
+are stored."""
+import os
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+
+import harness
+import test_data_parallel as dp
+import test_samples_vs_pytorch as samples
+from harness import Tools
+
+STEPS = 50
+AUTOCAST_RTOL = 1e-2   # Piper bf16 vs PyTorch bf16 autocast, per step
+FLOAT32_RTOL = 2e-2    # Piper bf16 vs Piper float32, per step
+STRATEGY_RTOL = 2e-4   # a bf16 strategy vs one bf16 process: GEMM shapes change the
+                       # float32 sums that bfloat16 rounds
+WEIGHT_RTOL = 1e-3     # all final weights of a bf16 strategy vs one bf16 process
+
+
+def worst_relative(actual, expected):
+    return max(abs(a - e) / abs(e) for a, e in zip(actual, expected))
+
+
+class PrecisionMatchesPyTorch(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        torch.set_num_threads(1)
+        cls.tmp = tempfile.TemporaryDirectory(prefix="piper_precision_")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def train_piper(self, work, name, precision, data):
+        strategy = harness.write_json(
+            os.path.join(work, f"{precision}.json"),
+            harness.strategy(samples.GLOBAL_BATCH, samples.OPTIMIZER, frozen=samples.FROZEN,
+                             precision=precision))
+        plans = os.path.join(work, f"plans_{precision}")
+        harness.run_ok([Tools.plan, Tools.sample(name, "model.onnx"), strategy, "-o", plans])
+        metrics = os.path.join(work, f"{precision}.jsonl")
+        trained = os.path.join(work, f"{precision}.onnx")
+        harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan"), "--steps",
+                        STEPS, "--data", data, "--metrics", metrics, "--save-onnx", trained])
+        return plans, [r["loss"] for r in harness.read_metrics(metrics)], dp.weights_of(trained)
+
+    def train_pytorch_autocast(self, name, idx, targets):
+        export = samples.sample_module(name)
+        model = export.load_initializers(export.build_model(), Tools.sample(name, "model.onnx"))
+        optimizer = samples.make_optimizer(model.parameters())
+        losses = []
+        for step in range(STEPS):
+            rows = (step * samples.GLOBAL_BATCH + np.arange(samples.GLOBAL_BATCH)) % \
+                samples.SAMPLES
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(torch.from_numpy(idx[rows]), torch.from_numpy(targets[rows]))
+            losses.append(loss.float().item())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return losses
+
+    def check_bf16(self, name):
+        work = os.path.join(self.tmp.name, name)
+        data = os.path.join(work, "data")
+        os.makedirs(data)
+        gpt = getattr(samples.sample_module(name), "gpt", samples.sample_module(name))
+        idx, targets = samples.make_data(data, gpt.VOCAB, gpt.BLOCK)
+
+        plans, bf16, weights = self.train_piper(work, name, "bf16", data)
+        _, fp32, _ = self.train_piper(work, name, "fp32", data)
+        autocast = self.train_pytorch_autocast(name, idx, targets)
+
+        for step in (0, 1, STEPS // 2, STEPS - 1):
+            print(f"[{name}] step {step:2d}  piper bf16 {bf16[step]:.6f}  "
+                  f"pytorch autocast {autocast[step]:.6f}  piper fp32 {fp32[step]:.6f}")
+        to_autocast, to_fp32 = worst_relative(bf16, autocast), worst_relative(bf16, fp32)
+        print(f"[{name}] worst per-step loss difference: to PyTorch autocast {to_autocast:.2e}, "
+              f"to float32 {to_fp32:.2e}; PyTorch autocast to float32 "
+              f"{worst_relative(autocast, fp32):.2e}")
+        self.assertEqual(len(bf16), STEPS)
+        self.assertLessEqual(to_autocast, AUTOCAST_RTOL)
+        self.assertLessEqual(to_fp32, FLOAT32_RTOL)
+        self.assertGreater(to_fp32, 0, "bf16 computed exactly what float32 did: no casts?")
+        self.assertLess(bf16[-1], bf16[0], f"[{name}] bf16 did not train")
+        for param, value in weights.items():
+            self.assertEqual(value.dtype, np.float32, f"{param} is not a float32 master weight")
+
+        dump = harness.run_ok([Tools.dump, os.path.join(plans, "rank0.plan")]).stdout
+        tensors = [line.split() for line in dump.splitlines() if " bf16[" in line]
+        self.assertTrue(any("activation" in row for row in tensors),
+                        "no bfloat16 activations in the plan")
+        self.assertFalse(any("parameter" in row or "optimizer_state" in row or "gradient" in row
+                             for row in tensors),
+                         "parameters, gradients and optimizer state must stay float32")
+
+    def test_gpt_bf16(self):
+        self.check_bf16("gpt")
+
+    def test_moe_bf16(self):
+        self.check_bf16("moe")
+
+    def test_tf32_is_exact_float32_on_cpu(self):
+        work = os.path.join(self.tmp.name, "tf32")
+        data = os.path.join(work, "data")
+        os.makedirs(data)
+        samples.make_data(data, 64, 16)
+        plans, tf32, _ = self.train_piper(work, "gpt", "tf32", data)
+        _, fp32, _ = self.train_piper(work, "gpt", "fp32", data)
+        self.assertEqual(tf32, fp32)
+        dump = harness.run_ok([Tools.dump, os.path.join(plans, "rank0.plan")]).stdout
+        self.assertIn("tf32=1", dump.replace(" ", ""))
+
+
+class Bf16StrategiesMatchOneProcess(unittest.TestCase):
+    """samples/gpt in bf16: ZeRO-3 over two ranks and a two-stage 1F1B pipeline
+    against one process in bf16, six steps."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="piper_precision_dp_")
+        cls.data = dp.gpt_data(os.path.join(cls.tmp.name, "data"))
+        cls.reference = cls.train("single", [], launch=False)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    @classmethod
+    def train(cls, label, directives, launch, annotations=()):
+        work = os.path.join(cls.tmp.name, label)
+        os.makedirs(work)
+        strategy = harness.write_json(
+            os.path.join(work, "strategy.json"),
+            harness.strategy(dp.GLOBAL_BATCH, dp.OPTIMIZER, frozen=["*mask*"], precision="bf16",
+                             annotations=list(annotations), directives=directives))
+        plans = os.path.join(work, "plans")
+        harness.run_ok([Tools.plan, Tools.sample("gpt", "model.onnx"), strategy, "-o", plans])
+        return dp.train_plans(work, plans, cls.data, launch)
+
+    def check(self, label, directives, annotations=()):
+        losses, weights = self.train(label, directives, launch=True, annotations=annotations)
+        want_losses, want_weights = self.reference
+        print(f"[{label}] worst loss difference {worst_relative(losses, want_losses):.2e}")
+        self.assertEqual(len(losses), len(want_losses))
+        self.assertLessEqual(worst_relative(losses, want_losses), STRATEGY_RTOL)
+        # AdamW turns a rounding flip in a small gradient into a full-size update, so
+        # near-zero weights (fresh LayerNorm biases) differ more than the model does.
+        params = sorted(want_weights)
+        error = samples.relative_error(np.concatenate([weights[p].ravel() for p in params]),
+                                       np.concatenate([want_weights[p].ravel() for p in params]))
+        print(f"[{label}] all weights: rel {error:.2e}")
+        self.assertLessEqual(error, WEIGHT_RTOL)
+
+    def test_zero3_two_ranks(self):
+        self.check("zero3", [{"op": "zero", "stage": 3, "devices": [0, 1]}])
+
+    def test_1f1b_two_stages(self):
+        self.check("1f1b", [{"op": "pipeline", "schedule": "1f1b", "devices": [0, 1],
+                             "num_microbatches": 4}],
+                   annotations=[{"match": "/blocks.0/*", "tags": {"PP": 0}},
+                                {"match": "/blocks.1/*", "tags": {"PP": 1}}])
+
+
+if __name__ == "__main__":
+    harness.main()
