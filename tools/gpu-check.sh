@@ -12,7 +12,8 @@
 #   (a) the ONNX conformance cases on CUDA (piper_conformance --device cuda)
 #   (b) samples/gpt, 20 steps fp32, CUDA vs CPU: losses within 1e-4 relative, and every
 #       CUDA kernel against the CPU's (piper_gpu_tests)
-#   (c) bf16 vs fp32: not implemented (Piper has no precision setting yet)
+#   (c) samples/gpt, 50 steps: bf16 vs fp32 on CUDA within 2e-2, bf16 CUDA vs bf16 CPU
+#       within 1e-2, tf32 vs fp32 on CUDA within 1e-2
 #   (d) samples/gpt with dp=2 ZeRO (3 when the planner has it, else 2), two ranks on the
 #       one GPU with cuda+gloo (piper-launch), against one rank
 #   (e) NCCL in a world of one (piper_gpu_tests), and piper-run --comm nccl
@@ -93,6 +94,24 @@ for step, (x, y) in enumerate(zip(la, lb), 1):
 EOF
 }
 
+# (c): the strategy's precision on CUDA, samples/gpt for 50 steps on synthetic data.
+precision() {
+  local work=$1 p
+  mkdir -p "$work"
+  for p in fp32 bf16 tf32; do
+    printf '{"precision": "%s", "batch": {"global": 8}, "frozen": ["*mask*"],
+      "optimizer": {"type": "adamw", "lr": 0.001}}' "$p" >"$work/$p.json"
+    "$BIN/piper-plan" samples/gpt/model.onnx "$work/$p.json" -o "$work/$p" &&
+      "$BIN/piper-run" --plan "$work/$p/rank0.plan" --device cuda --steps 50 \
+        --metrics "$work/$p.jsonl" || return 1
+  done
+  "$BIN/piper-run" --plan "$work/bf16/rank0.plan" --device cpu --steps 50 \
+    --metrics "$work/bf16_cpu.jsonl" || return 1
+  echo "bf16 vs fp32 on cuda" && same_losses "$work/bf16.jsonl" "$work/fp32.jsonl" 2e-2 &&
+    echo "bf16: cuda vs cpu" && same_losses "$work/bf16.jsonl" "$work/bf16_cpu.jsonl" 1e-2 &&
+    echo "tf32 vs fp32 on cuda" && same_losses "$work/tf32.jsonl" "$work/fp32.jsonl" 1e-2
+}
+
 # (d): dp=2 over the one GPU through Gloo, against one rank on CUDA.
 data_parallel() {
   local work=$1 stage
@@ -136,13 +155,13 @@ run() {
   BIN=$root/bin
   export LD_LIBRARY_PATH="$root/lib:$(cuda_library_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export BIN
-  export -f same_losses data_parallel nccl_one_rank
+  export -f same_losses precision data_parallel nccl_one_rank
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   check a_conformance "(a) ONNX conformance on CUDA" 150 "$BIN/piper_conformance" \
     --device cuda --data "$root/node" --unsupported tests/conformance/unsupported.txt
   check b_gpu_tests "(b)+(e) GPU tests: kernels, gpt, NCCL, gloo" 180 "$BIN/piper_gpu_tests" \
     --gtest_output="xml:$OUT_DIR/b_gpu_tests.xml"
-  RESULTS+=("$(printf '%-44s %-18s' "(c) bf16 vs fp32" "NOT IMPLEMENTED")")
+  check c_precision "(c) bf16 and tf32 vs fp32, gpt 50 steps" 120 precision "$root/precision"
   check d_data_parallel "(d) dp=2 on one GPU, cuda+gloo vs 1 rank" 90 data_parallel "$root/dp"
   check e_nccl "(e) piper-run --comm nccl, one rank" 30 nccl_one_rank "$root/nccl"
   check f_benchmark "(f) benchmark (not a test)" 240 python3 tools/gpu-benchmark.py run \

@@ -1,11 +1,12 @@
 """The strategy's `precision` against PyTorch. samples/gpt and samples/moe
 trained 50 AdamW steps with "bf16" track PyTorch's CPU autocast to bfloat16 on
 the same weights and rows, and the float32 run within 2e-2 relative per step;
-the saved weights are float32 master weights. bf16 under data parallelism with
+the saved weights are float32 master weights, and activations take less memory. bf16 under data parallelism with
 ZeRO-3 and under a 1F1B pipeline (bfloat16 activations cross ranks) trains what
 one process trains. "tf32" marks the matrix products, which the CPU computes
 exactly: its losses equal float32's. PyTorch runs here; no reference numbers
 are stored."""
+import json
 import os
 import tempfile
 import unittest
@@ -24,6 +25,11 @@ FLOAT32_RTOL = 2e-2    # Piper bf16 vs Piper float32, per step
 STRATEGY_RTOL = 2e-4   # a bf16 strategy vs one bf16 process: GEMM shapes change the
                        # float32 sums that bfloat16 rounds
 WEIGHT_RTOL = 1e-3     # all final weights of a bf16 strategy vs one bf16 process
+
+
+def memory(plans):
+    dumped = harness.run_ok([Tools.dump, "--json", os.path.join(plans, "rank0.plan")])
+    return {k: int(v) for k, v in json.loads(dumped.stdout)["memory"].items()}
 
 
 def worst_relative(actual, expected):
@@ -77,7 +83,7 @@ class PrecisionMatchesPyTorch(unittest.TestCase):
         idx, targets = samples.make_data(data, gpt.VOCAB, gpt.BLOCK)
 
         plans, bf16, weights = self.train_piper(work, name, "bf16", data)
-        _, fp32, _ = self.train_piper(work, name, "fp32", data)
+        fp32_plans, fp32, _ = self.train_piper(work, name, "fp32", data)
         autocast = self.train_pytorch_autocast(name, idx, targets)
 
         for step in (0, 1, STEPS // 2, STEPS - 1):
@@ -94,6 +100,13 @@ class PrecisionMatchesPyTorch(unittest.TestCase):
         self.assertLess(bf16[-1], bf16[0], f"[{name}] bf16 did not train")
         for param, value in weights.items():
             self.assertEqual(value.dtype, np.float32, f"{param} is not a float32 master weight")
+
+        bf16_memory, fp32_memory = memory(plans), memory(fp32_plans)
+        print(f"[{name}] activations at peak: bf16 {bf16_memory['activation_bytes']} B, "
+              f"fp32 {fp32_memory['activation_bytes']} B")
+        self.assertLess(bf16_memory["activation_bytes"], 0.9 * fp32_memory["activation_bytes"])
+        for kind in ("parameter_bytes", "gradient_bytes", "optimizer_bytes"):
+            self.assertEqual(bf16_memory[kind], fp32_memory[kind], kind)
 
         dump = harness.run_ok([Tools.dump, os.path.join(plans, "rank0.plan")]).stdout
         tensors = [line.split() for line in dump.splitlines() if " bf16[" in line]
