@@ -8,44 +8,23 @@
 // Dropout its own, and a new mask every step.
 #include <cstring>
 
+#include "engine/cpu/dropout_stream.h"
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/op_checks.h"
 #include "formats/error.h"
 
 namespace piper::engine::cpu {
 namespace {
 
-// SplitMix64's finalizer: a bijective 64-bit mix.
-uint64_t mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-
-// Ratio and training mode as read at run time from the optional scalar inputs.
-struct DropoutMode {
-  const float* ratio = nullptr;            // null: 0.5
-  const uint8_t* training_mode = nullptr;  // null: false
-  bool training() const { return training_mode != nullptr && *training_mode != 0; }
-  float probability() const { return ratio != nullptr ? *ratio : 0.5f; }
-  // The factor kept elements are scaled by; 1 outside training.
-  float scale() const {
-    if (!training()) return 1.0f;
-    const float p = probability();
-    return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-  }
-};
-
-DropoutMode dropout_mode(const KernelArgs& args, size_t ratio_input) {
-  DropoutMode mode;
+// The optional ratio and training_mode inputs, from input `ratio_input` on: scalars, float32
+// and bool.
+void check_dropout_mode(const KernelArgs& args, size_t ratio_input) {
   if (args.has_input(ratio_input)) {
     const TensorView& ratio = args.input(ratio_input);
     args.expect_dtype(ratio, plan::FLOAT32, "ratio (input " + std::to_string(ratio_input) + ")");
     if (ratio.elements() != 1) {
       args.fail("ratio must be a scalar, got shape " + shape_string(ratio.shape));
     }
-    mode.ratio = ratio.as<const float>();
   }
   if (args.has_input(ratio_input + 1)) {
     const TensorView& training = args.input(ratio_input + 1);
@@ -54,29 +33,17 @@ DropoutMode dropout_mode(const KernelArgs& args, size_t ratio_input) {
     if (training.elements() != 1) {
       args.fail(what + " must be a scalar, got shape " + shape_string(training.shape));
     }
-    mode.training_mode = training.as<const uint8_t>();
   }
-  return mode;
 }
 
 std::unique_ptr<PreparedKernel> dropout_factory(const KernelArgs& args) {
-  args.expect_inputs(1, 3);
-  args.expect_outputs(1, 2);
+  check_dropout(args);
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
-  args.expect_dtype(x, plan::FLOAT32, "data (input 0)");
-  args.expect_dtype(y, plan::FLOAT32, "output 0");
-  args.expect_same_shape(x, "data (input 0)", y, "output 0");
-  uint8_t* mask = nullptr;
-  if (args.has_output(1)) {
-    const TensorView& m = args.output(1);
-    args.expect_dtype(m, plan::BOOL, "mask (output 1)");
-    args.expect_same_shape(m, "mask (output 1)", x, "data (input 0)");
-    mask = m.as<uint8_t>();
-  }
-  const DropoutMode mode = dropout_mode(args, 1);
-  const uint64_t instruction = mix(static_cast<uint64_t>(args.kernel().outputs(0)) * kGolden +
-                                   static_cast<uint64_t>(args.attributes().get_int("seed", 0)));
+  uint8_t* mask = args.has_output(1) ? args.output(1).as<uint8_t>() : nullptr;
+  const dropout::Mode mode = dropout_mode(args, 1);
+  const uint64_t instruction =
+      dropout::instruction_key(args.kernel().outputs(0), args.attributes().get_int("seed", 0));
   return make_kernel([mode, instruction, mask, n = x.elements(), px = x.as<const float>(),
                       py = y.as<float>()](const StepContext& context) {
     const float p = mode.probability();
@@ -86,15 +53,13 @@ std::unique_ptr<PreparedKernel> dropout_factory(const KernelArgs& args) {
       return;
     }
     if (p < 0.0f || p > 1.0f) {
-      throw Error("Dropout: ratio " + std::to_string(p) + " is outside [0, 1]");
+      throw Error(dropout_ratio_error(p));
     }
     const float scale = mode.scale();
-    const uint64_t key =
-        mix(mix(context.seed + kGolden) ^ mix(static_cast<uint64_t>(context.step)) ^ instruction);
-    // Keep when the top 24 bits, as a fraction in [0, 1), reach the ratio.
-    const auto threshold = static_cast<uint64_t>(static_cast<double>(p) * 16777216.0);
+    const uint64_t key = dropout::step_key(context.seed, context.step, instruction);
+    const uint64_t threshold = dropout::threshold(p);
     for (int64_t i = 0; i < n; ++i) {
-      const bool keep = (mix(key + static_cast<uint64_t>(i) * kGolden) >> 40) >= threshold;
+      const bool keep = dropout::keeps(key, i, threshold);
       py[i] = keep ? px[i] * scale : 0.0f;
       if (mask != nullptr) mask[i] = keep ? 1 : 0;
     }
@@ -103,6 +68,50 @@ std::unique_ptr<PreparedKernel> dropout_factory(const KernelArgs& args) {
 
 // dX = dY · mask · scale, with scale 1/(1 − ratio) in training mode and 1 otherwise.
 std::unique_ptr<PreparedKernel> dropout_grad_factory(const KernelArgs& args) {
+  check_dropout_grad(args);
+  const TensorView& dy = args.input(0);
+  const TensorView& mask = args.input(1);
+  const TensorView& dx = args.output(0);
+  const dropout::Mode mode = dropout_mode(args, 2);
+  return make_kernel([mode, n = dx.elements(), pdy = dy.as<const float>(),
+                      pmask = mask.as<const uint8_t>(), pdx = dx.as<float>()](const StepContext&) {
+    const float scale = mode.scale();
+    for (int64_t i = 0; i < n; ++i) pdx[i] = pmask[i] != 0 ? pdy[i] * scale : 0.0f;
+  });
+}
+
+}  // namespace
+
+void check_dropout(const KernelArgs& args) {
+  args.expect_inputs(1, 3);
+  args.expect_outputs(1, 2);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(x, plan::FLOAT32, "data (input 0)");
+  args.expect_dtype(y, plan::FLOAT32, "output 0");
+  args.expect_same_shape(x, "data (input 0)", y, "output 0");
+  if (args.has_output(1)) {
+    const TensorView& m = args.output(1);
+    args.expect_dtype(m, plan::BOOL, "mask (output 1)");
+    args.expect_same_shape(m, "mask (output 1)", x, "data (input 0)");
+  }
+  check_dropout_mode(args, 1);
+}
+
+std::string dropout_ratio_error(float ratio) {
+  return "Dropout: ratio " + std::to_string(ratio) + " is outside [0, 1]";
+}
+
+dropout::Mode dropout_mode(const KernelArgs& args, size_t ratio_input) {
+  dropout::Mode mode;
+  if (args.has_input(ratio_input)) mode.ratio = args.input(ratio_input).as<const float>();
+  if (args.has_input(ratio_input + 1)) {
+    mode.training_mode = args.input(ratio_input + 1).as<const uint8_t>();
+  }
+  return mode;
+}
+
+void check_dropout_grad(const KernelArgs& args) {
   args.expect_inputs(2, 4);
   args.expect_outputs(1, 1);
   const TensorView& dy = args.input(0);
@@ -113,15 +122,8 @@ std::unique_ptr<PreparedKernel> dropout_grad_factory(const KernelArgs& args) {
   args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
   args.expect_same_shape(dy, "dY (input 0)", dx, "dX (output 0)");
   args.expect_same_shape(mask, "mask (input 1)", dx, "dX (output 0)");
-  const DropoutMode mode = dropout_mode(args, 2);
-  return make_kernel([mode, n = dx.elements(), pdy = dy.as<const float>(),
-                      pmask = mask.as<const uint8_t>(), pdx = dx.as<float>()](const StepContext&) {
-    const float scale = mode.scale();
-    for (int64_t i = 0; i < n; ++i) pdx[i] = pmask[i] != 0 ? pdy[i] * scale : 0.0f;
-  });
+  check_dropout_mode(args, 2);
 }
-
-}  // namespace
 
 void register_dropout_kernels(KernelTable& table) {
   table["Dropout"] = dropout_factory;

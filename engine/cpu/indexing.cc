@@ -9,7 +9,9 @@
 #include <numeric>
 
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/op_checks.h"
 #include "engine/cpu/parallel.h"
+#include "engine/cpu/selection_order.h"
 #include "engine/cpu/strided_loop.h"
 #include "formats/error.h"
 
@@ -121,26 +123,12 @@ struct ElementsGeometry {
   const int64_t* indices = nullptr;
 };
 
-ElementsGeometry elements_geometry(const KernelArgs& args, const Shape& data,
-                                   const TensorView& indices, const Shape& gathered,
-                                   const std::string& gathered_what) {
-  args.expect_dtype(indices, plan::INT64, "indices (input 1)");
-  if (indices.shape != gathered) {
-    args.fail(gathered_what + " has shape " + shape_string(gathered) + " but the indices have " +
-              shape_string(indices.shape) + "; they must be equal");
-  }
+// The geometry of a checked GatherElements or piper.GatherElementsGrad (`grad`).
+ElementsGeometry elements_geometry(const KernelArgs& args, bool grad) {
+  const int64_t axis = check_gather_elements(args, grad);
+  const TensorView& indices = args.input(1);
+  const Shape& data = (grad ? args.output(0) : args.input(0)).shape;
   const int64_t rank = static_cast<int64_t>(data.size());
-  if (indices.rank() != rank || rank == 0) {
-    args.fail("indices " + shape_string(indices.shape) + " must have the rank of the data " +
-              shape_string(data) + " (at least 1)");
-  }
-  const int64_t axis = args.normalize_axis(args.attributes().get_int("axis", 0), rank);
-  for (int64_t d = 0; d < rank; ++d) {
-    if (d != axis && indices.shape[d] > data[d]) {
-      args.fail("indices " + shape_string(indices.shape) + " exceed the data " +
-                shape_string(data) + " in dimension " + std::to_string(d));
-    }
-  }
   ElementsGeometry g;
   g.op = args.op();
   g.axis_size = data[axis];
@@ -182,12 +170,9 @@ int64_t axis_stride(const KernelArgs& args, const Shape& shape) {
 }
 
 std::unique_ptr<PreparedKernel> gather_elements_factory(const KernelArgs& args) {
-  args.expect_inputs(2, 2);
-  args.expect_outputs(1, 1);
+  const ElementsGeometry g = elements_geometry(args, false);
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
-  args.expect_dtype(x, y.dtype, "data (input 0)");
-  const ElementsGeometry g = elements_geometry(args, x.shape, args.input(1), y.shape, "the output");
   const int64_t stride = axis_stride(args, y.shape);
   const size_t size = dtype_size(y.dtype);
   return make_kernel(
@@ -199,14 +184,9 @@ std::unique_ptr<PreparedKernel> gather_elements_factory(const KernelArgs& args) 
 }
 
 std::unique_ptr<PreparedKernel> gather_elements_grad_factory(const KernelArgs& args) {
-  args.expect_inputs(2, 2);
-  args.expect_outputs(1, 1);
+  const ElementsGeometry g = elements_geometry(args, true);
   const TensorView& dy = args.input(0);
   const TensorView& dx = args.output(0);
-  args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
-  args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
-  const ElementsGeometry g =
-      elements_geometry(args, dx.shape, args.input(1), dy.shape, "dY (input 0)");
   const int64_t stride = axis_stride(args, dy.shape);
   return make_kernel([g, stride, pdy = dy.as<const float>(), pdx = dx.as<float>(),
                       total = dx.elements()](const StepContext&) {
@@ -220,11 +200,10 @@ std::unique_ptr<PreparedKernel> gather_elements_grad_factory(const KernelArgs& a
 // the end; indices outside [-depth, depth) give all-off rows).
 template <typename T, typename I>
 std::unique_ptr<PreparedKernel> make_one_hot(const TensorView& indices, const TensorView& values,
-                                             const TensorView& y, int64_t axis) {
-  const int64_t outer = product(y.shape, 0, axis), depth = y.shape[axis],
-                inner = product(y.shape, axis + 1, y.shape.size());
-  return make_kernel([outer, depth, inner, pi = indices.as<const I>(), pv = values.as<const T>(),
-                      py = y.as<T>(), total = y.elements()](const StepContext&) {
+                                             const TensorView& y, const AxisLines& lines) {
+  return make_kernel([outer = lines.outer, depth = lines.n, inner = lines.inner,
+                      pi = indices.as<const I>(), pv = values.as<const T>(), py = y.as<T>(),
+                      total = y.elements()](const StepContext&) {
     const T off = pv[0], on = pv[1];
     std::fill(py, py + total, off);
     for (int64_t o = 0; o < outer; ++o) {
@@ -238,6 +217,193 @@ std::unique_ptr<PreparedKernel> make_one_hot(const TensorView& indices, const Te
 }
 
 std::unique_ptr<PreparedKernel> one_hot_factory(const KernelArgs& args) {
+  const AxisLines lines = check_one_hot(args);
+  const TensorView& indices = args.input(0);
+  const TensorView& values = args.input(2);
+  const TensorView& y = args.output(0);
+  const bool int_indices = indices.dtype == plan::INT64;
+  if (y.dtype == plan::INT64) {
+    return int_indices ? make_one_hot<int64_t, int64_t>(indices, values, y, lines)
+                       : make_one_hot<int64_t, float>(indices, values, y, lines);
+  }
+  return int_indices ? make_one_hot<float, int64_t>(indices, values, y, lines)
+                     : make_one_hot<float, float>(indices, values, y, lines);
+}
+
+// ArgMax / ArgMin: the first (or with select_last_index the last) extreme element along
+// `axis`. NaN counts as the extreme, as in numpy.
+template <typename T, bool kMax>
+std::unique_ptr<PreparedKernel> make_arg_extreme(const TensorView& x, const TensorView& y,
+                                                 const AxisLines& lines, bool last) {
+  return make_kernel([lines, last, px = x.as<const T>(), py = y.as<int64_t>()](const StepContext&) {
+    const auto better = [](T a, T b) { return more_extreme<kMax>(a, b); };
+    for (int64_t o = 0; o < lines.outer; ++o) {
+      for (int64_t k = 0; k < lines.inner; ++k) {
+        const T* line = px + o * lines.n * lines.inner + k;
+        int64_t best = 0;
+        for (int64_t j = 1; j < lines.n; ++j) {
+          const T v = line[j * lines.inner], b = line[best * lines.inner];
+          if (better(v, b) || (last && !better(b, v))) best = j;
+        }
+        py[o * lines.inner + k] = best;
+      }
+    }
+  });
+}
+
+template <bool kMax>
+std::unique_ptr<PreparedKernel> arg_extreme_factory(const KernelArgs& args) {
+  bool last = false;
+  const AxisLines lines = check_arg_extreme(args, last);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  if (x.dtype == plan::INT64) return make_arg_extreme<int64_t, kMax>(x, y, lines, last);
+  return make_arg_extreme<float, kMax>(x, y, lines, last);
+}
+
+// ONNX TopK: the k largest (or smallest) elements along `axis`, sorted, with their indices;
+// equal values keep their original order (the lower index first). K comes from the output
+// shape; the K input is only checked.
+template <typename T>
+std::unique_ptr<PreparedKernel> make_top_k(const std::string& op, const TensorView& x,
+                                           const int64_t* k_input, const TensorView& values,
+                                           const TensorView& indices, const AxisLines& lines,
+                                           int64_t k, bool largest) {
+  return make_kernel(
+      [op, k_input, lines, k, largest, px = x.as<const T>(), pv = values.as<T>(),
+       pi = indices.as<int64_t>(), order = std::vector<int64_t>(static_cast<size_t>(lines.n)),
+       line = std::vector<T>(static_cast<size_t>(lines.n))](const StepContext&) mutable {
+        const auto before = [&](int64_t a, int64_t b) {
+          return top_k_before(line[a], line[b], a, b, largest);
+        };
+        if (*k_input != k) throw Error(top_k_error(op, *k_input, k));
+        for (int64_t o = 0; o < lines.outer; ++o) {
+          for (int64_t c = 0; c < lines.inner; ++c) {
+            const T* in = px + o * lines.n * lines.inner + c;
+            for (int64_t j = 0; j < lines.n; ++j) line[j] = in[j * lines.inner];
+            std::iota(order.begin(), order.end(), int64_t{0});
+            std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
+            const int64_t base = o * k * lines.inner + c;
+            for (int64_t j = 0; j < k; ++j) {
+              pv[base + j * lines.inner] = line[order[j]];
+              pi[base + j * lines.inner] = order[j];
+            }
+          }
+        }
+      });
+}
+
+std::unique_ptr<PreparedKernel> top_k_factory(const KernelArgs& args) {
+  const TopK top = check_top_k(args);
+  const TensorView& x = args.input(0);
+  const TensorView& values = args.output(0);
+  const TensorView& indices = args.output(1);
+  const int64_t* pk = args.input(1).as<const int64_t>();
+  if (x.dtype == plan::INT64) {
+    return make_top_k<int64_t>(args.op(), x, pk, values, indices, top.lines, top.k, top.largest);
+  }
+  return make_top_k<float>(args.op(), x, pk, values, indices, top.lines, top.k, top.largest);
+}
+
+// X seen as [outer, n, inner] around `axis`.
+AxisLines axis_lines(const Shape& shape, int64_t axis) {
+  return {product(shape, 0, axis), shape[axis], product(shape, axis + 1, shape.size())};
+}
+
+}  // namespace
+
+int64_t check_gather_elements(const KernelArgs& args, bool grad) {
+  args.expect_inputs(2, 2);
+  args.expect_outputs(1, 1);
+  const TensorView& gathered = grad ? args.input(0) : args.output(0);
+  const TensorView& data_view = grad ? args.output(0) : args.input(0);
+  if (grad) {
+    args.expect_dtype(gathered, plan::FLOAT32, "dY (input 0)");
+    args.expect_dtype(data_view, plan::FLOAT32, "dX (output 0)");
+  } else {
+    args.expect_dtype(data_view, gathered.dtype, "data (input 0)");
+  }
+  const std::string gathered_what = grad ? "dY (input 0)" : "the output";
+  const Shape& data = data_view.shape;
+  const TensorView& indices = args.input(1);
+  args.expect_dtype(indices, plan::INT64, "indices (input 1)");
+  if (indices.shape != gathered.shape) {
+    args.fail(gathered_what + " has shape " + shape_string(gathered.shape) +
+              " but the indices have " + shape_string(indices.shape) + "; they must be equal");
+  }
+  const int64_t rank = static_cast<int64_t>(data.size());
+  if (indices.rank() != rank || rank == 0) {
+    args.fail("indices " + shape_string(indices.shape) + " must have the rank of the data " +
+              shape_string(data) + " (at least 1)");
+  }
+  const int64_t axis = args.normalize_axis(args.attributes().get_int("axis", 0), rank);
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d != axis && indices.shape[d] > data[d]) {
+      args.fail("indices " + shape_string(indices.shape) + " exceed the data " +
+                shape_string(data) + " in dimension " + std::to_string(d));
+    }
+  }
+  return axis;
+}
+
+AxisLines check_arg_extreme(const KernelArgs& args, bool& last) {
+  args.expect_inputs(1, 1);
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(y, plan::INT64, "output 0");
+  if (x.rank() == 0) args.fail("the input must have at least one dimension");
+  const int64_t axis = args.normalize_axis(args.attributes().get_int("axis", 0), x.rank());
+  const bool keepdims = args.attributes().get_int("keepdims", 1) != 0;
+  last = args.attributes().get_int("select_last_index", 0) != 0;
+  Shape expected = x.shape;
+  if (keepdims) {
+    expected[axis] = 1;
+  } else {
+    expected.erase(expected.begin() + axis);
+  }
+  if (expected != y.shape) {
+    args.fail("reducing " + shape_string(x.shape) + " along axis " + std::to_string(axis) +
+              " with keepdims=" + std::to_string(keepdims) + " gives " + shape_string(expected) +
+              " but the output has shape " + shape_string(y.shape));
+  }
+  if (x.shape[axis] == 0) args.fail("cannot reduce an empty axis " + std::to_string(axis));
+  if (x.dtype != plan::INT64) args.expect_dtype(x, plan::FLOAT32, "input 0");
+  return axis_lines(x.shape, axis);
+}
+
+TopK check_top_k(const KernelArgs& args) {
+  args.expect_inputs(2, 2);
+  args.expect_outputs(2, 2);
+  const TensorView& x = args.input(0);
+  const TensorView& values = args.output(0);
+  const TensorView& indices = args.output(1);
+  args.expect_dtype(values, x.dtype, "values (output 0)");
+  args.expect_dtype(indices, plan::INT64, "indices (output 1)");
+  if (x.rank() == 0) args.fail("the input must have at least one dimension");
+  const int64_t axis = args.normalize_axis(args.attributes().get_int("axis", -1), x.rank());
+  args.expect_same_shape(values, "values (output 0)", indices, "indices (output 1)");
+  Shape expected = x.shape;
+  expected[axis] = values.rank() == x.rank() ? values.shape[axis] : -1;
+  if (expected != values.shape || values.shape[axis] > x.shape[axis]) {
+    args.fail("values " + shape_string(values.shape) + " must match the input " +
+              shape_string(x.shape) + " except along axis " + std::to_string(axis) +
+              ", where K may not exceed the input's size");
+  }
+  const TensorView& k_input = args.input(1);
+  args.expect_dtype(k_input, plan::INT64, "K (input 1)");
+  if (k_input.elements() != 1) args.fail("K (input 1) must hold one value");
+  if (x.dtype != plan::INT64) args.expect_dtype(x, plan::FLOAT32, "input 0");
+  return {axis_lines(x.shape, axis), values.shape[axis],
+          args.attributes().get_int("largest", 1) != 0};
+}
+
+std::string top_k_error(const std::string& op, int64_t k_input, int64_t k) {
+  return op + ": K (input 1) is " + std::to_string(k_input) +
+         " but the plan's output shape was computed for K = " + std::to_string(k);
+}
+
+AxisLines check_one_hot(const KernelArgs& args) {
   args.expect_inputs(3, 3);
   args.expect_outputs(1, 1);
   const TensorView& indices = args.input(0);
@@ -260,158 +426,10 @@ std::unique_ptr<PreparedKernel> one_hot_factory(const KernelArgs& args) {
               std::to_string(y.shape[axis]) + " at axis " + std::to_string(axis) + " give " +
               shape_string(expected) + " but the output has shape " + shape_string(y.shape));
   }
-  const bool int_indices = indices.dtype == plan::INT64;
-  if (!int_indices) args.expect_dtype(indices, plan::FLOAT32, "indices (input 0)");
-  if (y.dtype == plan::INT64) {
-    return int_indices ? make_one_hot<int64_t, int64_t>(indices, values, y, axis)
-                       : make_one_hot<int64_t, float>(indices, values, y, axis);
-  }
-  args.expect_dtype(y, plan::FLOAT32, "output 0");
-  return int_indices ? make_one_hot<float, int64_t>(indices, values, y, axis)
-                     : make_one_hot<float, float>(indices, values, y, axis);
+  if (indices.dtype != plan::INT64) args.expect_dtype(indices, plan::FLOAT32, "indices (input 0)");
+  if (y.dtype != plan::INT64) args.expect_dtype(y, plan::FLOAT32, "output 0");
+  return axis_lines(y.shape, axis);
 }
-
-// X seen as [outer, n, inner] around the reduced axis; Y as [outer, k, inner].
-struct AxisLines {
-  int64_t outer = 1, n = 0, inner = 1;
-};
-
-AxisLines axis_lines(const Shape& shape, int64_t axis) {
-  return {product(shape, 0, axis), shape[axis], product(shape, axis + 1, shape.size())};
-}
-
-// ArgMax / ArgMin: the first (or with select_last_index the last) extreme element along
-// `axis`. NaN counts as the extreme, as in numpy.
-template <typename T, bool kMax>
-std::unique_ptr<PreparedKernel> make_arg_extreme(const TensorView& x, const TensorView& y,
-                                                 const AxisLines& lines, bool last) {
-  return make_kernel([lines, last, px = x.as<const T>(), py = y.as<int64_t>()](const StepContext&) {
-    const auto better = [](T a, T b) {
-      if constexpr (std::is_floating_point_v<T>) {
-        if (std::isnan(b)) return false;
-        if (std::isnan(a)) return true;
-      }
-      return kMax ? a > b : a < b;
-    };
-    for (int64_t o = 0; o < lines.outer; ++o) {
-      for (int64_t k = 0; k < lines.inner; ++k) {
-        const T* line = px + o * lines.n * lines.inner + k;
-        int64_t best = 0;
-        for (int64_t j = 1; j < lines.n; ++j) {
-          const T v = line[j * lines.inner], b = line[best * lines.inner];
-          if (better(v, b) || (last && !better(b, v))) best = j;
-        }
-        py[o * lines.inner + k] = best;
-      }
-    }
-  });
-}
-
-template <bool kMax>
-std::unique_ptr<PreparedKernel> arg_extreme_factory(const KernelArgs& args) {
-  args.expect_inputs(1, 1);
-  args.expect_outputs(1, 1);
-  const TensorView& x = args.input(0);
-  const TensorView& y = args.output(0);
-  args.expect_dtype(y, plan::INT64, "output 0");
-  if (x.rank() == 0) args.fail("the input must have at least one dimension");
-  const int64_t axis = args.normalize_axis(args.attributes().get_int("axis", 0), x.rank());
-  const bool keepdims = args.attributes().get_int("keepdims", 1) != 0;
-  const bool last = args.attributes().get_int("select_last_index", 0) != 0;
-  Shape expected = x.shape;
-  if (keepdims) {
-    expected[axis] = 1;
-  } else {
-    expected.erase(expected.begin() + axis);
-  }
-  if (expected != y.shape) {
-    args.fail("reducing " + shape_string(x.shape) + " along axis " + std::to_string(axis) +
-              " with keepdims=" + std::to_string(keepdims) + " gives " + shape_string(expected) +
-              " but the output has shape " + shape_string(y.shape));
-  }
-  if (x.shape[axis] == 0) args.fail("cannot reduce an empty axis " + std::to_string(axis));
-  const AxisLines lines = axis_lines(x.shape, axis);
-  if (x.dtype == plan::INT64) return make_arg_extreme<int64_t, kMax>(x, y, lines, last);
-  args.expect_dtype(x, plan::FLOAT32, "input 0");
-  return make_arg_extreme<float, kMax>(x, y, lines, last);
-}
-
-// ONNX TopK: the k largest (or smallest) elements along `axis`, sorted, with their indices;
-// equal values keep their original order (the lower index first). K comes from the output
-// shape; the K input is only checked.
-template <typename T>
-std::unique_ptr<PreparedKernel> make_top_k(const std::string& op, const TensorView& x,
-                                           const int64_t* k_input, const TensorView& values,
-                                           const TensorView& indices, const AxisLines& lines,
-                                           int64_t k, bool largest) {
-  return make_kernel(
-      [op, k_input, lines, k, largest, px = x.as<const T>(), pv = values.as<T>(),
-       pi = indices.as<int64_t>(), order = std::vector<int64_t>(static_cast<size_t>(lines.n)),
-       line = std::vector<T>(static_cast<size_t>(lines.n))](const StepContext&) mutable {
-        const auto before = [&](int64_t a, int64_t b) {
-          const T va = line[a], vb = line[b];
-          if constexpr (std::is_floating_point_v<T>) {
-            // NaN sorts as the largest value, as in numpy and PyTorch.
-            const bool na = std::isnan(va), nb = std::isnan(vb);
-            if (na || nb) return na != nb ? (largest ? na : nb) : a < b;
-          }
-          if (va != vb) return largest ? va > vb : va < vb;
-          return a < b;
-        };
-        if (*k_input != k) {
-          throw Error(op + ": K (input 1) is " + std::to_string(*k_input) +
-                      " but the plan's output " +
-                      "shape was computed for K = " + std::to_string(k));
-        }
-        for (int64_t o = 0; o < lines.outer; ++o) {
-          for (int64_t c = 0; c < lines.inner; ++c) {
-            const T* in = px + o * lines.n * lines.inner + c;
-            for (int64_t j = 0; j < lines.n; ++j) line[j] = in[j * lines.inner];
-            std::iota(order.begin(), order.end(), int64_t{0});
-            std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
-            const int64_t base = o * k * lines.inner + c;
-            for (int64_t j = 0; j < k; ++j) {
-              pv[base + j * lines.inner] = line[order[j]];
-              pi[base + j * lines.inner] = order[j];
-            }
-          }
-        }
-      });
-}
-
-std::unique_ptr<PreparedKernel> top_k_factory(const KernelArgs& args) {
-  args.expect_inputs(2, 2);
-  args.expect_outputs(2, 2);
-  const TensorView& x = args.input(0);
-  const TensorView& values = args.output(0);
-  const TensorView& indices = args.output(1);
-  args.expect_dtype(values, x.dtype, "values (output 0)");
-  args.expect_dtype(indices, plan::INT64, "indices (output 1)");
-  if (x.rank() == 0) args.fail("the input must have at least one dimension");
-  const int64_t axis = args.normalize_axis(args.attributes().get_int("axis", -1), x.rank());
-  args.expect_same_shape(values, "values (output 0)", indices, "indices (output 1)");
-  Shape expected = x.shape;
-  expected[axis] = values.rank() == x.rank() ? values.shape[axis] : -1;
-  if (expected != values.shape || values.shape[axis] > x.shape[axis]) {
-    args.fail("values " + shape_string(values.shape) + " must match the input " +
-              shape_string(x.shape) + " except along axis " + std::to_string(axis) +
-              ", where K may not exceed the input's size");
-  }
-  const int64_t k = values.shape[axis];
-  const TensorView& k_input = args.input(1);
-  args.expect_dtype(k_input, plan::INT64, "K (input 1)");
-  if (k_input.elements() != 1) args.fail("K (input 1) must hold one value");
-  const bool largest = args.attributes().get_int("largest", 1) != 0;
-  const AxisLines lines = axis_lines(x.shape, axis);
-  const int64_t* pk = k_input.as<const int64_t>();
-  if (x.dtype == plan::INT64) {
-    return make_top_k<int64_t>(args.op(), x, pk, values, indices, lines, k, largest);
-  }
-  args.expect_dtype(x, plan::FLOAT32, "input 0");
-  return make_top_k<float>(args.op(), x, pk, values, indices, lines, k, largest);
-}
-
-}  // namespace
 
 void register_indexing_kernels(KernelTable& table) {
   table["Gather"] = gather_factory;

@@ -6,7 +6,9 @@
 #include <cstring>
 
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/op_checks.h"
 #include "engine/cpu/parallel.h"
+#include "engine/cpu/slice_geometry.h"
 #include "engine/cpu/strided_loop.h"
 #include "formats/error.h"
 
@@ -136,19 +138,7 @@ std::unique_ptr<PreparedKernel> split_factory(const KernelArgs& args) {
 // before each run (they are plan constants in practice; a change re-plans the walk).
 class SliceInputs {
  public:
-  SliceInputs(const KernelArgs& args, size_t first) {
-    for (size_t i = first; i < first + 4; ++i) {
-      if (!args.has_input(i)) {
-        views_.emplace_back();
-        continue;
-      }
-      const TensorView& view = args.input(i);
-      args.expect_dtype(view, plan::INT64, "input " + std::to_string(i));
-      if (view.rank() != 1) {
-        args.fail("input " + std::to_string(i) + " must be 1-D, got " + shape_string(view.shape));
-      }
-      views_.push_back(view);
-    }
+  explicit SliceInputs(std::vector<TensorView> views) : views_(std::move(views)) {
     values_ = read();
   }
 
@@ -163,12 +153,7 @@ class SliceInputs {
     values_ = read();
     return true;
   }
-  const std::vector<int64_t>& starts() const { return values_[0]; }
-  const std::vector<int64_t>& ends() const { return values_[1]; }
-  const std::vector<int64_t>& axes() const { return values_[2]; }
-  const std::vector<int64_t>& steps() const { return values_[3]; }
-  bool has_axes() const { return views_[2].present(); }
-  bool has_steps() const { return views_[3].present(); }
+  SliceParameters parameters() const { return slice_parameters(views_, values_); }
 
  private:
   std::vector<std::vector<int64_t>> read() const {
@@ -184,8 +169,8 @@ class SliceInputs {
   std::vector<std::vector<int64_t>> values_;
 };
 
-// The walk over the sliced region: for each output dimension the data's element stride
-// (step times the dimension's stride) and the offset of the first element.
+// The walk over the sliced region: the offset of the first element in the data, and a loop
+// over the sliced tensor (contiguous) and the data (strided).
 struct SliceWalk {
   int64_t base = 0;
   StridedLoop loop;  // operands: (sliced tensor contiguous, data strided)
@@ -193,74 +178,21 @@ struct SliceWalk {
 
 SliceWalk slice_walk(const std::string& op, const SliceInputs& in, const Shape& data,
                      const Shape& sliced) {
-  const auto fail = [&](const std::string& message) { throw Error(op + ": " + message); };
-  const size_t n = in.starts().size();
-  const int64_t rank = static_cast<int64_t>(data.size());
-  std::vector<int64_t> axes = in.axes();
-  if (!in.has_axes()) {
-    axes.resize(n);
-    for (size_t i = 0; i < n; ++i) axes[i] = static_cast<int64_t>(i);
-  }
-  std::vector<int64_t> steps = in.has_steps() ? in.steps() : std::vector<int64_t>(n, 1);
-  if (in.ends().size() != n || axes.size() != n || steps.size() != n) {
-    fail("starts, ends, axes and steps must have the same length");
-  }
-  if (static_cast<int64_t>(sliced.size()) != rank) {
-    fail("the sliced tensor " + shape_string(sliced) + " must have the data's rank (" +
-         shape_string(data) + ")");
-  }
-  std::vector<int64_t> begin(rank, 0), step(rank, 1);
-  Shape count = data;
-  std::vector<bool> seen(rank, false);
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t axis = axes[i] < 0 ? axes[i] + rank : axes[i];
-    if (axis < 0 || axis >= rank || seen[axis]) {
-      fail("axes entry " + std::to_string(axes[i]) + " is out of range or repeated");
-    }
-    seen[axis] = true;
-    if (steps[i] == 0) fail("steps must not be 0");
-    const int64_t dim = data[axis];
-    const auto clamp = [&](int64_t v, int64_t lo, int64_t hi) {
-      if (v < 0) v += dim;
-      return std::clamp(v, lo, hi);
-    };
-    step[axis] = steps[i];
-    if (steps[i] > 0) {
-      begin[axis] = clamp(in.starts()[i], 0, dim);
-      const int64_t end = clamp(in.ends()[i], 0, dim);
-      count[axis] = std::max<int64_t>(0, (end - begin[axis] + steps[i] - 1) / steps[i]);
-    } else {
-      begin[axis] = clamp(in.starts()[i], 0, dim - 1);
-      const int64_t end = clamp(in.ends()[i], -1, dim - 1);
-      count[axis] = std::max<int64_t>(0, (begin[axis] - end - steps[i] - 1) / -steps[i]);
-    }
-  }
-  if (count != sliced) {
-    fail("slicing " + shape_string(data) + " gives " + shape_string(count) +
-         " but the sliced tensor has shape " + shape_string(sliced));
-  }
-  const std::vector<int64_t> strides = contiguous_strides(data);
+  const SliceGeometry geometry = slice_geometry(op, in.parameters(), data, sliced);
   SliceWalk walk;
-  std::vector<int64_t> data_strides(rank);
-  for (int64_t d = 0; d < rank; ++d) {
-    walk.base += begin[d] * strides[d];
-    data_strides[d] = step[d] * strides[d];
-  }
-  walk.loop = StridedLoop(sliced, {contiguous_strides(sliced), data_strides});
+  walk.base = geometry.base;
+  walk.loop = StridedLoop(sliced, {contiguous_strides(sliced), geometry.strides});
   return walk;
 }
 
 // Slice (backward = false): y = x[slice]. piper.SliceGrad (backward = true): dX = zeros with
 // dX[slice] = dY.
 std::unique_ptr<PreparedKernel> slice_kernel(const KernelArgs& args, bool backward) {
-  args.expect_inputs(3, 5);
-  args.expect_outputs(1, 1);
+  SliceInputs inputs(check_slice(args));
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
-  args.expect_dtype(x, y.dtype, "input 0");
   const TensorView& data = backward ? y : x;
   const TensorView& sliced = backward ? x : y;
-  SliceInputs inputs(args, 1);
   SliceWalk walk = slice_walk(args.op(), inputs, data.shape, sliced.shape);
   return by_element_size(y.dtype, [&]<typename T>() {
     return make_kernel([op = args.op(), inputs, walk, data_shape = data.shape,
@@ -344,20 +276,10 @@ std::unique_ptr<PreparedKernel> where_factory(const KernelArgs& args) {
 // Trilu: the upper (j - i >= k) or lower (j - i <= k) triangle of each matrix in the last
 // two dimensions, zeros elsewhere. The optional k input is read at run time.
 std::unique_ptr<PreparedKernel> trilu_factory(const KernelArgs& args) {
-  args.expect_inputs(1, 2);
-  args.expect_outputs(1, 1);
+  check_trilu(args);
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
-  args.expect_dtype(x, y.dtype, "input 0");
-  args.expect_same_shape(x, "input 0", y, "output 0");
-  if (x.rank() < 2) args.fail("the input must have at least two dimensions");
-  const int64_t* pk = nullptr;
-  if (args.has_input(1)) {
-    const TensorView& k = args.input(1);
-    args.expect_dtype(k, plan::INT64, "k (input 1)");
-    if (k.elements() != 1) args.fail("k (input 1) must hold one value");
-    pk = k.as<const int64_t>();
-  }
+  const int64_t* pk = args.has_input(1) ? args.input(1).as<const int64_t>() : nullptr;
   const bool upper = args.attributes().get_int("upper", 1) != 0;
   const int64_t rows = x.shape[x.rank() - 2], cols = x.shape[x.rank() - 1];
   const int64_t matrices = rows * cols == 0 ? 0 : x.elements() / (rows * cols);
@@ -387,6 +309,20 @@ std::unique_ptr<PreparedKernel> trilu_factory(const KernelArgs& args) {
 }
 
 }  // namespace
+
+void check_trilu(const KernelArgs& args) {
+  args.expect_inputs(1, 2);
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  args.expect_dtype(x, args.output(0).dtype, "input 0");
+  args.expect_same_shape(x, "input 0", args.output(0), "output 0");
+  if (x.rank() < 2) args.fail("the input must have at least two dimensions");
+  if (args.has_input(1)) {
+    const TensorView& k = args.input(1);
+    args.expect_dtype(k, plan::INT64, "k (input 1)");
+    if (k.elements() != 1) args.fail("k (input 1) must hold one value");
+  }
+}
 
 void register_layout_kernels(KernelTable& table) {
   table["Concat"] = concat_factory;

@@ -7,6 +7,8 @@
 #include "engine/cpu/elementwise_map.h"
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/nary_fold.h"
+#include "engine/cpu/op_checks.h"
+#include "engine/cpu/power_math.h"
 #include "engine/cpu/strided_loop.h"
 #include "engine/cpu/vector_math.h"
 #include "formats/error.h"
@@ -39,22 +41,6 @@ void ternary_rows(const StridedLoop& loop, float* out, const A* a, const B* b, c
       for (int64_t i = 0; i < n; ++i) y[i] = f(pa[i * sa], pb[i * sb], pc[i * sc]);
     }
   });
-}
-
-// Integer power by squaring; negative exponents give 0 unless the base is ±1 (as numpy).
-int64_t int_pow(int64_t base, int64_t exponent) {
-  if (exponent < 0) {
-    if (base == 1) return 1;
-    if (base == -1) return exponent % 2 == 0 ? 1 : -1;
-    return 0;
-  }
-  int64_t result = 1;
-  while (exponent > 0) {
-    if (exponent & 1) result *= base;
-    base *= base;
-    exponent >>= 1;
-  }
-  return result;
 }
 
 // Pow: Y = A ^ B with A and B each float32 or int64; Y has A's dtype (an int64 base with a
@@ -90,35 +76,21 @@ std::unique_ptr<PreparedKernel> make_pow(const TensorView& a, const TensorView& 
       T* out = py + offsets[0];
       const T* x = pa + offsets[1];
       const E* e = pb + offsets[2];
-      for (int64_t i = 0; i < count; ++i) {
-        if constexpr (std::is_floating_point_v<T>) {
-          out[i] = std::pow(x[i * sa], static_cast<float>(e[i * sb]));
-        } else if constexpr (std::is_floating_point_v<E>) {
-          out[i] = static_cast<T>(std::pow(static_cast<double>(x[i * sa]), e[i * sb]));
-        } else {
-          out[i] = int_pow(x[i * sa], e[i * sb]);
-        }
-      }
+      for (int64_t i = 0; i < count; ++i) out[i] = power(x[i * sa], e[i * sb]);
     });
   });
 }
 
 std::unique_ptr<PreparedKernel> pow_factory(const KernelArgs& args) {
-  args.expect_inputs(2, 2);
-  args.expect_outputs(1, 1);
+  check_pow(args);
   const TensorView& a = args.input(0);
   const TensorView& b = args.input(1);
   const TensorView& y = args.output(0);
-  args.expect_broadcast({a, b}, y);
-  args.expect_dtype(y, a.dtype, "output 0 (the base's dtype)");
   if (a.dtype == plan::INT64) {
     if (b.dtype == plan::FLOAT32) return make_pow<int64_t, float>(a, b, y);
-    args.expect_dtype(b, plan::INT64, "exponent (input 1) of an int64 base");
     return make_pow<int64_t, int64_t>(a, b, y);
   }
-  args.expect_dtype(a, plan::FLOAT32, "base (input 0)");
   if (b.dtype == plan::INT64) return make_pow<float, int64_t>(a, b, y);
-  args.expect_dtype(b, plan::FLOAT32, "exponent (input 1)");
   return make_pow<float, float>(a, b, y);
 }
 
@@ -135,40 +107,21 @@ std::unique_ptr<PreparedKernel> make_pow_grad(const KernelArgs& args, F f) {
        pdx = dx.as<float>()](const StepContext&) { ternary_rows(loop, pdx, pdy, pa, pb, f); });
 }
 
-void check_pow_grad(const KernelArgs& args) {
-  args.expect_inputs(3, 3);
-  args.expect_outputs(1, 1);
-  const TensorView& dx = args.output(0);
-  args.expect_dtype(dx, plan::FLOAT32, "output 0");
-  args.expect_dtype(args.input(0), plan::FLOAT32, "dY (input 0)");
-  args.expect_dtype(args.input(1), plan::FLOAT32, "A (input 1)");
-  args.expect_same_shape(args.input(0), "dY (input 0)", dx, "output 0");
-  args.expect_broadcast({args.input(0), args.input(1), args.input(2)}, dx);
-}
-
-// piper.PowBaseGrad(dY, A, B): dY · B · A^(B−1), 0 where B = 0 (as PyTorch).
+// piper.PowBaseGrad(dY, A, B).
 std::unique_ptr<PreparedKernel> pow_base_grad_factory(const KernelArgs& args) {
-  check_pow_grad(args);
+  check_pow_grad(args, true);
   const auto f = [](float dy, float a, auto b) {
-    const float e = static_cast<float>(b);
-    if (e == 0.0f) return 0.0f;
-    if (e == 2.0f) return dy * 2.0f * a;
-    return dy * e * std::pow(a, e - 1.0f);
+    return pow_base_grad(dy, a, static_cast<float>(b));
   };
   if (args.input(2).dtype == plan::INT64) return make_pow_grad<int64_t>(args, f);
-  args.expect_dtype(args.input(2), plan::FLOAT32, "B (input 2)");
   return make_pow_grad<float>(args, f);
 }
 
-// piper.PowExponentGrad(dY, A, Y): dY · Y · log(A), 0 where A = 0 and Y is finite (that is,
-// B ≥ 0; as PyTorch).
+// piper.PowExponentGrad(dY, A, Y).
 std::unique_ptr<PreparedKernel> pow_exponent_grad_factory(const KernelArgs& args) {
-  check_pow_grad(args);
-  args.expect_dtype(args.input(2), plan::FLOAT32, "Y (input 2)");
-  return make_pow_grad<float>(args, [](float dy, float a, float y) {
-    if (a == 0.0f && std::isfinite(y)) return 0.0f;
-    return dy * y * std::log(a);
-  });
+  check_pow_grad(args, false);
+  return make_pow_grad<float>(
+      args, [](float dy, float a, float y) { return pow_exponent_grad(dy, a, y); });
 }
 
 // Max and Min: y = the largest (smallest) of the inputs broadcast to y; float32 or int64.
@@ -187,36 +140,15 @@ struct ExtremumFold {
 // piper.MaxMinGrad(dY, Y, X0, X1, ...), attribute `input` = i: dY · [Xi = Y] / #{j : Xj = Y}
 // in Y's shape.
 std::unique_ptr<PreparedKernel> max_min_grad_factory(const KernelArgs& args) {
-  if (args.num_inputs() < 3) {
-    args.fail("takes dY, Y and at least one forward input, the plan gives " +
-              std::to_string(args.num_inputs()) + " inputs");
-  }
-  args.expect_outputs(1, 1);
+  const int64_t which = check_max_min_grad(args);
   const TensorView& dy = args.input(0);
   const TensorView& y = args.input(1);
   const TensorView& dx = args.output(0);
-  args.expect_same_shape(dy, "dY (input 0)", dx, "output 0");
-  args.expect_same_shape(y, "Y (input 1)", dx, "output 0");
-  args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
-  args.expect_dtype(y, plan::FLOAT32, "Y (input 1)");
-  args.expect_dtype(dx, plan::FLOAT32, "output 0");
-  const size_t forward_inputs = args.num_inputs() - 2;
-  const int64_t which = args.attributes().require_int("input");
-  if (which < 0 || which >= static_cast<int64_t>(forward_inputs)) {
-    args.fail("attribute input = " + std::to_string(which) + " names none of the " +
-              std::to_string(forward_inputs) + " forward inputs");
-  }
   std::vector<StridedLoop> loops;
   std::vector<const float*> xs;
-  for (size_t k = 0; k < forward_inputs; ++k) {
-    const TensorView& x = args.input(k + 2);
-    args.expect_dtype(x, plan::FLOAT32, "X" + std::to_string(k));
-    if (!broadcasts_to(x.shape, y.shape)) {
-      args.fail("X" + std::to_string(k) + " " + shape_string(x.shape) +
-                " does not broadcast to Y " + shape_string(y.shape));
-    }
-    loops.push_back(broadcast_loop(y, {x}));
-    xs.push_back(x.as<const float>());
+  for (size_t k = 2; k < args.num_inputs(); ++k) {
+    loops.push_back(broadcast_loop(y, {args.input(k)}));
+    xs.push_back(args.input(k).as<const float>());
   }
   std::vector<float> ties(static_cast<size_t>(y.elements()));
   return make_kernel([loops, xs, ties, which, pdy = dy.as<const float>(), py = y.as<const float>(),
@@ -244,6 +176,70 @@ std::unique_ptr<PreparedKernel> max_min_grad_factory(const KernelArgs& args) {
 }
 
 }  // namespace
+
+void check_pow(const KernelArgs& args) {
+  args.expect_inputs(2, 2);
+  args.expect_outputs(1, 1);
+  const TensorView& a = args.input(0);
+  const TensorView& b = args.input(1);
+  args.expect_broadcast({a, b}, args.output(0));
+  args.expect_dtype(args.output(0), a.dtype, "output 0 (the base's dtype)");
+  if (a.dtype == plan::INT64) {
+    if (b.dtype != plan::FLOAT32) {
+      args.expect_dtype(b, plan::INT64, "exponent (input 1) of an int64 base");
+    }
+    return;
+  }
+  args.expect_dtype(a, plan::FLOAT32, "base (input 0)");
+  if (b.dtype != plan::INT64) args.expect_dtype(b, plan::FLOAT32, "exponent (input 1)");
+}
+
+void check_pow_grad(const KernelArgs& args, bool base) {
+  args.expect_inputs(3, 3);
+  args.expect_outputs(1, 1);
+  const TensorView& dx = args.output(0);
+  args.expect_dtype(dx, plan::FLOAT32, "output 0");
+  args.expect_dtype(args.input(0), plan::FLOAT32, "dY (input 0)");
+  args.expect_dtype(args.input(1), plan::FLOAT32, "A (input 1)");
+  args.expect_same_shape(args.input(0), "dY (input 0)", dx, "output 0");
+  args.expect_broadcast({args.input(0), args.input(1), args.input(2)}, dx);
+  if (!base) {
+    args.expect_dtype(args.input(2), plan::FLOAT32, "Y (input 2)");
+  } else if (args.input(2).dtype != plan::INT64) {
+    args.expect_dtype(args.input(2), plan::FLOAT32, "B (input 2)");
+  }
+}
+
+int64_t check_max_min_grad(const KernelArgs& args) {
+  if (args.num_inputs() < 3) {
+    args.fail("takes dY, Y and at least one forward input, the plan gives " +
+              std::to_string(args.num_inputs()) + " inputs");
+  }
+  args.expect_outputs(1, 1);
+  const TensorView& dy = args.input(0);
+  const TensorView& y = args.input(1);
+  const TensorView& dx = args.output(0);
+  args.expect_same_shape(dy, "dY (input 0)", dx, "output 0");
+  args.expect_same_shape(y, "Y (input 1)", dx, "output 0");
+  args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
+  args.expect_dtype(y, plan::FLOAT32, "Y (input 1)");
+  args.expect_dtype(dx, plan::FLOAT32, "output 0");
+  const size_t forward_inputs = args.num_inputs() - 2;
+  const int64_t which = args.attributes().require_int("input");
+  if (which < 0 || which >= static_cast<int64_t>(forward_inputs)) {
+    args.fail("attribute input = " + std::to_string(which) + " names none of the " +
+              std::to_string(forward_inputs) + " forward inputs");
+  }
+  for (size_t k = 0; k < forward_inputs; ++k) {
+    const TensorView& x = args.input(k + 2);
+    args.expect_dtype(x, plan::FLOAT32, "X" + std::to_string(k));
+    if (!broadcasts_to(x.shape, y.shape)) {
+      args.fail("X" + std::to_string(k) + " " + shape_string(x.shape) +
+                " does not broadcast to Y " + shape_string(y.shape));
+    }
+  }
+  return which;
+}
 
 void register_math_kernels(KernelTable& table) {
   table["Pow"] = pow_factory;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/op_checks.h"
 #include "engine/cpu/parallel.h"
 #include "engine/cpu/strided_loop.h"
 #include "formats/error.h"
@@ -329,26 +330,11 @@ std::unique_ptr<PreparedKernel> reduce_max_factory(const KernelArgs& args) {
 // dX = dY · [X = Y] / (the number of elements equal to Y in the reduced group), with dY and Y
 // broadcast back over the reduced axes.
 std::unique_ptr<PreparedKernel> reduce_max_grad_factory(const KernelArgs& args) {
-  args.expect_inputs(3, 3);
-  args.expect_outputs(1, 1);
+  const Shape kept = check_reduce_max_grad(args);
   const TensorView& dy = args.input(0);
   const TensorView& x = args.input(1);
   const TensorView& y = args.input(2);
   const TensorView& dx = args.output(0);
-  args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
-  args.expect_dtype(x, plan::FLOAT32, "X (input 1)");
-  args.expect_dtype(y, plan::FLOAT32, "Y (input 2)");
-  args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
-  args.expect_same_shape(x, "X (input 1)", dx, "dX (output 0)");
-  Shape kept = x.shape;
-  for (int64_t a : normalize_axes(args, args.attributes().get_ints("axes", {}), x.rank())) {
-    kept[a] = 1;
-  }
-  if (dy.elements() != num_elements(kept) || y.elements() != num_elements(kept)) {
-    args.fail("dY " + shape_string(dy.shape) + " and Y " + shape_string(y.shape) +
-              " must hold one element per reduced group of X " + shape_string(x.shape) + " (" +
-              shape_string(kept) + ")");
-  }
   std::vector<float> ties(static_cast<size_t>(num_elements(kept)));
   return make_kernel([slabs = reduction_slabs(x.shape, kept), ties, pdy = dy.as<const float>(),
                       px = x.as<const float>(), py = y.as<const float>(),
@@ -377,6 +363,30 @@ std::unique_ptr<PreparedKernel> reduce_max_grad_factory(const KernelArgs& args) 
 }
 
 }  // namespace
+
+Shape check_reduce_max_grad(const KernelArgs& args) {
+  args.expect_inputs(3, 3);
+  args.expect_outputs(1, 1);
+  const TensorView& dy = args.input(0);
+  const TensorView& x = args.input(1);
+  const TensorView& y = args.input(2);
+  const TensorView& dx = args.output(0);
+  args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
+  args.expect_dtype(x, plan::FLOAT32, "X (input 1)");
+  args.expect_dtype(y, plan::FLOAT32, "Y (input 2)");
+  args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
+  args.expect_same_shape(x, "X (input 1)", dx, "dX (output 0)");
+  Shape kept = x.shape;
+  for (int64_t a : normalize_axes(args, args.attributes().get_ints("axes", {}), x.rank())) {
+    kept[a] = 1;
+  }
+  if (dy.elements() != num_elements(kept) || y.elements() != num_elements(kept)) {
+    args.fail("dY " + shape_string(dy.shape) + " and Y " + shape_string(y.shape) +
+              " must hold one element per reduced group of X " + shape_string(x.shape) + " (" +
+              shape_string(kept) + ")");
+  }
+  return kept;
+}
 
 void register_reduce_kernels(KernelTable& table) {
   table["ReduceMean"] = reduce_mean_factory;

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/op_checks.h"
 #include "formats/error.h"
 
 namespace piper::engine::cpu {
@@ -21,10 +22,7 @@ std::unique_ptr<PreparedKernel> make_cum_sum(const KernelArgs& args, const Tenso
                       acc = std::vector<Acc>()](const StepContext&) mutable {
     const int64_t rank = static_cast<int64_t>(shape.size());
     const int64_t a = *pa < 0 ? *pa + rank : *pa;
-    if (a < 0 || a >= rank) {
-      throw Error(op + ": axis " + std::to_string(*pa) + " is out of range for rank " +
-                  std::to_string(rank));
-    }
+    if (a < 0 || a >= rank) throw Error(cum_sum_axis_error(op, *pa, rank));
     int64_t outer = 1, inner = 1;
     for (int64_t d = 0; d < a; ++d) outer *= shape[d];
     for (int64_t d = a + 1; d < rank; ++d) inner *= shape[d];
@@ -47,18 +45,11 @@ std::unique_ptr<PreparedKernel> make_cum_sum(const KernelArgs& args, const Tenso
 }
 
 std::unique_ptr<PreparedKernel> cum_sum_factory(const KernelArgs& args) {
-  args.expect_inputs(2, 2);
-  args.expect_outputs(1, 1);
+  check_cum_sum(args);
   const TensorView& x = args.input(0);
   const TensorView& axis = args.input(1);
   const TensorView& y = args.output(0);
-  args.expect_dtype(x, y.dtype, "input 0");
-  args.expect_same_shape(x, "input 0", y, "output 0");
-  args.expect_dtype(axis, plan::INT64, "axis (input 1)");
-  if (axis.elements() != 1) args.fail("axis (input 1) must hold one value");
-  if (x.rank() == 0) args.fail("the input must have at least one dimension");
   if (y.dtype == plan::INT64) return make_cum_sum<int64_t, int64_t>(args, x, axis, y);
-  args.expect_dtype(y, plan::FLOAT32, "output 0");
   return make_cum_sum<float, double>(args, x, axis, y);
 }
 
@@ -117,6 +108,25 @@ std::unique_ptr<PreparedKernel> constant_of_shape_factory(const KernelArgs& args
 }
 
 }  // namespace
+
+void check_cum_sum(const KernelArgs& args) {
+  args.expect_inputs(2, 2);
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  const TensorView& axis = args.input(1);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(x, y.dtype, "input 0");
+  args.expect_same_shape(x, "input 0", y, "output 0");
+  args.expect_dtype(axis, plan::INT64, "axis (input 1)");
+  if (axis.elements() != 1) args.fail("axis (input 1) must hold one value");
+  if (x.rank() == 0) args.fail("the input must have at least one dimension");
+  if (y.dtype != plan::INT64) args.expect_dtype(y, plan::FLOAT32, "output 0");
+}
+
+std::string cum_sum_axis_error(const std::string& op, int64_t axis, int64_t rank) {
+  return op + ": axis " + std::to_string(axis) + " is out of range for rank " +
+         std::to_string(rank);
+}
 
 void register_sequence_kernels(KernelTable& table) {
   table["CumSum"] = cum_sum_factory;

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
+#include <utility>
 
 #include "engine/cuda/check.h"
 #include "formats/error.h"
@@ -139,22 +140,37 @@ void CudaContext::release_queue(Queue& queue) const {
 }
 
 int32_t CudaContext::fault_code(std::string subject, std::string rest) {
+  return fault_code(
+      [subject = std::move(subject), rest = std::move(rest)](int64_t value, int64_t position) {
+        return subject + " " + std::to_string(value) + " at position " + std::to_string(position) +
+               " " + rest;
+      });
+}
+
+int32_t CudaContext::fault_code(std::function<std::string(int64_t, int64_t)> format) {
   std::lock_guard lock(faults_mutex_);
-  faults_.emplace_back(std::move(subject), std::move(rest));
+  faults_.push_back(std::move(format));
   return static_cast<int32_t>(faults_.size());
+}
+
+void CudaContext::report_failure(std::string message) {
+  std::lock_guard lock(faults_mutex_);
+  if (failure_.empty()) failure_ = std::move(message);
 }
 
 void CudaContext::check_faults(cudaStream_t stream) {
   DeviceFault fault{};
   PIPER_CUDA_CHECK(cudaMemcpyAsync(&fault, fault_, sizeof fault, cudaMemcpyDeviceToHost, stream));
   PIPER_CUDA_CHECK(cudaStreamSynchronize(stream));
+  {
+    std::lock_guard lock(faults_mutex_);
+    if (!failure_.empty()) throw Error(std::exchange(failure_, std::string()));
+  }
   if (fault.code == 0) return;
   PIPER_CUDA_CHECK(cudaMemsetAsync(fault_, 0, sizeof fault, stream));
   PIPER_CUDA_CHECK(cudaStreamSynchronize(stream));
   std::lock_guard lock(faults_mutex_);
-  const auto& [subject, rest] = faults_.at(static_cast<size_t>(fault.code - 1));
-  throw Error(subject + " " + std::to_string(fault.value) + " at position " +
-              std::to_string(fault.position) + " " + rest);
+  throw Error(faults_.at(static_cast<size_t>(fault.code - 1))(fault.value, fault.position));
 }
 
 std::unique_ptr<DeviceStreams> CudaContext::make_streams(size_t streams, int events) {

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,10 +48,15 @@ class CudaContext {
   // "<subject> <value> at position <position> <rest>", e.g. subject "Gather: index", rest "is
   // out of range for an axis of size 64; check the indices data".
   int32_t fault_code(std::string subject, std::string rest);
+  // Registers a fault whose message `format(value, position)` writes.
+  int32_t fault_code(std::function<std::string(int64_t value, int64_t position)> format);
   DeviceFault* device_fault() const { return fault_; }
   // After `stream`'s work: throws piper::Error for the first fault reported since the last
   // check (and clears it).
   void check_faults(cudaStream_t stream);
+  // Reports a failure found on the host about device work (an NCCL operation that timed out),
+  // which the next check_faults() throws, whichever stream it checks. The first report wins.
+  void report_failure(std::string message);
 
   std::unique_ptr<DeviceStreams> make_streams(size_t streams, int events);
 
@@ -66,7 +72,8 @@ class CudaContext {
   cublasLtHandle_t blas_ = nullptr;
   DeviceFault* fault_ = nullptr;
   std::mutex faults_mutex_;
-  std::vector<std::pair<std::string, std::string>> faults_;
+  std::vector<std::function<std::string(int64_t, int64_t)>> faults_;
+  std::string failure_;  // from report_failure(), guarded by faults_mutex_
 };
 
 }  // namespace piper::engine::cuda

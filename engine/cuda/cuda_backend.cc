@@ -2,11 +2,67 @@
 
 #include <algorithm>
 
+#include "engine/cpu/widened_kernel.h"
 #include "engine/cuda/check.h"
+#include "engine/cuda/ops.h"
 #include "engine/runtime/host_staging.h"
 #include "formats/error.h"
 
 namespace piper::engine::cuda {
+namespace {
+
+// `factory`'s kernel, which takes float32 only, on float32 copies of the bfloat16 tensors in
+// device memory the kernel owns (a tensor that is both input and output shares one copy), as
+// the CPU backend runs its kernels (engine/cpu/widened_kernel.h): each run widens every copy,
+// runs the kernel and rounds the outputs' copies back, on the calling thread's queue.
+std::unique_ptr<PreparedKernel> prepare_widened(CudaContext& context, const plan::Kernel& kernel,
+                                                std::vector<TensorView> inputs,
+                                                std::vector<TensorView> outputs,
+                                                const CudaKernelFactory& factory) {
+  struct Copy {
+    void* narrow;
+    int64_t count;
+    std::shared_ptr<float> wide;
+    bool written;
+  };
+  std::vector<Copy> copies;
+  auto widen_view = [&copies](TensorView& view, bool written) {
+    if (!view.present() || view.dtype != plan::BFLOAT16) return;
+    auto found = std::find_if(copies.begin(), copies.end(),
+                              [&](const Copy& copy) { return copy.narrow == view.data; });
+    if (found == copies.end()) {
+      // One element at least: a present tensor keeps a non-null address.
+      copies.push_back({view.data, view.elements(),
+                        device_array<float>(std::max<int64_t>(view.elements(), 1)), false});
+      found = copies.end() - 1;
+    }
+    found->written = found->written || written;
+    view = TensorView{found->wide.get(), plan::FLOAT32, view.shape};
+  };
+  for (TensorView& view : inputs) widen_view(view, false);
+  for (TensorView& view : outputs) widen_view(view, true);
+  auto widen_all = [&context, copies] {
+    for (const Copy& copy : copies) {
+      launch_cast(Element::kBFloat16, Element::kFloat32, copy.count, copy.narrow, copy.wide.get(),
+                  context.stream());
+    }
+  };
+  widen_all();  // constant inputs hold their values already, and kernels may read them now
+  const std::shared_ptr<PreparedKernel> inner =
+      factory(KernelArgs(kernel, std::move(inputs), std::move(outputs)), context);
+  return make_kernel([&context, copies, widen_all, inner](const StepContext& step) {
+    widen_all();
+    inner->run(step);
+    for (const Copy& copy : copies) {
+      if (copy.written) {
+        launch_cast(Element::kFloat32, Element::kBFloat16, copy.count, copy.wide.get(), copy.narrow,
+                    context.stream());
+      }
+    }
+  });
+}
+
+}  // namespace
 
 CudaBackend::CudaBackend() {
   register_elementwise_kernels(table_);
@@ -18,6 +74,13 @@ CudaBackend::CudaBackend() {
   register_loss_kernels(table_);
   register_optimizer_kernels(table_);
   register_fused_kernels(table_);
+  register_slicing_kernels(table_);
+  register_dropout_kernels(table_);
+  register_power_kernels(table_);
+  register_extremum_grad_kernels(table_);
+  register_selection_kernels(table_);
+  register_scan_kernels(table_);
+  register_gather_elements_kernels(table_);
 }
 
 void* CudaBackend::allocate(size_t bytes) {
@@ -93,6 +156,38 @@ std::vector<std::string> CudaBackend::device_ops() const {
   return ops;
 }
 
+std::vector<std::string> CudaBackend::bfloat16_ops() {
+  return {"Add",
+          "Cast",
+          "Concat",
+          "Div",
+          "Expand",
+          "Flatten",
+          "Gemm",
+          "Identity",
+          "MatMul",
+          "Max",
+          "Min",
+          "Mul",
+          "Reshape",
+          "Slice",
+          "Split",
+          "Squeeze",
+          "Sub",
+          "Sum",
+          "Transpose",
+          "Unsqueeze",
+          "Where",
+          "piper.BiasGelu",
+          "piper.BiasGeluGrad",
+          "piper.FusedAttention",
+          "piper.FusedAttentionGrad",
+          "piper.MatMul",
+          "piper.Shard",
+          "piper.SliceGrad",
+          "piper.SumTo"};
+}
+
 std::vector<std::string> CudaBackend::host_ops() const {
   std::vector<std::string> ops;
   for (const std::string& op : host_.supported_ops()) {
@@ -107,6 +202,12 @@ std::unique_ptr<PreparedKernel> CudaBackend::prepare(const plan::Kernel& kernel,
   context_.activate();
   const auto found = table_.find(kernel.op_type());
   if (found != table_.end()) {
+    const std::vector<std::string> native = bfloat16_ops();
+    if (cpu::has_bfloat16(inputs, outputs) &&
+        std::find(native.begin(), native.end(), kernel.op_type()) == native.end()) {
+      return prepare_widened(context_, kernel, std::move(inputs), std::move(outputs),
+                             found->second);
+    }
     const KernelArgs args(kernel, std::move(inputs), std::move(outputs));
     return found->second(args, context_);
   }

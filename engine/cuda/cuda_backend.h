@@ -2,7 +2,11 @@
 // stream per plan stream and one CUDA event per plan event, cuBLASLt for matrix
 // products and Piper's kernels for the other ops. Ops without a CUDA kernel run the
 // CPU backend's kernel on host copies of their tensors (host_ops()), so that every
-// plan the CPU backend runs also runs here.
+// plan the CPU backend runs also runs here. Kernels compute in float32; bfloat16
+// tensors are rounded when written. The CUDA kernels of bfloat16_ops() take them as
+// they are; the other CUDA kernels run on float32 device copies of them (widened before
+// each run, outputs rounded back after); host ops get them as they are, as the CPU
+// backend takes them.
 #pragma once
 
 #include "engine/cpu/cpu_backend.h"
@@ -33,6 +37,8 @@ class CudaBackend : public Backend {
   std::vector<std::string> device_ops() const;
   // Op types that run through the CPU kernel on host copies, sorted.
   std::vector<std::string> host_ops() const;
+  // Op types whose CUDA kernels take bfloat16 tensors themselves, sorted.
+  static std::vector<std::string> bfloat16_ops();
 
   CudaContext& context() { return context_; }
 

@@ -3,6 +3,10 @@
 //   map2           dx[i] = f(dy[i], s[i])             saved-tensor gradients, contiguous
 //   binary         out = op(a, b) with broadcasting    strided offsets per element
 //   strided copy   transposes and broadcasts           strided offsets per element
+// The strided kernels take their tensors as views (Plain, or FloatView for float tensors that
+// may be bfloat16) that load and store elements.
+#include <cuda_bf16.h>
+
 #include <type_traits>
 
 #include "engine/cuda/device.cuh"
@@ -10,6 +14,19 @@
 
 namespace piper::engine::cuda {
 namespace {
+
+// A tensor of T, loaded and stored as it is.
+template <typename T>
+struct Plain {
+  T* data;
+  __device__ T load(int64_t i) const { return data[i]; }
+  __device__ void store(int64_t i, T value) const { data[i] = value; }
+};
+
+template <typename T>
+Plain<T> plain(const void* data) {
+  return Plain<T>{static_cast<T*>(const_cast<void*>(data))};
+}
 
 template <typename T, typename F>
 __global__ void map_kernel(int64_t n, const T* x, T* y, F f) {
@@ -21,55 +38,61 @@ __global__ void map2_kernel(int64_t n, const float* a, const float* b, float* y,
   PIPER_GRID_STRIDE_LOOP(i, n) { y[i] = f(a[i], b[i]); }
 }
 
-template <typename T, typename U, typename F>
-__global__ void binary_kernel(StridedIndex index, const T* a, const T* b, U* out, F f) {
+template <typename A, typename B, typename Out, typename F>
+__global__ void binary_kernel(StridedIndex index, A a, B b, Out out, F f) {
   int64_t offsets[3];
   PIPER_GRID_STRIDE_LOOP(i, index.total) {
     index.offsets(i, offsets);
-    out[offsets[0]] = f(a[offsets[1]], b[offsets[2]]);
+    out.store(offsets[0], f(a.load(offsets[1]), b.load(offsets[2])));
   }
 }
 
-template <typename T>
-__global__ void copy_kernel(StridedIndex index, const T* in, T* out) {
+template <typename V>
+__global__ void copy_kernel(StridedIndex index, V in, V out) {
   int64_t offsets[2];
   PIPER_GRID_STRIDE_LOOP(i, index.total) {
     index.offsets(i, offsets);
-    out[offsets[0]] = in[offsets[1]];
+    out.store(offsets[0], in.load(offsets[1]));
   }
 }
 
-__global__ void scaled_copy_kernel(StridedIndex index, const float* in, float* out, float scale) {
+__global__ void scaled_copy_kernel(StridedIndex index, FloatView in, FloatView out, float scale) {
   int64_t offsets[2];
   PIPER_GRID_STRIDE_LOOP(i, index.total) {
     index.offsets(i, offsets);
-    out[offsets[0]] = scale * in[offsets[1]];
+    out.store(offsets[0], scale * in.load(offsets[1]));
   }
 }
 
-template <typename T>
-__global__ void where_kernel(StridedIndex index, const uint8_t* condition, const T* x, const T* y,
-                             T* out) {
+template <typename V>
+__global__ void where_kernel(StridedIndex index, const uint8_t* condition, V x, V y, V out) {
   int64_t offsets[4];
   PIPER_GRID_STRIDE_LOOP(i, index.total) {
     index.offsets(i, offsets);
-    out[offsets[0]] = condition[offsets[1]] ? x[offsets[2]] : y[offsets[3]];
+    out.store(offsets[0], condition[offsets[1]] ? x.load(offsets[2]) : y.load(offsets[3]));
+  }
+}
+
+// One element as ONNX Cast converts it (engine/cpu/logical.cc); bfloat16 goes through float32.
+template <typename To, typename From>
+__device__ To convert(From v) {
+  if constexpr (std::is_same_v<From, __nv_bfloat16>) {
+    return convert<To>(__bfloat162float(v));
+  } else if constexpr (std::is_same_v<To, __nv_bfloat16>) {
+    return __float2bfloat16_rn(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, uint8_t>) {
+    return v != From(0) ? 1 : 0;
+  } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, int64_t>) {
+    constexpr float kLimit = 9223372036854775808.0f;  // 2^63; NaN and beyond give INT64_MIN
+    return v >= -kLimit && v < kLimit ? static_cast<int64_t>(v) : INT64_MIN;
+  } else {
+    return static_cast<To>(v);
   }
 }
 
 template <typename From, typename To>
 __global__ void cast_kernel(int64_t n, const From* x, To* y) {
-  PIPER_GRID_STRIDE_LOOP(i, n) {
-    const From v = x[i];
-    if constexpr (std::is_same_v<To, uint8_t>) {
-      y[i] = v != From(0) ? 1 : 0;
-    } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, int64_t>) {
-      constexpr float kLimit = 9223372036854775808.0f;  // 2^63; NaN and beyond give INT64_MIN
-      y[i] = v >= -kLimit && v < kLimit ? static_cast<int64_t>(v) : INT64_MIN;
-    } else {
-      y[i] = static_cast<To>(v);
-    }
-  }
+  PIPER_GRID_STRIDE_LOOP(i, n) { y[i] = convert<To>(x[i]); }
 }
 
 template <typename T, typename F>
@@ -87,37 +110,35 @@ void map2(int64_t n, const float* a, const float* b, float* y, F f, cudaStream_t
   PIPER_CUDA_LAUNCH_CHECK("map2_kernel");
 }
 
-template <typename T, typename U, typename F>
-void binary(const StridedIndex& index, const void* a, const void* b, void* out, F f,
-            cudaStream_t stream) {
+template <typename A, typename B, typename Out, typename F>
+void binary(const StridedIndex& index, A a, B b, Out out, F f, cudaStream_t stream) {
   if (index.total == 0) return;
-  binary_kernel<<<blocks_for(index.total), kThreads, 0, stream>>>(
-      index, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<U*>(out), f);
+  binary_kernel<<<blocks_for(index.total), kThreads, 0, stream>>>(index, a, b, out, f);
   PIPER_CUDA_LAUNCH_CHECK("binary_kernel");
 }
 
-// Arithmetic for T in {float, int64}; NaN propagates through Max and Min, as in PyTorch.
-template <typename T>
-void arithmetic(Binary op, const StridedIndex& index, const void* a, const void* b, void* out,
-                cudaStream_t stream) {
+// Arithmetic on views V of T (float32 for float views, which may store bfloat16); NaN
+// propagates through Max and Min, as in PyTorch.
+template <typename T, typename V>
+void arithmetic(Binary op, const StridedIndex& index, V a, V b, V out, cudaStream_t stream) {
   switch (op) {
     case Binary::kAdd:
-      return binary<T, T>(
+      return binary(
           index, a, b, out, [] __device__(T x, T y) { return x + y; }, stream);
     case Binary::kSub:
-      return binary<T, T>(
+      return binary(
           index, a, b, out, [] __device__(T x, T y) { return x - y; }, stream);
     case Binary::kMul:
-      return binary<T, T>(
+      return binary(
           index, a, b, out, [] __device__(T x, T y) { return x * y; }, stream);
     case Binary::kDiv:
-      return binary<T, T>(
+      return binary(
           index, a, b, out, [] __device__(T x, T y) { return x / y; }, stream);
     case Binary::kMax:
-      return binary<T, T>(
+      return binary(
           index, a, b, out, [] __device__(T x, T y) { return y != y || y > x ? y : x; }, stream);
     case Binary::kMin:
-      return binary<T, T>(
+      return binary(
           index, a, b, out, [] __device__(T x, T y) { return y != y || y < x ? y : x; }, stream);
     default:
       break;
@@ -127,19 +148,34 @@ void arithmetic(Binary op, const StridedIndex& index, const void* a, const void*
 template <typename T>
 void comparison(Binary op, const StridedIndex& index, const void* a, const void* b, void* out,
                 cudaStream_t stream) {
+  const Plain<T> x = plain<T>(a), y = plain<T>(b);
+  const Plain<uint8_t> z = plain<uint8_t>(out);
   switch (op) {
     case Binary::kEqual:
-      return binary<T, uint8_t>(
-          index, a, b, out, [] __device__(T x, T y) -> uint8_t { return x == y; }, stream);
+      return binary(
+          index, x, y, z, [] __device__(T u, T v) -> uint8_t { return u == v; }, stream);
     case Binary::kLess:
-      return binary<T, uint8_t>(
-          index, a, b, out, [] __device__(T x, T y) -> uint8_t { return x < y; }, stream);
+      return binary(
+          index, x, y, z, [] __device__(T u, T v) -> uint8_t { return u < v; }, stream);
     case Binary::kGreater:
-      return binary<T, uint8_t>(
-          index, a, b, out, [] __device__(T x, T y) -> uint8_t { return x > y; }, stream);
+      return binary(
+          index, x, y, z, [] __device__(T u, T v) -> uint8_t { return u > v; }, stream);
     default:
       break;
   }
+}
+
+template <typename V>
+void copy(const StridedIndex& index, V in, V out, cudaStream_t stream) {
+  copy_kernel<<<blocks_for(index.total), kThreads, 0, stream>>>(index, in, out);
+  PIPER_CUDA_LAUNCH_CHECK("copy_kernel");
+}
+
+template <typename V>
+void where(const StridedIndex& index, const uint8_t* condition, V x, V y, V out,
+           cudaStream_t stream) {
+  where_kernel<<<blocks_for(index.total), kThreads, 0, stream>>>(index, condition, x, y, out);
+  PIPER_CUDA_LAUNCH_CHECK("where_kernel");
 }
 
 template <typename From>
@@ -149,6 +185,9 @@ void cast_from(Element to, int64_t n, const void* x, void* y, cudaStream_t strea
   switch (to) {
     case Element::kFloat32:
       cast_kernel<<<blocks, kThreads, 0, stream>>>(n, in, static_cast<float*>(y));
+      break;
+    case Element::kBFloat16:
+      cast_kernel<<<blocks, kThreads, 0, stream>>>(n, in, static_cast<__nv_bfloat16*>(y));
       break;
     case Element::kInt64:
       cast_kernel<<<blocks, kThreads, 0, stream>>>(n, in, static_cast<int64_t*>(y));
@@ -239,22 +278,29 @@ void launch_saved_grad(SavedGrad op, int64_t n, const float* dy, const float* s,
   }
 }
 
+void launch_float_binary(Binary op, const StridedIndex& index, FloatView a, FloatView b,
+                         FloatView out, cudaStream_t stream) {
+  arithmetic<float>(op, index, a, b, out, stream);
+}
+
 void launch_binary(Binary op, Element type, const StridedIndex& index, const void* a, const void* b,
                    void* out, cudaStream_t stream) {
   const bool compare = op == Binary::kEqual || op == Binary::kLess || op == Binary::kGreater;
   switch (type) {
     case Element::kFloat32:
-      return compare ? comparison<float>(op, index, a, b, out, stream)
-                     : arithmetic<float>(op, index, a, b, out, stream);
+      return comparison<float>(op, index, a, b, out, stream);
     case Element::kInt64:
       return compare ? comparison<int64_t>(op, index, a, b, out, stream)
-                     : arithmetic<int64_t>(op, index, a, b, out, stream);
+                     : arithmetic<int64_t>(op, index, plain<int64_t>(a), plain<int64_t>(b),
+                                           plain<int64_t>(out), stream);
     case Element::kBool:
       return comparison<uint8_t>(op, index, a, b, out, stream);
+    case Element::kBFloat16:  // arithmetic goes through launch_float_binary
+      break;
   }
 }
 
-void launch_scaled_copy(const StridedIndex& index, const float* in, float* out, float scale,
+void launch_scaled_copy(const StridedIndex& index, FloatView in, FloatView out, float scale,
                         cudaStream_t stream) {
   if (index.total == 0) return;
   scaled_copy_kernel<<<blocks_for(index.total), kThreads, 0, stream>>>(index, in, out, scale);
@@ -264,46 +310,41 @@ void launch_scaled_copy(const StridedIndex& index, const float* in, float* out, 
 void launch_strided_copy(const StridedIndex& index, size_t element_bytes, const void* in, void* out,
                          cudaStream_t stream) {
   if (index.total == 0) return;
-  const unsigned int blocks = blocks_for(index.total);
   switch (element_bytes) {
     case 8:
-      copy_kernel<<<blocks, kThreads, 0, stream>>>(index, static_cast<const uint64_t*>(in),
-                                                   static_cast<uint64_t*>(out));
-      break;
+      return copy(index, plain<uint64_t>(in), plain<uint64_t>(out), stream);
     case 4:
-      copy_kernel<<<blocks, kThreads, 0, stream>>>(index, static_cast<const uint32_t*>(in),
-                                                   static_cast<uint32_t*>(out));
-      break;
+      return copy(index, plain<uint32_t>(in), plain<uint32_t>(out), stream);
+    case 2:
+      return copy(index, plain<uint16_t>(in), plain<uint16_t>(out), stream);
     default:
-      copy_kernel<<<blocks, kThreads, 0, stream>>>(index, static_cast<const uint8_t*>(in),
-                                                   static_cast<uint8_t*>(out));
-      break;
+      return copy(index, plain<uint8_t>(in), plain<uint8_t>(out), stream);
   }
-  PIPER_CUDA_LAUNCH_CHECK("copy_kernel");
 }
 
 void launch_where(const StridedIndex& index, size_t element_bytes, const uint8_t* condition,
                   const void* x, const void* y, void* out, cudaStream_t stream) {
   if (index.total == 0) return;
-  const unsigned int blocks = blocks_for(index.total);
   switch (element_bytes) {
     case 8:
-      where_kernel<<<blocks, kThreads, 0, stream>>>(
-          index, condition, static_cast<const uint64_t*>(x), static_cast<const uint64_t*>(y),
-          static_cast<uint64_t*>(out));
-      break;
+      return where(index, condition, plain<uint64_t>(x), plain<uint64_t>(y), plain<uint64_t>(out),
+                   stream);
     case 4:
-      where_kernel<<<blocks, kThreads, 0, stream>>>(
-          index, condition, static_cast<const uint32_t*>(x), static_cast<const uint32_t*>(y),
-          static_cast<uint32_t*>(out));
-      break;
+      return where(index, condition, plain<uint32_t>(x), plain<uint32_t>(y), plain<uint32_t>(out),
+                   stream);
+    case 2:
+      return where(index, condition, plain<uint16_t>(x), plain<uint16_t>(y), plain<uint16_t>(out),
+                   stream);
     default:
-      where_kernel<<<blocks, kThreads, 0, stream>>>(
-          index, condition, static_cast<const uint8_t*>(x), static_cast<const uint8_t*>(y),
-          static_cast<uint8_t*>(out));
-      break;
+      return where(index, condition, plain<uint8_t>(x), plain<uint8_t>(y), plain<uint8_t>(out),
+                   stream);
   }
-  PIPER_CUDA_LAUNCH_CHECK("where_kernel");
+}
+
+void launch_float_where(const StridedIndex& index, const uint8_t* condition, FloatView x,
+                        FloatView y, FloatView out, cudaStream_t stream) {
+  if (index.total == 0) return;
+  where(index, condition, x, y, out, stream);
 }
 
 void launch_cast(Element from, Element to, int64_t n, const void* x, void* y, cudaStream_t stream) {
@@ -311,6 +352,8 @@ void launch_cast(Element from, Element to, int64_t n, const void* x, void* y, cu
   switch (from) {
     case Element::kFloat32:
       return cast_from<float>(to, n, x, y, stream);
+    case Element::kBFloat16:
+      return cast_from<__nv_bfloat16>(to, n, x, y, stream);
     case Element::kInt64:
       return cast_from<int64_t>(to, n, x, y, stream);
     case Element::kBool:

@@ -1,6 +1,7 @@
 // Launchers of the elementwise kernels (elementwise.cu): maps, broadcasting binary
 // ops and comparisons, strided copies (Transpose, Expand, BroadcastTo), Where and
-// Cast. Each issues one kernel to `stream` and checks its launch.
+// Cast. Each issues one kernel to `stream` and checks its launch. Float tensors given as
+// FloatView may be float32 or bfloat16, each its own; float pointers are float32.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -8,11 +9,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/cuda/float_view.h"
 #include "engine/cuda/strided.h"
 
 namespace piper::engine::cuda {
 
-enum class Element { kFloat32, kInt64, kBool };
+enum class Element { kFloat32, kBFloat16, kInt64, kBool };
 
 enum class Unary { kNeg, kRelu, kTanh, kSigmoid, kSqrt, kReciprocal, kExp, kLog, kErf, kNot };
 // y[i] = f(x[i]) for n elements: float32; kNeg also int64, kNot bool only.
@@ -25,21 +27,30 @@ void launch_saved_grad(SavedGrad op, int64_t n, const float* dy, const float* s,
                        cudaStream_t stream);
 
 enum class Binary { kAdd, kSub, kMul, kDiv, kMax, kMin, kEqual, kLess, kGreater };
-// out = op(a, b) over `index` (operands out, a, b): float32 or int64 (kDiv float32 only),
-// comparisons also bool, writing bool. `out` may be `a` when they share strides.
+// out = op(a, b) over `index` (operands out, a, b) for float tensors: kAdd, kSub, kMul, kDiv,
+// kMax, kMin. `out` may be `a` when they share strides.
+void launch_float_binary(Binary op, const StridedIndex& index, FloatView a, FloatView b,
+                         FloatView out, cudaStream_t stream);
+// The same for int64 (no kDiv); comparisons of float32, int64 or bool, writing bool.
 void launch_binary(Binary op, Element type, const StridedIndex& index, const void* a, const void* b,
                    void* out, cudaStream_t stream);
 
-// out = scale * in over `index` (operands out, in), float32.
-void launch_scaled_copy(const StridedIndex& index, const float* in, float* out, float scale,
+// out = scale * in over `index` (operands out, in), float tensors.
+void launch_scaled_copy(const StridedIndex& index, FloatView in, FloatView out, float scale,
                         cudaStream_t stream);
-// out = in over `index` (operands out, in) for elements of 1, 4 or 8 bytes.
+// out = in over `index` (operands out, in) for elements of 1, 2, 4 or 8 bytes.
 void launch_strided_copy(const StridedIndex& index, size_t element_bytes, const void* in, void* out,
                          cudaStream_t stream);
-// out = condition ? x : y over `index` (operands out, condition, x, y).
+// out = condition ? x : y over `index` (operands out, condition, x, y), elements of 1, 2, 4 or 8
+// bytes.
 void launch_where(const StridedIndex& index, size_t element_bytes, const uint8_t* condition,
                   const void* x, const void* y, void* out, cudaStream_t stream);
-// y[i] = x[i] converted as ONNX Cast (see engine/cpu/logical.cc) between different types.
+// The same for float tensors.
+void launch_float_where(const StridedIndex& index, const uint8_t* condition, FloatView x,
+                        FloatView y, FloatView out, cudaStream_t stream);
+// y[i] = x[i] converted as ONNX Cast (see engine/cpu/logical.cc) between different types;
+// bfloat16 converts through float32. Float32 shadows of bfloat16 tensors are widened and
+// narrowed with it.
 void launch_cast(Element from, Element to, int64_t n, const void* x, void* y, cudaStream_t stream);
 
 }  // namespace piper::engine::cuda

@@ -1,8 +1,11 @@
 // Elementwise ops on CUDA: Add, Sub, Mul, Div, Sum, Max, Min (numpy broadcasting),
 // Neg, Relu, Tanh, Sigmoid, Sqrt, Reciprocal, Exp, Log, Erf and their saved-tensor
 // gradients, Equal, Less, Greater, Not, Where and Cast. Checks follow the CPU kernels
-// (engine/cpu/elementwise.cc, math.cc, logical.cc, layout_ops.cc).
+// (engine/cpu/elementwise.cc, math.cc, logical.cc, layout_ops.cc). The broadcasting
+// arithmetic, Where and Cast take bfloat16 tensors too; the maps and comparisons take
+// float32, the backend widening bfloat16 tensors for them (CudaBackend::prepare).
 #include "engine/cpu/strided_loop.h"
+#include "engine/cuda/check.h"
 #include "engine/cuda/ops.h"
 #include "formats/error.h"
 
@@ -29,7 +32,8 @@ void expect_broadcast_to(const KernelArgs& args, const std::vector<TensorView>& 
   }
 }
 
-// Add, Sub, Mul, Div: two inputs of the output's dtype (int64 unless `float_only`).
+// Add, Sub, Mul, Div: two inputs of the output's dtype (int64 unless `float_only`), or, for a
+// float output, float inputs of either float dtype (a float32 scalar beside bfloat16 tensors).
 CudaKernelFactory binary_factory(Binary op, bool float_only) {
   return [op, float_only](const KernelArgs& args, CudaContext& context) {
     args.expect_inputs(2, 2);
@@ -37,12 +41,20 @@ CudaKernelFactory binary_factory(Binary op, bool float_only) {
     const TensorView& a = args.input(0);
     const TensorView& b = args.input(1);
     const TensorView& y = args.output(0);
+    args.expect_broadcast({a, b}, y);
+    const StridedIndex index = broadcast_index(y.shape, {a.shape, b.shape});
+    if (is_float(y.dtype)) {
+      expect_float(args, a, "input 0");
+      expect_float(args, b, "input 1");
+      return make_kernel([&context, op, index, fa = float_view(a), fb = float_view(b),
+                          fy = float_view(y)](const StepContext&) {
+        launch_float_binary(op, index, fa, fb, fy, context.stream());
+      });
+    }
     args.expect_dtype(a, y.dtype, "input 0");
     args.expect_dtype(b, y.dtype, "input 1");
-    args.expect_broadcast({a, b}, y);
     if (float_only) args.expect_dtype(y, plan::FLOAT32, "output 0");
     const Element type = element_type(args, y, "output 0");
-    const StridedIndex index = broadcast_index(y.shape, {a.shape, b.shape});
     return make_kernel(
         [&context, op, type, index, pa = a.data, pb = b.data, py = y.data](const StepContext&) {
           launch_binary(op, type, index, pa, pb, py, context.stream());
@@ -50,30 +62,58 @@ CudaKernelFactory binary_factory(Binary op, bool float_only) {
   };
 }
 
-// Sum, Max, Min: y = x0 broadcast, then y = op(y, xk) for each further input.
+// Sum, Max, Min: y = x0 broadcast, then y = op(y, xk) for each further input. Float inputs may
+// be of either float dtype; a bfloat16 output of several inputs folds them in float32 scratch
+// (stream-ordered, for the run) and is rounded once, from the last step.
 CudaKernelFactory fold_factory(Binary op) {
-  return [op](const KernelArgs& args, CudaContext& context) {
+  return [op](const KernelArgs& args, CudaContext& context) -> std::unique_ptr<PreparedKernel> {
     if (args.num_inputs() < 1) args.fail("takes at least one input, the plan gives none");
     args.expect_outputs(1, 1);
     const TensorView& y = args.output(0);
+    const bool floats = is_float(y.dtype);
     std::vector<TensorView> inputs;
     for (size_t i = 0; i < args.num_inputs(); ++i) {
       inputs.push_back(args.input(i));
-      args.expect_dtype(inputs[i], y.dtype, "input " + std::to_string(i));
+      const std::string what = "input " + std::to_string(i);
+      if (floats) {
+        expect_float(args, inputs[i], what);
+      } else {
+        args.expect_dtype(inputs[i], y.dtype, what);
+      }
     }
     args.expect_broadcast(inputs, y);
-    const Element type = element_type(args, y, "output 0");
-    const size_t width = dtype_size(y.dtype);
-    std::vector<std::pair<StridedIndex, const void*>> steps;
+    std::vector<std::pair<StridedIndex, TensorView>> steps;
     for (const TensorView& x : inputs) {
       const StridedIndex index = steps.empty() ? broadcast_index(y.shape, {x.shape})
                                                : broadcast_index(y.shape, {y.shape, x.shape});
-      steps.emplace_back(index, x.data);
+      steps.emplace_back(index, x);
     }
-    return make_kernel([&context, op, type, width, steps, py = y.data](const StepContext&) {
-      launch_strided_copy(steps[0].first, width, steps[0].second, py, context.stream());
+    if (floats) {
+      const bool scratch = y.dtype == plan::BFLOAT16 && steps.size() > 1;
+      return make_kernel([&context, op, steps, scratch, fy = float_view(y),
+                          bytes = y.elements() * sizeof(float)](const StepContext&) {
+        const cudaStream_t stream = context.stream();
+        FloatView sum = fy;  // the running fold
+        if (scratch) {
+          sum.bf16 = false;
+          PIPER_CUDA_CHECK(cudaMallocAsync(&sum.data, bytes, stream));
+        }
+        const size_t last = steps.size() - 1;
+        launch_scaled_copy(steps[0].first, float_view(steps[0].second), last == 0 ? fy : sum, 1.0f,
+                           stream);
+        for (size_t k = 1; k <= last; ++k) {
+          launch_float_binary(op, steps[k].first, sum, float_view(steps[k].second),
+                              k == last ? fy : sum, stream);
+        }
+        if (scratch) PIPER_CUDA_CHECK(cudaFreeAsync(sum.data, stream));
+      });
+    }
+    const Element type = element_type(args, y, "output 0");
+    return make_kernel([&context, op, type, steps, py = y.data](const StepContext&) {
+      launch_strided_copy(steps[0].first, dtype_size(steps[0].second.dtype), steps[0].second.data,
+                          py, context.stream());
       for (size_t k = 1; k < steps.size(); ++k) {
-        launch_binary(op, type, steps[k].first, py, steps[k].second, py, context.stream());
+        launch_binary(op, type, steps[k].first, py, steps[k].second.data, py, context.stream());
       }
     });
   };
@@ -146,14 +186,27 @@ std::unique_ptr<PreparedKernel> where_factory(const KernelArgs& args, CudaContex
   const TensorView& y = args.input(2);
   const TensorView& out = args.output(0);
   args.expect_dtype(c, plan::BOOL, "condition (input 0)");
-  args.expect_dtype(x, out.dtype, "X (input 1)");
-  args.expect_dtype(y, out.dtype, "Y (input 2)");
   expect_broadcast_to(args, {c, x, y}, out);
   const StridedIndex index = broadcast_index(out.shape, {c.shape, x.shape, y.shape});
+  if (is_float(out.dtype)) {  // X and Y of either float dtype
+    expect_float(args, x, "X (input 1)");
+    expect_float(args, y, "Y (input 2)");
+    return make_kernel([&context, index, pc = c.as<const uint8_t>(), fx = float_view(x),
+                        fy = float_view(y), fo = float_view(out)](const StepContext&) {
+      launch_float_where(index, pc, fx, fy, fo, context.stream());
+    });
+  }
+  args.expect_dtype(x, out.dtype, "X (input 1)");
+  args.expect_dtype(y, out.dtype, "Y (input 2)");
   return make_kernel([&context, index, width = dtype_size(out.dtype), pc = c.as<const uint8_t>(),
                       px = x.data, py = y.data, po = out.data](const StepContext&) {
     launch_where(index, width, pc, px, py, po, context.stream());
   });
+}
+
+// The element type of a Cast operand: float32, bfloat16, int64 or bool.
+Element cast_element(const KernelArgs& args, const TensorView& view, const std::string& what) {
+  return view.dtype == plan::BFLOAT16 ? Element::kBFloat16 : element_type(args, view, what, true);
 }
 
 std::unique_ptr<PreparedKernel> cast_factory(const KernelArgs& args, CudaContext& context) {
@@ -163,19 +216,20 @@ std::unique_ptr<PreparedKernel> cast_factory(const KernelArgs& args, CudaContext
   const TensorView& y = args.output(0);
   args.expect_same_shape(x, "input 0", y, "output 0");
   const int64_t to = args.attributes().require_int("to");
-  const plan::DType target = to == 1   ? plan::FLOAT32
-                             : to == 7 ? plan::INT64
-                             : to == 9 ? plan::BOOL
-                                       : plan::DTYPE_UNSPECIFIED;
+  const plan::DType target = to == 1    ? plan::FLOAT32
+                             : to == 7  ? plan::INT64
+                             : to == 9  ? plan::BOOL
+                             : to == 16 ? plan::BFLOAT16
+                                        : plan::DTYPE_UNSPECIFIED;
   if (target == plan::DTYPE_UNSPECIFIED) {
     args.fail("to = " + std::to_string(to) +
-              " is not a data type Piper supports (1 float32, 7 int64, 9 bool)");
+              " is not a data type Piper supports (1 float32, 7 int64, 9 bool, 16 bfloat16)");
   }
   args.expect_dtype(y, target, "output 0 (the dtype `to` names)");
-  const Element from = element_type(args, x, "input", true);
+  const Element from = cast_element(args, x, "input");
   if (x.dtype == y.dtype) return copy_kernel(context, x.data, y.data, y.bytes());
   return make_kernel(
-      [&context, from, into = element_type(args, y, "output", true), n = y.elements(), px = x.data,
+      [&context, from, into = cast_element(args, y, "output"), n = y.elements(), px = x.data,
        py = y.data](const StepContext&) { launch_cast(from, into, n, px, py, context.stream()); });
 }
 

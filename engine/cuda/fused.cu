@@ -26,15 +26,20 @@ __device__ float gelu_derivative(Gelu kind, float h) {
          0.5f * h * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kCubic * h * h);
 }
 
-__global__ void bias_gelu_kernel(Gelu kind, int64_t total, int64_t n, const float* x,
-                                 const float* bias, float* y) {
-  PIPER_GRID_STRIDE_LOOP(i, total) { y[i] = gelu(kind, bias ? x[i] + bias[i % n] : x[i]); }
+// x[i] + bias[i % n], or x[i] without a bias.
+__device__ float biased(int64_t i, int64_t n, FloatView x, FloatView bias) {
+  return bias.data != nullptr ? x.load(i) + bias.load(i % n) : x.load(i);
 }
 
-__global__ void bias_gelu_grad_kernel(Gelu kind, int64_t total, int64_t n, const float* dy,
-                                      const float* x, const float* bias, float* dx) {
+__global__ void bias_gelu_kernel(Gelu kind, int64_t total, int64_t n, FloatView x, FloatView bias,
+                                 FloatView y) {
+  PIPER_GRID_STRIDE_LOOP(i, total) { y.store(i, gelu(kind, biased(i, n, x, bias))); }
+}
+
+__global__ void bias_gelu_grad_kernel(Gelu kind, int64_t total, int64_t n, FloatView dy,
+                                      FloatView x, FloatView bias, FloatView dx) {
   PIPER_GRID_STRIDE_LOOP(i, total) {
-    dx[i] = dy[i] * gelu_derivative(kind, bias ? x[i] + bias[i % n] : x[i]);
+    dx.store(i, dy.load(i) * gelu_derivative(kind, biased(i, n, x, bias)));
   }
 }
 
@@ -45,7 +50,7 @@ __device__ float masked(const AttentionRows& r, const AttentionMask& mask, int64
   if (mask.kind == AttentionMask::Kind::kNone) return s;
   const int64_t at =
       mask.offsets[r.first_batch + row / r.t] + (row % r.t) * mask.row_stride + j * mask.key_stride;
-  if (mask.kind == AttentionMask::Kind::kAdd) return s + static_cast<const float*>(mask.data)[at];
+  if (mask.kind == AttentionMask::Kind::kAdd) return s + FloatView{mask.data, mask.bf16}.load(at);
   *filled = (static_cast<const uint8_t*>(mask.data)[at] != 0) == mask.fill_if;
   return *filled ? mask.fill : s;
 }
@@ -109,15 +114,15 @@ unsigned int row_blocks(int64_t rows) {
 
 }  // namespace
 
-void launch_bias_gelu(Gelu gelu, int64_t total, int64_t n, const float* x, const float* bias,
-                      float* y, cudaStream_t stream) {
+void launch_bias_gelu(Gelu gelu, int64_t total, int64_t n, FloatView x, FloatView bias, FloatView y,
+                      cudaStream_t stream) {
   if (total == 0) return;
   bias_gelu_kernel<<<blocks_for(total), kThreads, 0, stream>>>(gelu, total, n, x, bias, y);
   PIPER_CUDA_LAUNCH_CHECK("bias_gelu_kernel");
 }
 
-void launch_bias_gelu_grad(Gelu gelu, int64_t total, int64_t n, const float* dy, const float* x,
-                           const float* bias, float* dx, cudaStream_t stream) {
+void launch_bias_gelu_grad(Gelu gelu, int64_t total, int64_t n, FloatView dy, FloatView x,
+                           FloatView bias, FloatView dx, cudaStream_t stream) {
   if (total == 0) return;
   bias_gelu_grad_kernel<<<blocks_for(total), kThreads, 0, stream>>>(gelu, total, n, dy, x, bias,
                                                                     dx);

@@ -7,32 +7,36 @@
 
 #include <cstdint>
 
+#include "engine/cuda/float_view.h"
+
 namespace piper::engine::cuda {
 
 // GELU(h) = h · Φ(h): exactly (erf) or by its tanh approximation.
 enum class Gelu { kErf, kTanh };
 
-// y = GELU(x + bias) over `total` elements; bias (optional) has `n` elements, one per element
-// of x's last dimension.
-void launch_bias_gelu(Gelu gelu, int64_t total, int64_t n, const float* x, const float* bias,
-                      float* y, cudaStream_t stream);
+// y = GELU(x + bias) over `total` elements; bias (optional: null data) has `n` elements, one per
+// element of x's last dimension.
+void launch_bias_gelu(Gelu gelu, int64_t total, int64_t n, FloatView x, FloatView bias, FloatView y,
+                      cudaStream_t stream);
 // dx = dy · GELU'(x + bias).
-void launch_bias_gelu_grad(Gelu gelu, int64_t total, int64_t n, const float* dy, const float* x,
-                           const float* bias, float* dx, cudaStream_t stream);
+void launch_bias_gelu_grad(Gelu gelu, int64_t total, int64_t n, FloatView dy, FloatView x,
+                           FloatView bias, FloatView dx, cudaStream_t stream);
 
-// How attention scores are masked: a float mask is added, a bool mask sets a score to `fill`
-// where it equals `fill_if`. Element (b, i, j) of the mask is at
+// How attention scores are masked: a float mask (float32 or bfloat16) is added, a bool mask
+// sets a score to `fill` where it equals `fill_if`. Element (b, i, j) of the mask is at
 // offsets[b] + i · row_stride + j · key_stride (offsets: device memory, one per batch index).
 struct AttentionMask {
   enum class Kind { kNone, kAdd, kFill } kind = Kind::kNone;
-  const void* data = nullptr;
+  void* data = nullptr;
+  bool bf16 = false;  // kAdd: the mask is bfloat16
   const int64_t* offsets = nullptr;
   int64_t row_stride = 0, key_stride = 0;
   float fill = 0.0f;
   bool fill_if = true;
 };
 
-// Rows of scores of batch indices [first_batch, first_batch + batches), each [t, tk].
+// Rows of scores of batch indices [first_batch, first_batch + batches), each [t, tk]. Scores,
+// probabilities and their gradients are float32 whatever attention's operands are.
 struct AttentionRows {
   int64_t first_batch = 0, batches = 0, t = 0, tk = 0;
 };

@@ -2,7 +2,9 @@
 // piper.BiasGeluGrad, piper.FusedAttention and piper.FusedAttentionGrad. Checks follow
 // engine/cpu/fused_bias_gelu.cc and fused_attention.cc. Attention runs its products through
 // cuBLASLt and holds the scores of a chunk of batch indices at a time (at most
-// kChunkFloats), not of the whole [..., T, Tk] tensor.
+// kChunkFloats), not of the whole [..., T, Tk] tensor. All four take bfloat16 tensors:
+// they compute in float32 (attention's scores, softmax and score gradients included) and
+// round what they write.
 #include <algorithm>
 
 #include "engine/cpu/attention_geometry.h"
@@ -36,67 +38,111 @@ GeluShape gelu_shape(const KernelArgs& args, const TensorView& x, size_t bias_in
   return shape;
 }
 
-const float* optional_input(const KernelArgs& args, size_t i) {
-  return args.has_input(i) ? args.input(i).as<const float>() : nullptr;
+FloatView optional_input(const KernelArgs& args, size_t i) {
+  return args.has_input(i) ? float_view(args.input(i)) : FloatView{};
 }
 
+// X, Bias and Y each float32 or bfloat16.
 std::unique_ptr<PreparedKernel> bias_gelu_factory(const KernelArgs& args, CudaContext& context) {
   args.expect_inputs(1, 2);
   args.expect_outputs(1, 1);
-  const TensorView& x = args.input(0);
-  const GeluShape shape = gelu_shape(args, x, 1);
-  args.expect_dtype(args.output(0), plan::FLOAT32, "Y (output 0)");
-  args.expect_same_shape(x, "X (input 0)", args.output(0), "Y (output 0)");
-  return make_kernel([&context, shape, px = x.as<const float>(), bias = optional_input(args, 1),
-                      py = args.output(0).as<float>()](const StepContext&) {
-    launch_bias_gelu(shape.gelu, shape.total, shape.n, px, bias, py, context.stream());
+  const KernelArgs checked = float32_labelled(args);
+  const GeluShape shape = gelu_shape(checked, checked.input(0), 1);
+  checked.expect_dtype(checked.output(0), plan::FLOAT32, "Y (output 0)");
+  checked.expect_same_shape(checked.input(0), "X (input 0)", checked.output(0), "Y (output 0)");
+  return make_kernel([&context, shape, x = float_view(args.input(0)),
+                      bias = optional_input(args, 1),
+                      y = float_view(args.output(0))](const StepContext&) {
+    launch_bias_gelu(shape.gelu, shape.total, shape.n, x, bias, y, context.stream());
   });
 }
 
-// dX = dY · GELU'(X + Bias); dBias = Σ_rows dX (through device scratch when dX is omitted).
+// dX = dY · GELU'(X + Bias); dBias = Σ_rows of the float32 dX (through device scratch when dX
+// is omitted or bfloat16, which is then rounded from it). Each tensor float32 or bfloat16.
 std::unique_ptr<PreparedKernel> bias_gelu_grad_factory(const KernelArgs& args,
                                                        CudaContext& context) {
   args.expect_inputs(2, 3);
   args.expect_outputs(1, 2);
-  const TensorView& dy = args.input(0);
-  const TensorView& x = args.input(1);
-  const GeluShape shape = gelu_shape(args, x, 2);
-  args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
-  args.expect_same_shape(dy, "dY (input 0)", x, "X (input 1)");
-  float* dx = args.gradient_output(0, 1);
-  float* dbias = args.gradient_output(1, 2);
+  const KernelArgs checked = float32_labelled(args);
+  const TensorView& dy = checked.input(0);
+  const TensorView& x = checked.input(1);
+  const GeluShape shape = gelu_shape(checked, x, 2);
+  checked.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
+  checked.expect_same_shape(dy, "dY (input 0)", x, "X (input 1)");
+  const FloatView dx =
+      checked.gradient_output(0, 1) != nullptr ? float_view(args.output(0)) : FloatView{};
+  const FloatView dbias =
+      checked.gradient_output(1, 2) != nullptr ? float_view(args.output(1)) : FloatView{};
+  const bool staged = dbias.data != nullptr && (dx.data == nullptr || dx.bf16);
   std::shared_ptr<double> scratch;
   ReducePlan columns;
-  if (dbias != nullptr) {
+  if (dbias.data != nullptr) {
     const Shape matrix = {shape.total / shape.n, shape.n};
     columns = reduce_plan(Fold::kSum, matrix, {1, shape.n}, 1.0);
-    // Without dX the gradient goes to scratch first (doubles hold twice the floats needed).
+    // A staged gradient goes to scratch first (doubles hold twice the floats needed).
     const size_t partials = columns.chunks > 1 ? static_cast<size_t>(columns.chunks * shape.n) : 0;
-    scratch = device_doubles(partials + (dx == nullptr ? static_cast<size_t>(shape.total) : 0));
+    scratch = device_array<double>(partials + (staged ? static_cast<size_t>(shape.total) : 0));
   }
-  return make_kernel([&context, shape, columns, scratch, dx, dbias, pdy = dy.as<const float>(),
-                      px = x.as<const float>(),
+  return make_kernel([&context, shape, columns, scratch, staged, dx, dbias,
+                      pdy = float_view(args.input(0)), px = float_view(args.input(1)),
                       bias = optional_input(args, 2)](const StepContext&) {
     const cudaStream_t stream = context.stream();
     double* partials = scratch.get();
-    float* grad = dx;
-    if (grad == nullptr) {
-      grad = reinterpret_cast<float*>(partials);
+    FloatView grad = dx;
+    if (staged) {
+      grad = FloatView{partials, false};
       partials += (shape.total + 1) / 2;
     }
+    if (grad.data == nullptr) return;  // neither gradient is wanted
     launch_bias_gelu_grad(shape.gelu, shape.total, shape.n, pdy, px, bias, grad, stream);
-    if (dbias != nullptr) launch_reduce(columns, grad, dbias, partials, stream);
+    if (dbias.data == nullptr) return;
+    launch_reduce(columns, grad, dbias, partials, stream);
+    if (staged && dx.data != nullptr) {
+      launch_cast(Element::kFloat32, Element::kBFloat16, shape.total, grad.data, dx.data, stream);
+    }
   });
 }
 
-// The shared geometry, with the mask's per-batch offsets in device memory.
+// The shared geometry, with the mask's per-batch offsets in device memory, and how the
+// products run: Q, Kt, V (and Y, dY and the gradients) are all float32 or all bfloat16.
 struct Attention : cpu::AttentionGeometry {
   AttentionMask device_mask;  // the mask as the kernels read it
   std::shared_ptr<int64_t> mask_offsets_on_device;
+  cudaDataType_t type = CUDA_R_32F;  // of the operands
+  size_t element_bytes = 4;
+  bool tf32 = false;
+  uint32_t alignment = 256;  // of every operand of the products
 };
 
+// The common_alignment() of the tensors of `args` that have `dtype`: the products' operands.
+uint32_t operand_alignment(const KernelArgs& args, plan::DType dtype) {
+  uint32_t alignment = 256;
+  auto fold = [&](const TensorView& view) {
+    if (view.dtype == dtype) alignment = common_alignment({alignment, address(view.data)});
+  };
+  for (size_t i = 0; i < args.num_inputs(); ++i) {
+    if (args.has_input(i)) fold(args.input(i));
+  }
+  for (size_t i = 0; i < args.num_outputs(); ++i) {
+    if (args.has_output(i)) fold(args.output(i));
+  }
+  return alignment;
+}
+
 Attention attention(const KernelArgs& args, CudaContext& context, size_t first) {
-  Attention a{cpu::attention_geometry(args, first), {}, {}};
+  Attention a;
+  cpu::AttentionGeometry& geometry = a;
+  geometry = cpu::attention_geometry(float32_labelled(args), first);
+  const plan::DType dtype = args.input(first).dtype;
+  for (size_t i : {first + 1, first + 2}) {
+    args.expect_dtype(
+        args.input(i), dtype,
+        "input " + std::to_string(i) + " (Q's dtype, input " + std::to_string(first) + ")");
+  }
+  a.type = blas_type(dtype);
+  a.element_bytes = dtype_size(dtype);
+  a.tf32 = args.attributes().get_int("tf32", 0) != 0;
+  a.alignment = operand_alignment(args, dtype);
   using MaskKind = cpu::AttentionGeometry::MaskKind;
   if (a.mask == MaskKind::kNone) return a;
   a.device_mask.kind =
@@ -105,12 +151,13 @@ Attention attention(const KernelArgs& args, CudaContext& context, size_t first) 
   a.device_mask.fill_if = a.fill_if;
   a.device_mask.row_stride = a.mask_row_stride;
   a.device_mask.key_stride = a.mask_key_stride;
-  int64_t* device = nullptr;
-  PIPER_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device), a.mask_offsets.size() * 8 + 8));
-  a.mask_offsets_on_device = std::shared_ptr<int64_t>(device, [](int64_t* p) { cudaFree(p); });
-  copy_to_device(context, device, a.mask_offsets.data(), a.mask_offsets.size() * 8);
-  a.device_mask.data = args.input(first + 3).data;
-  a.device_mask.offsets = device;
+  a.mask_offsets_on_device = device_array<int64_t>(a.mask_offsets.size() + 1);
+  copy_to_device(context, a.mask_offsets_on_device.get(), a.mask_offsets.data(),
+                 a.mask_offsets.size() * sizeof(int64_t));
+  const TensorView& mask = args.input(first + 3);
+  a.device_mask.data = mask.data;
+  a.device_mask.bf16 = mask.dtype == plan::BFLOAT16;
+  a.device_mask.offsets = a.mask_offsets_on_device.get();
   return a;
 }
 
@@ -120,11 +167,12 @@ int64_t chunk_batches(const Attention& a) {
                              std::max<int64_t>(a.batch, 1));
 }
 
-// A product over `batches` batch indices with per-batch strides of the operands' matrices.
-std::shared_ptr<StridedProduct> product(CudaContext& context, const KernelArgs& args, bool trans_a,
-                                        bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda,
-                                        int64_t ldb, int64_t ldc, int64_t batches) {
-  ProductShape s;
+// A product over `batches` batch indices with per-batch strides of the operands' matrices;
+// `s` gives the element types, TF32 and the alignment.
+std::shared_ptr<StridedProduct> product(CudaContext& context, const KernelArgs& args,
+                                        ProductShape s, bool trans_a, bool trans_b, int64_t m,
+                                        int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
+                                        int64_t batches) {
   s.trans_a = trans_a;
   s.trans_b = trans_b;
   s.m = m;
@@ -146,27 +194,37 @@ struct ChunkProducts {
   std::shared_ptr<StridedProduct> scores, out, dv, dp, dq, dkt;
 };
 
+// Scores and dP come out float32 for the row kernels; the other products take P and dS in the
+// operands' type (bfloat16 operands get them rounded, as flash attention does) and write it.
 ChunkProducts chunk_products(CudaContext& context, const KernelArgs& args, const Attention& a,
                              int64_t batches, bool backward) {
   ChunkProducts p;
   p.batches = batches;
   if (a.t == 0 || a.tk == 0 || batches == 0) return p;
+  ProductShape typed;
+  typed.ab_type = typed.c_type = a.type;
+  typed.tf32 = a.tf32;
+  typed.alignment = a.alignment;
+  ProductShape to_float = typed;
+  to_float.c_type = CUDA_R_32F;
   // S [T, Tk] = Q [T, D] Kt [D, Tk] (times scale).
-  if (a.d > 0)
-    p.scores = product(context, args, false, false, a.t, a.tk, a.d, a.d, a.tk, a.tk, batches);
+  if (a.d > 0) {
+    p.scores =
+        product(context, args, to_float, false, false, a.t, a.tk, a.d, a.d, a.tk, a.tk, batches);
+  }
   if (a.dv == 0) return p;
   if (!backward) {
     // Y [T, Dv] = P [T, Tk] V [Tk, Dv].
-    p.out = product(context, args, false, false, a.t, a.dv, a.tk, a.tk, a.dv, a.dv, batches);
+    p.out = product(context, args, typed, false, false, a.t, a.dv, a.tk, a.tk, a.dv, a.dv, batches);
     return p;
   }
   // dV [Tk, Dv] = Pᵀ dY; dP [T, Tk] = dY Vᵀ.
-  p.dv = product(context, args, true, false, a.tk, a.dv, a.t, a.tk, a.dv, a.dv, batches);
-  p.dp = product(context, args, false, true, a.t, a.tk, a.dv, a.dv, a.dv, a.tk, batches);
+  p.dv = product(context, args, typed, true, false, a.tk, a.dv, a.t, a.tk, a.dv, a.dv, batches);
+  p.dp = product(context, args, to_float, false, true, a.t, a.tk, a.dv, a.dv, a.dv, a.tk, batches);
   if (a.d > 0) {
     // dQ [T, D] = scale · dS Ktᵀ; dKt [D, Tk] = scale · Qᵀ dS.
-    p.dq = product(context, args, false, true, a.t, a.d, a.tk, a.tk, a.tk, a.d, batches);
-    p.dkt = product(context, args, true, false, a.d, a.tk, a.t, a.d, a.tk, a.tk, batches);
+    p.dq = product(context, args, typed, false, true, a.t, a.d, a.tk, a.tk, a.tk, a.d, batches);
+    p.dkt = product(context, args, typed, true, false, a.d, a.tk, a.t, a.d, a.tk, a.tk, batches);
   }
   return p;
 }
@@ -180,13 +238,30 @@ void for_each_chunk(const Attention& a, const ChunkProducts& full, const ChunkPr
   }
 }
 
+// The address `elements` elements of `bytes` past `base`.
+const void* at(const void* base, int64_t elements, size_t bytes) {
+  return static_cast<const char*>(base) + elements * static_cast<int64_t>(bytes);
+}
+void* at(void* base, int64_t elements, size_t bytes) {
+  return static_cast<char*>(base) + elements * static_cast<int64_t>(bytes);
+}
+
+// `count` floats of `values` rounded into `rounded` when the products take bfloat16 (`rounded`
+// not null); the products' operand either way.
+const void* in_product_type(const float* values, uint16_t* rounded, int64_t count,
+                            cudaStream_t stream) {
+  if (rounded == nullptr) return values;
+  launch_cast(Element::kFloat32, Element::kBFloat16, count, values, rounded, stream);
+  return rounded;
+}
+
 std::unique_ptr<PreparedKernel> fused_attention_factory(const KernelArgs& args,
                                                         CudaContext& context) {
   args.expect_inputs(3, 4);
   args.expect_outputs(1, 3);
   const Attention a = attention(args, context, 0);
   const TensorView& y = args.output(0);
-  args.expect_dtype(y, plan::FLOAT32, "Y (output 0)");
+  args.expect_dtype(y, args.input(0).dtype, "Y (output 0) (Q's dtype)");
   Shape expected(args.input(0).shape.begin(), args.input(0).shape.end() - 1);
   expected.push_back(a.dv);
   if (y.shape != expected) {
@@ -206,29 +281,41 @@ std::unique_ptr<PreparedKernel> fused_attention_factory(const KernelArgs& args,
   const int64_t chunk = chunk_batches(a);
   const ChunkProducts full = chunk_products(context, args, a, chunk, false);
   const ChunkProducts last = chunk_products(context, args, a, a.batch % chunk, false);
-  const std::shared_ptr<double> scores =
-      device_doubles(static_cast<size_t>(chunk * a.t * a.tk) / 2 + 1);
-  return make_kernel([&context, a, full, last, scores, row_max, row_inv_sum,
-                      q = args.input(0).as<const float>(), kt = args.input(1).as<const float>(),
-                      v = args.input(2).as<const float>(), py = y.as<float>()](const StepContext&) {
+  const auto scores = device_array<float>(static_cast<size_t>(chunk * a.t * a.tk));
+  const auto rounded =
+      device_array<uint16_t>(a.type == CUDA_R_16BF ? static_cast<size_t>(chunk * a.t * a.tk) : 0);
+  return make_kernel([&context, a, full, last, scores, rounded, row_max, row_inv_sum,
+                      q = args.input(0).data, kt = args.input(1).data, v = args.input(2).data,
+                      py = y.data](const StepContext&) {
     const cudaStream_t stream = context.stream();
-    auto* s = reinterpret_cast<float*>(scores.get());
+    const size_t e = a.element_bytes;
+    float* s = scores.get();
     if (a.t * a.dv == 0) return;
     if (a.tk == 0) {  // an empty softmax: no keys, Y = 0
-      PIPER_CUDA_CHECK(cudaMemsetAsync(py, 0, a.batch * a.t * a.dv * sizeof(float), stream));
+      PIPER_CUDA_CHECK(cudaMemsetAsync(py, 0, a.batch * a.t * a.dv * e, stream));
       return;
     }
     for_each_chunk(a, full, last, [&](int64_t b, const ChunkProducts& p) {
       const AttentionRows rows{b, p.batches, a.t, a.tk};
       if (p.scores) {
-        p.scores->run(q + b * a.t * a.d, kt + b * a.d * a.tk, s, a.scale, 0.0f);
+        p.scores->run(at(q, b * a.t * a.d, e), at(kt, b * a.d * a.tk, e), s, a.scale, 0.0f);
       } else {
         PIPER_CUDA_CHECK(cudaMemsetAsync(s, 0, p.batches * a.t * a.tk * sizeof(float), stream));
       }
       launch_attention_softmax(rows, a.device_mask, s, row_max, row_inv_sum, stream);
-      p.out->run(s, v + b * a.tk * a.dv, py + b * a.t * a.dv, 1.0f, 0.0f);
+      const void* probabilities = in_product_type(s, rounded.get(), p.batches * a.t * a.tk, stream);
+      p.out->run(probabilities, at(v, b * a.tk * a.dv, e), at(py, b * a.t * a.dv, e), 1.0f, 0.0f);
     });
   });
+}
+
+// Gradient output `output` of input `input` (its dtype), or null when omitted.
+void* attention_gradient(const KernelArgs& args, size_t output, size_t input) {
+  if (float32_labelled(args).gradient_output(output, input) == nullptr) return nullptr;
+  args.expect_dtype(
+      args.output(output), args.input(input).dtype,
+      "output " + std::to_string(output) + " (input " + std::to_string(input) + "'s dtype)");
+  return args.output(output).data;
 }
 
 std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& args,
@@ -237,7 +324,7 @@ std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& a
   args.expect_outputs(1, 3);
   const Attention a = attention(args, context, 1);
   const TensorView& dy = args.input(0);
-  args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
+  args.expect_dtype(dy, args.input(1).dtype, "dY (input 0) (Q's dtype)");
   if (dy.elements() != a.batch * a.t * a.dv) {
     args.fail("dY (input 0) has shape " + shape_string(dy.shape) + ", expected " +
               std::to_string(a.batch * a.t * a.dv) + " elements ([..., T, Dv])");
@@ -247,44 +334,52 @@ std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& a
   const int64_t chunk = chunk_batches(a);
   const ChunkProducts full = chunk_products(context, args, a, chunk, true);
   const ChunkProducts last = chunk_products(context, args, a, a.batch % chunk, true);
-  // P and dP of one chunk.
-  const std::shared_ptr<double> scratch =
-      device_doubles(static_cast<size_t>(chunk * a.t * a.tk) + 1);
-  return make_kernel([&context, a, full, last, scratch, dq = args.gradient_output(0, 1),
-                      dkt = args.gradient_output(1, 2), dv = args.gradient_output(2, 3),
-                      pdy = dy.as<const float>(), q = args.input(1).as<const float>(),
-                      kt = args.input(2).as<const float>(), v = args.input(3).as<const float>(),
+  // P and dS of one chunk, and either rounded to bfloat16 for bfloat16 products.
+  const size_t chunk_scores = static_cast<size_t>(chunk * a.t * a.tk);
+  const auto probabilities = device_array<float>(chunk_scores);
+  const auto score_grads = device_array<float>(chunk_scores);
+  const auto rounded = device_array<uint16_t>(a.type == CUDA_R_16BF ? chunk_scores : 0);
+  return make_kernel([&context, a, full, last, probabilities, score_grads, rounded,
+                      dq = attention_gradient(args, 0, 1), dkt = attention_gradient(args, 1, 2),
+                      dv = attention_gradient(args, 2, 3), pdy = dy.data, q = args.input(1).data,
+                      kt = args.input(2).data, v = args.input(3).data,
                       row_max = args.input(5).as<const float>(),
                       row_inv_sum = args.input(6).as<const float>()](const StepContext&) {
     const cudaStream_t stream = context.stream();
+    const size_t e = a.element_bytes;
     // Gradients the products do not reach (empty dimensions) are zero.
     for (auto [out, count] :
          {std::pair{dq, a.batch * a.t * a.d}, std::pair{dkt, a.batch * a.d * a.tk},
           std::pair{dv, a.batch * a.tk * a.dv}}) {
       if (out != nullptr && count > 0 && (a.t == 0 || a.tk == 0 || a.dv == 0 || a.d == 0)) {
-        PIPER_CUDA_CHECK(cudaMemsetAsync(out, 0, count * sizeof(float), stream));
+        PIPER_CUDA_CHECK(cudaMemsetAsync(out, 0, count * e, stream));
       }
     }
     if (a.t == 0 || a.tk == 0 || a.dv == 0) return;
-    auto* p = reinterpret_cast<float*>(scratch.get());
-    float* ds = p + full.batches * a.t * a.tk;
+    float* p = probabilities.get();
+    float* ds = score_grads.get();
     for_each_chunk(a, full, last, [&](int64_t b, const ChunkProducts& c) {
       const AttentionRows rows{b, c.batches, a.t, a.tk};
-      const float* dy_b = pdy + b * a.t * a.dv;
+      const int64_t count = c.batches * a.t * a.tk;
+      const void* dy_b = at(pdy, b * a.t * a.dv, e);
       if (c.scores) {
-        c.scores->run(q + b * a.t * a.d, kt + b * a.d * a.tk, p, a.scale, 0.0f);
+        c.scores->run(at(q, b * a.t * a.d, e), at(kt, b * a.d * a.tk, e), p, a.scale, 0.0f);
       } else {
-        PIPER_CUDA_CHECK(cudaMemsetAsync(p, 0, c.batches * a.t * a.tk * sizeof(float), stream));
+        PIPER_CUDA_CHECK(cudaMemsetAsync(p, 0, count * sizeof(float), stream));
       }
       launch_attention_probabilities(rows, a.device_mask, p, row_max, row_inv_sum, stream);
-      if (dv != nullptr) c.dv->run(p, dy_b, dv + b * a.tk * a.dv, 1.0f, 0.0f);
+      if (dv != nullptr) {
+        c.dv->run(in_product_type(p, rounded.get(), count, stream), dy_b,
+                  at(dv, b * a.tk * a.dv, e), 1.0f, 0.0f);
+      }
       if (dq == nullptr && dkt == nullptr) return;
-      c.dp->run(dy_b, v + b * a.tk * a.dv, ds, 1.0f, 0.0f);
+      c.dp->run(dy_b, at(v, b * a.tk * a.dv, e), ds, 1.0f, 0.0f);
       launch_attention_score_grad(rows, a.device_mask, p, ds, stream);
+      const void* ds_b = in_product_type(ds, rounded.get(), count, stream);
       if (dq != nullptr && c.dq)
-        c.dq->run(ds, kt + b * a.d * a.tk, dq + b * a.t * a.d, a.scale, 0.0f);
+        c.dq->run(ds_b, at(kt, b * a.d * a.tk, e), at(dq, b * a.t * a.d, e), a.scale, 0.0f);
       if (dkt != nullptr && c.dkt)
-        c.dkt->run(q + b * a.t * a.d, ds, dkt + b * a.d * a.tk, a.scale, 0.0f);
+        c.dkt->run(at(q, b * a.t * a.d, e), ds_b, at(dkt, b * a.d * a.tk, e), a.scale, 0.0f);
     });
   });
 }

@@ -16,10 +16,14 @@ int32_t checked_int(int64_t value, const char* name, const std::string& what) {
   return static_cast<int32_t>(value);
 }
 
-cublasLtMatrixLayout_t column_major_layout(uint64_t rows, uint64_t cols, int64_t ld,
-                                           int32_t batches, int64_t stride) {
+size_t element_bytes(cudaDataType_t type) { return type == CUDA_R_16BF ? 2 : 4; }
+
+const char* type_name(cudaDataType_t type) { return type == CUDA_R_16BF ? "bfloat16" : "float32"; }
+
+cublasLtMatrixLayout_t column_major_layout(cudaDataType_t type, uint64_t rows, uint64_t cols,
+                                           int64_t ld, int32_t batches, int64_t stride) {
   cublasLtMatrixLayout_t layout = nullptr;
-  PIPER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, CUDA_R_32F, rows, cols, ld));
+  PIPER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, rows, cols, ld));
   const cublasStatus_t count = cublasLtMatrixLayoutSetAttribute(
       layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batches, sizeof batches);
   const cublasStatus_t offset = cublasLtMatrixLayoutSetAttribute(
@@ -31,7 +35,24 @@ cublasLtMatrixLayout_t column_major_layout(uint64_t rows, uint64_t cols, int64_t
   return layout;
 }
 
+// Sets `attribute` of `preference` to `value`.
+template <typename T>
+cublasStatus_t prefer(cublasLtMatmulPreference_t preference,
+                      cublasLtMatmulPreferenceAttributes_t attribute, T value) {
+  return cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof value);
+}
+
 }  // namespace
+
+uint32_t common_alignment(std::initializer_list<uint64_t> values) {
+  uint32_t alignment = 256;
+  for (uint64_t value : values) {
+    while (value % alignment != 0) alignment /= 2;
+  }
+  return alignment;
+}
+
+uint64_t address(const void* data) { return reinterpret_cast<uintptr_t>(data); }
 
 StridedProduct::StridedProduct(CudaContext& context, const ProductShape& s, const std::string& what)
     : context_(context) {
@@ -40,7 +61,9 @@ StridedProduct::StridedProduct(CudaContext& context, const ProductShape& s, cons
   const int32_t batches = checked_int(s.batches, "the batch count", what);
   for (int64_t ld : {s.lda, s.ldb, s.ldc}) checked_int(ld, "a leading dimension", what);
   try {
-    PIPER_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasComputeType_t compute =
+        s.tf32 && s.ab_type == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    PIPER_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, compute, CUDA_R_32F));
     // cuBLASLt's first operand is B, its second A (column-major Cᵀ = op(B)ᵀ op(A)ᵀ).
     const cublasOperation_t op_b = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_a = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -49,16 +72,35 @@ StridedProduct::StridedProduct(CudaContext& context, const ProductShape& s, cons
     PIPER_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof op_a));
     // The stored B, row-major [k, n] ([n, k] when transposed), is column-major [n, k] ([k, n]).
-    b_ = column_major_layout(s.trans_b ? k : n, s.trans_b ? n : k, s.ldb, batches, s.stride_b);
-    a_ = column_major_layout(s.trans_a ? m : k, s.trans_a ? k : m, s.lda, batches, s.stride_a);
-    c_ = column_major_layout(n, m, s.ldc, batches, s.stride_c);
+    b_ = column_major_layout(s.ab_type, s.trans_b ? k : n, s.trans_b ? n : k, s.ldb, batches,
+                             s.stride_b);
+    a_ = column_major_layout(s.ab_type, s.trans_a ? m : k, s.trans_a ? k : m, s.lda, batches,
+                             s.stride_a);
+    c_ = column_major_layout(s.c_type, n, m, s.ldc, batches, s.stride_c);
+    // cuBLASLt assumes 256-byte aligned matrices unless told less: every batch's matrix.
+    const size_t ab_bytes = element_bytes(s.ab_type), c_bytes = element_bytes(s.c_type);
+    const uint32_t align_a = common_alignment({s.alignment, s.stride_a * ab_bytes});
+    const uint32_t align_b = common_alignment({s.alignment, s.stride_b * ab_bytes});
+    const uint32_t align_c = common_alignment({s.alignment, s.stride_c * c_bytes});
     cublasLtMatmulPreference_t preference = nullptr;
     PIPER_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
-    const size_t workspace = context_.queue().workspace_bytes;
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
-        preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace);
+    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+    for (cublasStatus_t set : {
+             prefer(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                    context_.queue().workspace_bytes),
+             prefer(
+                 preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                 uint32_t{CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE}),
+             // cuBLASLt's A is our B (see the header).
+             prefer(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_b),
+             prefer(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_a),
+             prefer(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c),
+             prefer(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c),
+         }) {
+      if (status == CUBLAS_STATUS_SUCCESS) status = set;
+    }
     if (status == CUBLAS_STATUS_SUCCESS) {
       status = cublasLtMatmulAlgoGetHeuristic(context_.blas(), desc_, b_, a_, c_, c_, preference, 1,
                                               &result, &found);
@@ -66,9 +108,10 @@ StridedProduct::StridedProduct(CudaContext& context, const ProductShape& s, cons
     cublasLtMatmulPreferenceDestroy(preference);
     PIPER_CUBLAS_CHECK(status);
     if (found == 0) {
-      throw Error(what + ": cuBLASLt has no algorithm for " + std::to_string(batches) +
-                  " float32 products of [" + std::to_string(m) + ", " + std::to_string(k) +
-                  "] by [" + std::to_string(k) + ", " + std::to_string(n) + "]");
+      throw Error(what + ": cuBLASLt has no algorithm for " + std::to_string(batches) + " " +
+                  type_name(s.ab_type) + " products of [" + std::to_string(m) + ", " +
+                  std::to_string(k) + "] by [" + std::to_string(k) + ", " + std::to_string(n) +
+                  "] into " + type_name(s.c_type));
     }
     algo_ = result.algo;
   } catch (...) {
@@ -88,7 +131,7 @@ void StridedProduct::release() {
   desc_ = nullptr;
 }
 
-void StridedProduct::run(const float* a, const float* b, float* c, float alpha, float beta) const {
+void StridedProduct::run(const void* a, const void* b, void* c, float alpha, float beta) const {
   const Queue& queue = context_.queue();
   PIPER_CUBLAS_CHECK(cublasLtMatmul(context_.blas(), desc_, &alpha, b, b_, a, a_, &beta, c, c_, c,
                                     c_, &algo_, queue.workspace, queue.workspace_bytes,

@@ -1,6 +1,9 @@
-// Row-major strided batched matrix products through cuBLASLt in exact float32 (no
-// TF32, so results match the CPU's within float rounding): for every batch i,
-// C_i = alpha · op(A_i) op(B_i) + beta · C_i with X_i = X + i · stride_x.
+// Row-major strided batched matrix products through cuBLASLt: for every batch i,
+// C_i = alpha · op(A_i) op(B_i) + beta · C_i with X_i = X + i · stride_x. Float32
+// products run in exact float32 (no TF32, so results match the CPU's within float
+// rounding) unless TF32 is asked for; bfloat16 ones multiply bfloat16 A and B with
+// float32 accumulation (partial sums of a split K stay float32) into a float32 or
+// bfloat16 C.
 //
 // A row-major matrix is its transpose in column-major order, so the product is computed
 // as column-major Cᵀ = op(B)ᵀ op(A)ᵀ and no data moves.
@@ -9,6 +12,8 @@
 #include <cublasLt.h>
 
 #include <cstdint>
+#include <initializer_list>
+#include <string>
 
 #include "engine/cuda/context.h"
 
@@ -20,7 +25,17 @@ struct ProductShape {
   int64_t lda = 1, ldb = 1, ldc = 1;  // row lengths of the stored A, B and C
   int64_t batches = 1;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements between batches
+  cudaDataType_t ab_type = CUDA_R_32F;               // of A and B: CUDA_R_32F or CUDA_R_16BF
+  cudaDataType_t c_type = CUDA_R_32F;  // of C: CUDA_R_32F, or CUDA_R_16BF with bfloat16 A, B
+  bool tf32 = false;         // float32 A and B rounded to TF32 (CUBLAS_COMPUTE_32F_FAST_TF32)
+  uint32_t alignment = 256;  // bytes that every address run() gets is a multiple of
 };
+
+// The largest power of two up to 256 that divides every value (addresses, byte counts): a
+// ProductShape::alignment.
+uint32_t common_alignment(std::initializer_list<uint64_t> values);
+// `data` as a number, for common_alignment().
+uint64_t address(const void* data);
 
 class StridedProduct {
  public:
@@ -33,7 +48,7 @@ class StridedProduct {
   StridedProduct& operator=(const StridedProduct&) = delete;
 
   // Issues the product to the calling thread's queue.
-  void run(const float* a, const float* b, float* c, float alpha, float beta) const;
+  void run(const void* a, const void* b, void* c, float alpha, float beta) const;
 
  private:
   void release();

@@ -1,5 +1,6 @@
 // Matrix products on CUDA through cuBLASLt (engine/cuda/gemm.h): ONNX Gemm and
-// MatMul, and piper.MatMul (MatMul with transA/transB on the last two dimensions).
+// MatMul, and piper.MatMul (MatMul with transA/transB on the last two dimensions), in
+// float32 (TF32 with the attribute tf32 = 1) or bfloat16.
 // Batches (numpy broadcasting) become strided batched products, one per run of
 // batches whose operands sit at constant distances.
 #include "engine/cpu/strided_loop.h"
@@ -92,13 +93,21 @@ MatmulShape matmul_shape(const KernelArgs& args, const TensorView& a, const Tens
 }
 
 // Y (+)= alpha * op(A) op(B) for every batch, as runs of batches at constant distances, each
-// one strided product; with `beta` != 0, Y holds beta-scaled C first.
+// one strided product; with `beta` != 0, Y holds beta-scaled C first. A and B are float32 or
+// bfloat16, Y float32 or (with bfloat16 A and B) bfloat16; float32 products run in TF32 when
+// the kernel's attribute tf32 is 1.
 class GemmKernel : public PreparedKernel {
  public:
   GemmKernel(CudaContext& context, const KernelArgs& args, const MatmulShape& s, float alpha,
-             float beta, const float* a, const float* b, float* y)
-      : alpha_(alpha), beta_(beta), a_(a), b_(b), y_(y) {
+             float beta, const TensorView& a, const TensorView& b, const TensorView& y)
+      : alpha_(alpha),
+        beta_(beta),
+        a_(static_cast<const char*>(a.data)),
+        b_(static_cast<const char*>(b.data)),
+        y_(static_cast<char*>(y.data)) {
     if (s.m == 0 || s.n == 0 || s.k == 0) return;  // nothing to add (callers handle K = 0)
+    const auto ab_bytes = static_cast<int64_t>(dtype_size(a.dtype));
+    const auto y_bytes = static_cast<int64_t>(dtype_size(y.dtype));
     const size_t total = s.a_offsets.size();
     for (size_t first = 0; first < total;) {
       // The longest run of batches at constant distances from `first`; an operand shared by
@@ -114,6 +123,9 @@ class GemmKernel : public PreparedKernel {
              s.y_offsets[last] - s.y_offsets[last - 1] == dy) {
         ++last;
       }
+      const int64_t a_offset = s.a_offsets[first] * ab_bytes;
+      const int64_t b_offset = s.b_offsets[first] * ab_bytes;
+      const int64_t y_offset = s.y_offsets[first] * y_bytes;
       ProductShape shape;
       shape.trans_a = s.trans_a;
       shape.trans_b = s.trans_b;
@@ -127,7 +139,12 @@ class GemmKernel : public PreparedKernel {
       shape.stride_a = da;
       shape.stride_b = db;
       shape.stride_c = dy;
-      runs_.push_back({s.a_offsets[first], s.b_offsets[first], s.y_offsets[first],
+      shape.ab_type = blas_type(a.dtype);
+      shape.c_type = blas_type(y.dtype);
+      shape.tf32 = args.attributes().get_int("tf32", 0) != 0;
+      shape.alignment = common_alignment(
+          {address(a_ + a_offset), address(b_ + b_offset), address(y_ + y_offset)});
+      runs_.push_back({a_offset, b_offset, y_offset,
                        std::make_unique<StridedProduct>(context, shape, args.op())});
       first = last;
     }
@@ -141,24 +158,27 @@ class GemmKernel : public PreparedKernel {
 
  private:
   struct Run {
-    int64_t a_offset, b_offset, y_offset;  // elements, of the run's first batch
+    int64_t a_offset, b_offset, y_offset;  // bytes, to the run's first batch
     std::unique_ptr<StridedProduct> product;
   };
 
   float alpha_, beta_;
-  const float* a_;
-  const float* b_;
-  float* y_;
+  const char* a_;
+  const char* b_;
+  char* y_;
   std::vector<Run> runs_;
 };
 
-void check_float(const KernelArgs& args) {
-  for (size_t i = 0; i < args.num_inputs(); ++i) {
+// A, B (and Gemm's C) and Y: all float32 or all bfloat16.
+void check_floats(const KernelArgs& args) {
+  const plan::DType dtype = args.input(0).dtype;
+  expect_float(args, args.input(0), "input 0");
+  for (size_t i = 1; i < args.num_inputs(); ++i) {
     if (args.has_input(i)) {
-      args.expect_dtype(args.input(i), plan::FLOAT32, "input " + std::to_string(i));
+      args.expect_dtype(args.input(i), dtype, "input " + std::to_string(i) + " (input 0's dtype)");
     }
   }
-  args.expect_dtype(args.output(0), plan::FLOAT32, "output 0");
+  args.expect_dtype(args.output(0), dtype, "output 0 (input 0's dtype)");
 }
 
 CudaKernelFactory matmul_factory(bool piper_op) {
@@ -166,7 +186,7 @@ CudaKernelFactory matmul_factory(bool piper_op) {
       [piper_op](const KernelArgs& args, CudaContext& context) -> std::unique_ptr<PreparedKernel> {
         args.expect_inputs(2, 2);
         args.expect_outputs(1, 1);
-        check_float(args);
+        check_floats(args);
         const bool trans_a = piper_op && args.attributes().get_int("transA", 0) != 0;
         const bool trans_b = piper_op && args.attributes().get_int("transB", 0) != 0;
         const TensorView& a = args.input(0);
@@ -178,8 +198,7 @@ CudaKernelFactory matmul_factory(bool piper_op) {
             PIPER_CUDA_CHECK(cudaMemsetAsync(py, 0, bytes, context.stream()));
           });
         }
-        return std::make_unique<GemmKernel>(context, args, s, 1.0f, 0.0f, a.as<const float>(),
-                                            b.as<const float>(), y.as<float>());
+        return std::make_unique<GemmKernel>(context, args, s, 1.0f, 0.0f, a, b, y);
       };
 }
 
@@ -188,7 +207,7 @@ CudaKernelFactory matmul_factory(bool piper_op) {
 std::unique_ptr<PreparedKernel> gemm_factory(const KernelArgs& args, CudaContext& context) {
   args.expect_inputs(2, 3);
   args.expect_outputs(1, 1);
-  check_float(args);
+  check_floats(args);
   const TensorView& a = args.input(0);
   const TensorView& b = args.input(1);
   const TensorView& y = args.output(0);
@@ -201,7 +220,7 @@ std::unique_ptr<PreparedKernel> gemm_factory(const KernelArgs& args, CudaContext
                                      attributes.get_int("transB", 0) != 0);
   const auto alpha = static_cast<float>(attributes.get_float("alpha", 1.0));
   float beta = static_cast<float>(attributes.get_float("beta", 1.0));
-  const float* c = nullptr;
+  FloatView c;
   StridedIndex c_index;
   if (args.has_input(2)) {
     const TensorView& ct = args.input(2);
@@ -210,24 +229,21 @@ std::unique_ptr<PreparedKernel> gemm_factory(const KernelArgs& args, CudaContext
                 shape_string(y.shape));
     }
     if (beta != 0.0f) {
-      c = ct.as<const float>();
+      c = float_view(ct);
       c_index = broadcast_index(y.shape, {ct.shape});
     }
   }
-  if (c == nullptr) beta = 0.0f;
+  if (c.data == nullptr) beta = 0.0f;
   std::shared_ptr<GemmKernel> product;
-  if (s.k > 0) {
-    product = std::make_shared<GemmKernel>(context, args, s, alpha, beta, a.as<const float>(),
-                                           b.as<const float>(), y.as<float>());
-  }
-  return make_kernel([&context, product, c, c_index, beta, py = y.as<float>(),
+  if (s.k > 0) product = std::make_shared<GemmKernel>(context, args, s, alpha, beta, a, b, y);
+  return make_kernel([&context, product, c, c_index, beta, fy = float_view(y),
                       bytes = y.bytes()](const StepContext& step) {
     const cudaStream_t stream = context.stream();
-    if (c != nullptr) {
+    if (c.data != nullptr) {
       // With K = 0 the product adds nothing: Y = beta * C.
-      launch_scaled_copy(c_index, c, py, product ? 1.0f : beta, stream);
+      launch_scaled_copy(c_index, c, fy, product ? 1.0f : beta, stream);
     } else if (!product) {
-      PIPER_CUDA_CHECK(cudaMemsetAsync(py, 0, bytes, stream));
+      PIPER_CUDA_CHECK(cudaMemsetAsync(fy.data, 0, bytes, stream));
     }
     if (product) product->run(step);
   });

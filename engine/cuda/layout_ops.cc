@@ -1,7 +1,8 @@
 // Layout ops on CUDA, which move elements without arithmetic: Reshape, Flatten,
 // Identity, Squeeze, Unsqueeze (a copy; shapes come from the plan), Transpose,
 // Expand, Concat, Split, and the data-parallel piper.Accumulate and piper.Shard.
-// Checks follow engine/cpu/shape_ops.cc, layout_ops.cc and data_parallel.cc.
+// Checks follow engine/cpu/shape_ops.cc, layout_ops.cc and data_parallel.cc. All but
+// piper.Accumulate (float32) move elements of any dtype, bfloat16 included.
 #include <numeric>
 
 #include "engine/cpu/strided_loop.h"
@@ -191,8 +192,8 @@ std::unique_ptr<PreparedKernel> accumulate_factory(const KernelArgs& args, CudaC
   }
   const Shape flat = {y.elements()};
   const StridedIndex index = broadcast_index(flat, {flat, flat});
-  return make_kernel([&context, index, px = x.data, py = y.data](const StepContext&) {
-    launch_binary(Binary::kAdd, Element::kFloat32, index, py, px, py, context.stream());
+  return make_kernel([&context, index, fx = float_view(x), fy = float_view(y)](const StepContext&) {
+    launch_float_binary(Binary::kAdd, index, fy, fx, fy, context.stream());
   });
 }
 

@@ -50,7 +50,7 @@ std::unique_ptr<PreparedKernel> sce_factory(const KernelArgs& args, CudaContext&
     log_prob = lp.as<float>();
   }
   const std::shared_ptr<double> scratch =
-      device_doubles(static_cast<size_t>(std::max<int64_t>(2 * loss.n * loss.d, 2)));
+      device_array<double>(static_cast<size_t>(std::max<int64_t>(2 * loss.n * loss.d, 2)));
   return make_kernel([&context, loss, scratch, log_prob, py = out.as<float>()](const StepContext&) {
     launch_softmax_cross_entropy(loss, py, log_prob, scratch.get(), context.stream());
   });
@@ -68,7 +68,7 @@ std::unique_ptr<PreparedKernel> sce_grad_factory(const KernelArgs& args, CudaCon
   const TensorView& dscores = args.output(0);
   args.expect_dtype(dscores, plan::FLOAT32, "dScores (output 0)");
   args.expect_same_shape(dscores, "dScores (output 0)", scores, "scores");
-  const std::shared_ptr<double> scratch = device_doubles(1);
+  const std::shared_ptr<double> scratch = device_array<double>(1);
   return make_kernel([&context, loss, scratch, pdl = dl.as<const float>(),
                       pdx = dscores.as<float>()](const StepContext&) {
     launch_softmax_cross_entropy_grad(loss, pdl, pdx, scratch.get(), context.stream());

@@ -106,7 +106,7 @@ std::unique_ptr<PreparedKernel> layer_norm_grad_factory(const KernelArgs& args,
   const int chunks = reduce_chunks(v.n, v.rows);
   const bool columns = args.has_output(1) || args.has_output(2);
   const std::shared_ptr<double> partials =
-      device_doubles(chunks > 1 && columns ? static_cast<size_t>(2 * chunks * v.n) : 0);
+      device_array<double>(chunks > 1 && columns ? static_cast<size_t>(2 * chunks * v.n) : 0);
   return make_kernel([&context, v, chunks, partials, pdy = dy.as<const float>(),
                       px = x.as<const float>(), scale = args.input(2).as<const float>(),
                       mean = args.input(3).as<const float>(), inv = args.input(4).as<const float>(),

@@ -22,10 +22,35 @@ Element element_type(const KernelArgs& args, const TensorView& view, const std::
   }
 }
 
-std::shared_ptr<double> device_doubles(size_t count) {
-  double* data = nullptr;
-  if (count > 0) PIPER_CUDA_CHECK(cudaMalloc(&data, count * sizeof(double)));
-  return std::shared_ptr<double>(data, [](double* p) { cudaFree(p); });
+bool is_float(plan::DType dtype) { return dtype == plan::FLOAT32 || dtype == plan::BFLOAT16; }
+
+void expect_float(const KernelArgs& args, const TensorView& view, const std::string& what) {
+  if (!is_float(view.dtype)) {
+    args.fail(what + " has dtype " + dtype_name(view.dtype) + ", expected float32 or bfloat16");
+  }
+}
+
+FloatView float_view(const TensorView& view) {
+  return FloatView{view.data, view.dtype == plan::BFLOAT16};
+}
+
+cudaDataType_t blas_type(plan::DType dtype) {
+  return dtype == plan::BFLOAT16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+KernelArgs float32_labelled(const KernelArgs& args) {
+  auto labelled = [](TensorView view) {
+    if (view.dtype == plan::BFLOAT16) view.dtype = plan::FLOAT32;
+    return view;
+  };
+  std::vector<TensorView> inputs, outputs;
+  for (size_t i = 0; i < args.num_inputs(); ++i) {
+    inputs.push_back(args.has_input(i) ? labelled(args.input(i)) : TensorView{});
+  }
+  for (size_t i = 0; i < args.num_outputs(); ++i) {
+    outputs.push_back(args.has_output(i) ? labelled(args.output(i)) : TensorView{});
+  }
+  return KernelArgs(args.kernel(), std::move(inputs), std::move(outputs));
 }
 
 void copy_to_host(CudaContext& context, void* host, const void* device, size_t bytes) {

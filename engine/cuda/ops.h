@@ -1,9 +1,12 @@
 // What the CUDA kernel factories (*_ops.cc) share: dtype checks that name the tensor
-// as the CPU kernels do, and the kernel that copies bytes on the calling thread's queue.
+// as the CPU kernels do, device scratch, and the kernel that copies bytes on the calling
+// thread's queue.
 #pragma once
 
+#include <memory>
 #include <string>
 
+#include "engine/cuda/check.h"
 #include "engine/cuda/elementwise.h"
 #include "engine/cuda/registry.h"
 #include "engine/cuda/shapes.h"
@@ -15,8 +18,25 @@ namespace piper::engine::cuda {
 Element element_type(const KernelArgs& args, const TensorView& view, const std::string& what,
                      bool allow_bool = false);
 
-// `count` doubles of device scratch, freed with the last copy of the pointer; null for 0.
-std::shared_ptr<double> device_doubles(size_t count);
+// Whether `dtype` is a float dtype the kernels take as FloatView: float32 or bfloat16.
+bool is_float(plan::DType dtype);
+// Fails naming `what` unless `view` is float32 or bfloat16.
+void expect_float(const KernelArgs& args, const TensorView& view, const std::string& what);
+// `view`, float32 or bfloat16, as the kernels read and write it.
+FloatView float_view(const TensorView& view);
+// cuBLASLt's type of float32 or bfloat16 elements.
+cudaDataType_t blas_type(plan::DType dtype);
+// `args` with its bfloat16 tensors labelled float32 (same data), for the shared checks of the
+// CPU kernels (engine/cpu), which take float32 only, in factories whose kernels read both.
+KernelArgs float32_labelled(const KernelArgs& args);
+
+// `count` elements of device scratch, freed with the last copy of the pointer; null for 0.
+template <typename T>
+std::shared_ptr<T> device_array(size_t count) {
+  T* data = nullptr;
+  if (count > 0) PIPER_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data), count * sizeof(T)));
+  return std::shared_ptr<T>(data, [](T* p) { cudaFree(p); });
+}
 
 // Copies between host and device memory through the calling thread's queue, complete on return:
 // for constants read and tables written while kernels are prepared.

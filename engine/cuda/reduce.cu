@@ -14,7 +14,7 @@ __device__ double fold_step(Fold fold, double acc, double v) {
   return v != v || v > acc ? v : acc;
 }
 
-__global__ void reduce_kernel(ReducePlan plan, const float* x, float* y, double* partials) {
+__global__ void reduce_kernel(ReducePlan plan, FloatView x, FloatView y, double* partials) {
   const int64_t outputs = plan.outputs.total;
   const int64_t group = plan.group.total;
   const int64_t length = (group + plan.chunks - 1) / plan.chunks;
@@ -28,23 +28,23 @@ __global__ void reduce_kernel(ReducePlan plan, const float* x, float* y, double*
     for (int64_t r = begin; r < end; ++r) {
       int64_t offset = 0;
       plan.group.offsets(r, &offset);
-      acc = fold_step(plan.fold, acc, static_cast<double>(x[base + offset]));
+      acc = fold_step(plan.fold, acc, static_cast<double>(x.load(base + offset)));
     }
     if (plan.chunks == 1) {
-      y[o] = static_cast<float>(plan.fold == Fold::kSum ? acc * plan.scale : acc);
+      y.store(o, static_cast<float>(plan.fold == Fold::kSum ? acc * plan.scale : acc));
     } else {
       partials[chunk * outputs + o] = acc;
     }
   }
 }
 
-__global__ void combine_kernel(ReducePlan plan, const double* partials, float* y) {
+__global__ void combine_kernel(ReducePlan plan, const double* partials, FloatView y) {
   const int64_t outputs = plan.outputs.total;
   PIPER_GRID_STRIDE_LOOP(o, outputs) {
     double acc = plan.fold == Fold::kSum ? 0.0 : -INFINITY;
     for (int c = 0; c < plan.chunks; ++c)
       acc = fold_step(plan.fold, acc, partials[c * outputs + o]);
-    y[o] = static_cast<float>(plan.fold == Fold::kSum ? acc * plan.scale : acc);
+    y.store(o, static_cast<float>(plan.fold == Fold::kSum ? acc * plan.scale : acc));
   }
 }
 
@@ -58,7 +58,7 @@ int reduce_chunks(int64_t outputs, int64_t group) {
   return static_cast<int>(std::min<int64_t>(chunks, 65535));
 }
 
-void launch_reduce(const ReducePlan& plan, const float* x, float* y, double* partials,
+void launch_reduce(const ReducePlan& plan, FloatView x, FloatView y, double* partials,
                    cudaStream_t stream) {
   if (plan.outputs.total == 0) return;
   const dim3 grid(blocks_for(plan.outputs.total), static_cast<unsigned int>(plan.chunks));

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "engine/cuda/float_view.h"
 #include "engine/cuda/strided.h"
 
 namespace piper::engine::cuda {
@@ -24,8 +25,9 @@ struct ReducePlan {
 // The number of chunks that keeps the GPU busy for `outputs` groups of `group` elements.
 int reduce_chunks(int64_t outputs, int64_t group);
 
-// y[o] = scale * fold(x over group o), y contiguous in output order.
-void launch_reduce(const ReducePlan& plan, const float* x, float* y, double* partials,
+// y[o] = scale * fold(x over group o), y contiguous in output order; x and y float32 or
+// bfloat16.
+void launch_reduce(const ReducePlan& plan, FloatView x, FloatView y, double* partials,
                    cudaStream_t stream);
 
 }  // namespace piper::engine::cuda

@@ -26,11 +26,11 @@ std::unique_ptr<PreparedKernel> make_reduction(CudaContext& context, Fold fold, 
                                                const Shape& kept, const TensorView& y,
                                                double scale) {
   const ReducePlan plan = reduce_plan(fold, x.shape, kept, scale);
-  const std::shared_ptr<double> partials =
-      device_doubles(plan.chunks > 1 ? static_cast<size_t>(plan.chunks * plan.outputs.total) : 0);
+  const std::shared_ptr<double> partials = device_array<double>(
+      plan.chunks > 1 ? static_cast<size_t>(plan.chunks * plan.outputs.total) : 0);
   return make_kernel(
-      [&context, plan, partials, px = x.as<const float>(), py = y.as<float>()](const StepContext&) {
-        launch_reduce(plan, px, py, partials.get(), context.stream());
+      [&context, plan, partials, fx = float_view(x), fy = float_view(y)](const StepContext&) {
+        launch_reduce(plan, fx, fy, partials.get(), context.stream());
       });
 }
 
@@ -105,13 +105,14 @@ CudaKernelFactory reduce_factory(ReduceOp op) {
   };
 }
 
+// piper.SumTo: X summed down to Y's shape; each float32 or bfloat16 (summed in double).
 std::unique_ptr<PreparedKernel> sum_to_factory(const KernelArgs& args, CudaContext& context) {
   args.expect_inputs(1, 1);
   args.expect_outputs(1, 1);
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
-  args.expect_dtype(x, plan::FLOAT32, "input 0");
-  args.expect_dtype(y, plan::FLOAT32, "output 0");
+  expect_float(args, x, "input 0");
+  expect_float(args, y, "output 0");
   if (!cpu::broadcasts_to(y.shape, x.shape)) {
     args.fail("output shape " + shape_string(y.shape) + " does not broadcast to the input shape " +
               shape_string(x.shape) + ", so X cannot be summed down to it");
@@ -155,8 +156,8 @@ std::unique_ptr<PreparedKernel> broadcast_to_factory(const KernelArgs& args, Cud
   const auto scale = static_cast<float>(args.attributes().get_float("scale", 1.0));
   const StridedIndex index = broadcast_index(y.shape, {expanded});
   return make_kernel(
-      [&context, index, scale, px = x.as<const float>(), py = y.as<float>()](const StepContext&) {
-        launch_scaled_copy(index, px, py, scale, context.stream());
+      [&context, index, scale, fx = float_view(x), fy = float_view(y)](const StepContext&) {
+        launch_scaled_copy(index, fx, fy, scale, context.stream());
       });
 }
 

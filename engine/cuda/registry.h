@@ -22,14 +22,21 @@ using CudaKernelFactory =
     std::function<std::unique_ptr<PreparedKernel>(const KernelArgs&, CudaContext&)>;
 using CudaKernelTable = std::map<std::string, CudaKernelFactory>;
 
-void register_elementwise_kernels(CudaKernelTable& table);    // elementwise_ops.cc
-void register_gemm_kernels(CudaKernelTable& table);           // gemm_ops.cc
-void register_reduce_kernels(CudaKernelTable& table);         // reduce_ops.cc
-void register_layout_kernels(CudaKernelTable& table);         // layout_ops.cc
-void register_normalization_kernels(CudaKernelTable& table);  // normalization_ops.cc
-void register_indexing_kernels(CudaKernelTable& table);       // indexing_ops.cc
-void register_loss_kernels(CudaKernelTable& table);           // loss_ops.cc
-void register_optimizer_kernels(CudaKernelTable& table);      // optimizer_ops.cc
-void register_fused_kernels(CudaKernelTable& table);          // fused_ops.cc
+void register_elementwise_kernels(CudaKernelTable& table);      // elementwise_ops.cc
+void register_gemm_kernels(CudaKernelTable& table);             // gemm_ops.cc
+void register_reduce_kernels(CudaKernelTable& table);           // reduce_ops.cc
+void register_layout_kernels(CudaKernelTable& table);           // layout_ops.cc
+void register_normalization_kernels(CudaKernelTable& table);    // normalization_ops.cc
+void register_indexing_kernels(CudaKernelTable& table);         // indexing_ops.cc
+void register_loss_kernels(CudaKernelTable& table);             // loss_ops.cc
+void register_optimizer_kernels(CudaKernelTable& table);        // optimizer_ops.cc
+void register_fused_kernels(CudaKernelTable& table);            // fused_ops.cc
+void register_slicing_kernels(CudaKernelTable& table);          // slicing_ops.cc
+void register_dropout_kernels(CudaKernelTable& table);          // dropout_ops.cc
+void register_power_kernels(CudaKernelTable& table);            // power_ops.cc
+void register_extremum_grad_kernels(CudaKernelTable& table);    // extremum_grad_ops.cc
+void register_selection_kernels(CudaKernelTable& table);        // selection_ops.cc
+void register_scan_kernels(CudaKernelTable& table);             // scan_ops.cc
+void register_gather_elements_kernels(CudaKernelTable& table);  // gather_elements_ops.cc
 
 }  // namespace piper::engine::cuda

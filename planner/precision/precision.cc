@@ -11,8 +11,7 @@ namespace {
 constexpr int64_t kOnnxFloat = 1;
 constexpr int64_t kOnnxBFloat16 = 16;
 
-// Ops whose float results depend on float inputs only through their values: the others
-// (Cast and the shape ops that ignore values) keep the dtypes the model gave them.
+// A Cast the model wrote produces the dtype it names, whatever its input.
 bool keeps_model_dtypes(const std::string& type) { return type == "Cast"; }
 
 bool computes_in_bf16(const std::string& type) {

@@ -9,6 +9,9 @@ namespace piper::engine::testing {
 inline TensorSpec F(Shape shape, double low = -1.0, double high = 1.0) {
   return TensorSpec{std::move(shape), plan::FLOAT32, low, high, {}};
 }
+inline TensorSpec BF(Shape shape, double low = -1.0, double high = 1.0) {
+  return TensorSpec{std::move(shape), plan::BFLOAT16, low, high, {}};
+}
 inline TensorSpec I(Shape shape, int64_t low, int64_t high) {
   return TensorSpec{
       std::move(shape), plan::INT64, static_cast<double>(low), static_cast<double>(high), {}};

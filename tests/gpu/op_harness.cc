@@ -5,6 +5,7 @@
 #include <random>
 #include <set>
 
+#include "engine/cpu/bfloat16.h"
 #include "engine/cpu/cpu_backend.h"
 #include "formats/error.h"
 
@@ -19,7 +20,7 @@ std::vector<uint8_t> host_values(const TensorSpec& spec, std::mt19937& random) {
     double v = 0.0;
     if (!spec.values.empty()) {
       v = spec.values.at(static_cast<size_t>(i) % spec.values.size());
-    } else if (spec.dtype == plan::FLOAT32) {
+    } else if (spec.dtype == plan::FLOAT32 || spec.dtype == plan::BFLOAT16) {
       v = std::uniform_real_distribution<double>(spec.low, spec.high)(random);
     } else {
       v = static_cast<double>(std::uniform_int_distribution<int64_t>(
@@ -29,6 +30,11 @@ std::vector<uint8_t> host_values(const TensorSpec& spec, std::mt19937& random) {
       case plan::FLOAT32: {
         const auto f = static_cast<float>(v);
         std::memcpy(bytes.data() + i * 4, &f, 4);
+        break;
+      }
+      case plan::BFLOAT16: {
+        const cpu::BFloat16 b(static_cast<float>(v));
+        std::memcpy(bytes.data() + i * 2, &b, 2);
         break;
       }
       case plan::INT64: {
@@ -90,15 +96,27 @@ std::vector<std::vector<uint8_t>> run_case(Backend& backend, const OpCase& c,
   return result;
 }
 
-// Expects two tensors to agree: floats within the tolerance (NaN where both are NaN), other
-// dtypes bit for bit; names the tensor and its largest difference otherwise.
+// The float32 values of bfloat16 `bytes`.
+std::vector<uint8_t> widened(const std::vector<uint8_t>& bytes) {
+  std::vector<uint8_t> floats(bytes.size() * 2);
+  cpu::widen(reinterpret_cast<const cpu::BFloat16*>(bytes.data()),
+             reinterpret_cast<float*>(floats.data()), static_cast<int64_t>(bytes.size() / 2));
+  return floats;
+}
+
+// Expects two tensors to agree: floats within the tolerance (NaN where both are NaN; bfloat16
+// compared as the float32 values it widens to), other dtypes bit for bit; names the tensor
+// and its largest difference otherwise.
 void expect_same(const OpCase& c, const TensorSpec& spec, const std::string& what,
-                 const std::vector<uint8_t>& cuda, const std::vector<uint8_t>& cpu) {
-  ASSERT_EQ(cuda.size(), cpu.size()) << c.name << " " << what;
-  if (spec.dtype != plan::FLOAT32) {
-    EXPECT_TRUE(cuda == cpu) << c.name << " " << what << ": CUDA and CPU differ";
+                 const std::vector<uint8_t>& cuda_bytes, const std::vector<uint8_t>& cpu_bytes) {
+  ASSERT_EQ(cuda_bytes.size(), cpu_bytes.size()) << c.name << " " << what;
+  if (spec.dtype != plan::FLOAT32 && spec.dtype != plan::BFLOAT16) {
+    EXPECT_TRUE(cuda_bytes == cpu_bytes) << c.name << " " << what << ": CUDA and CPU differ";
     return;
   }
+  const bool bf16 = spec.dtype == plan::BFLOAT16;
+  const std::vector<uint8_t> cuda = bf16 ? widened(cuda_bytes) : cuda_bytes;
+  const std::vector<uint8_t> cpu = bf16 ? widened(cpu_bytes) : cpu_bytes;
   const auto* a = reinterpret_cast<const float*>(cuda.data());
   const auto* b = reinterpret_cast<const float*>(cpu.data());
   double worst = 0.0;
@@ -129,7 +147,10 @@ std::vector<std::vector<uint8_t>> case_values(const OpCase& c) {
         values.emplace_back();
         continue;
       }
-      if (specs == &c.outputs) spec.values = {spec.dtype == plan::FLOAT32 ? 12345.0 : 3.0};
+      if (specs == &c.outputs) {
+        const bool floats = spec.dtype == plan::FLOAT32 || spec.dtype == plan::BFLOAT16;
+        spec.values = {floats ? 12345.0 : 3.0};
+      }
       values.push_back(host_values(spec, random));
     }
   }
@@ -188,14 +209,26 @@ INSTANTIATE_TEST_SUITE_P(Indexing, CudaVsCpu, ::testing::ValuesIn(IndexingCases(
 INSTANTIATE_TEST_SUITE_P(Loss, CudaVsCpu, ::testing::ValuesIn(LossCases()), CaseName);
 INSTANTIATE_TEST_SUITE_P(Optimizer, CudaVsCpu, ::testing::ValuesIn(OptimizerCases()), CaseName);
 INSTANTIATE_TEST_SUITE_P(Fused, CudaVsCpu, ::testing::ValuesIn(FusedCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Slicing, CudaVsCpu, ::testing::ValuesIn(SlicingCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Dropout, CudaVsCpu, ::testing::ValuesIn(DropoutCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Power, CudaVsCpu, ::testing::ValuesIn(PowerCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(ExtremumGrad, CudaVsCpu, ::testing::ValuesIn(ExtremumGradCases()),
+                         CaseName);
+INSTANTIATE_TEST_SUITE_P(Selection, CudaVsCpu, ::testing::ValuesIn(SelectionCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Scan, CudaVsCpu, ::testing::ValuesIn(ScanCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(GatherElements, CudaVsCpu, ::testing::ValuesIn(GatherElementsCases()),
+                         CaseName);
 INSTANTIATE_TEST_SUITE_P(HostFallback, CudaVsCpu, ::testing::ValuesIn(HostFallbackCases()),
                          CaseName);
+INSTANTIATE_TEST_SUITE_P(Bfloat16, CudaVsCpu, ::testing::ValuesIn(Bfloat16Cases()), CaseName);
 
 std::vector<OpCase> AllCases() {
   std::vector<OpCase> all;
   for (const auto& cases :
        {ElementwiseCases(), GemmCases(), ReduceCases(), LayoutCases(), NormalizationCases(),
-        IndexingCases(), LossCases(), OptimizerCases(), FusedCases(), HostFallbackCases()}) {
+        IndexingCases(), LossCases(), OptimizerCases(), FusedCases(), SlicingCases(),
+        DropoutCases(), PowerCases(), ExtremumGradCases(), SelectionCases(), ScanCases(),
+        GatherElementsCases(), HostFallbackCases(), Bfloat16Cases()}) {
     all.insert(all.end(), cases.begin(), cases.end());
   }
   return all;
@@ -225,9 +258,23 @@ TEST(CudaKernelTable, EveryOpHasACase) {
   cuda::register_loss_kernels(table);
   cuda::register_optimizer_kernels(table);
   cuda::register_fused_kernels(table);
+  cuda::register_slicing_kernels(table);
+  cuda::register_dropout_kernels(table);
+  cuda::register_power_kernels(table);
+  cuda::register_extremum_grad_kernels(table);
+  cuda::register_selection_kernels(table);
+  cuda::register_scan_kernels(table);
+  cuda::register_gather_elements_kernels(table);
   std::set<std::string> tested;
   for (const OpCase& c : AllCases()) tested.insert(c.op);
   for (const auto& [op, factory] : table) EXPECT_TRUE(tested.count(op)) << op << " has no case";
+  // Every op whose CUDA kernel takes bfloat16 has a bfloat16 case.
+  std::set<std::string> tested_in_bf16;
+  for (const OpCase& c : Bfloat16Cases()) tested_in_bf16.insert(c.op);
+  for (const std::string& op : cuda::CudaBackend::bfloat16_ops()) {
+    EXPECT_TRUE(table.count(op)) << op << " takes bfloat16 but has no CUDA kernel";
+    EXPECT_TRUE(tested_in_bf16.count(op)) << op << " has no bfloat16 case";
+  }
 }
 
 }  // namespace piper::engine::testing

@@ -54,7 +54,15 @@ std::vector<OpCase> IndexingCases();
 std::vector<OpCase> LossCases();
 std::vector<OpCase> OptimizerCases();
 std::vector<OpCase> FusedCases();
+std::vector<OpCase> SlicingCases();
+std::vector<OpCase> DropoutCases();
+std::vector<OpCase> PowerCases();
+std::vector<OpCase> ExtremumGradCases();
+std::vector<OpCase> SelectionCases();
+std::vector<OpCase> ScanCases();
+std::vector<OpCase> GatherElementsCases();
 std::vector<OpCase> HostFallbackCases();
+std::vector<OpCase> Bfloat16Cases();
 
 // A test fixture whose tests skip, naming the reason, where no GPU is usable.
 class CudaTest : public ::testing::Test {

@@ -4,10 +4,13 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <thread>
 
+#include "engine/comm/store.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/context.h"
 #include "formats/error.h"
@@ -16,6 +19,9 @@ namespace piper::engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How often a channel's watchdog looks at the operations in flight.
+constexpr auto kWatchInterval = std::chrono::milliseconds(100);
 
 void check_nccl(ncclResult_t status, ncclComm_t comm, const char* call, const char* file,
                 int line) {
@@ -35,10 +41,18 @@ struct Group {
   int member = 0;  // this process's index in `ranks`
 };
 
+// "0,1,3": `ranks` but `skip`.
+std::string rank_list(const std::vector<int>& ranks, int skip = -1) {
+  std::string text;
+  for (int r : ranks) {
+    if (r != skip) text += (text.empty() ? "" : ",") + std::to_string(r);
+  }
+  return text;
+}
+
 std::string describe(const Group& group, int rank) {
-  std::string ranks;
-  for (int r : group.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-  return "rank " + std::to_string(rank) + ", NCCL " + group.name + " (ranks " + ranks + ")";
+  return "rank " + std::to_string(rank) + ", NCCL " + group.name + " (ranks " +
+         rank_list(group.ranks) + ")";
 }
 
 // Device memory for one operation, freed in stream order once the work issued meanwhile is
@@ -64,20 +78,57 @@ bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   return pa < pb + b_bytes && pb < pa + a_bytes;
 }
 
-// One channel: an NCCL communicator created at its first operation.
+class NcclCommunicator;
+
+// The channels of one group, so that aborting the group reaches every one.
+struct Channels {
+  std::mutex mutex;
+  bool aborted = false;
+  std::vector<NcclCommunicator*> live;
+};
+
+// An operation issued to the stream and not yet seen done.
+struct InFlight {
+  std::string what;   // "all_reduce", for messages
+  std::string peers;  // "rank 3", "ranks 1,2,3"
+  cudaEvent_t done;   // recorded after the operation
+  Clock::time_point issued;
+};
+
+// One channel: an NCCL communicator created at its first operation. Operations return once
+// issued to the stream, as the interface's contract allows; a watchdog thread then sees them
+// done, or after the timeout aborts the communicator (which ends the stuck device work) and
+// reports the failure to the CUDA context, where the stream's finish throws it.
 class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(gloo::rendezvous::Store& store, int rank, cuda::CudaContext& context,
-                   const NcclOptions& options, Group group, std::string channel)
+                   const NcclOptions& options, Group group, std::string channel,
+                   std::shared_ptr<Channels> channels)
       : store_(store),
         rank_(rank),
         context_(context),
         options_(options),
         group_(std::move(group)),
-        channel_(std::move(channel)) {}
+        channel_(std::move(channel)),
+        channels_(std::move(channels)) {
+    std::lock_guard lock(channels_->mutex);
+    aborted_ = channels_->aborted;
+    channels_->live.push_back(this);
+  }
 
   ~NcclCommunicator() override {
+    {
+      std::lock_guard lock(channels_->mutex);
+      std::erase(channels_->live, this);
+    }
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
     std::lock_guard lock(mutex_);
+    for (const InFlight& operation : in_flight_) cudaEventDestroy(operation.done);
     if (comm_ == nullptr) return;
     // A ready communicator finishes its work first; one that failed or never became ready
     // cannot, and is aborted.
@@ -93,7 +144,7 @@ class NcclCommunicator : public Communicator {
   int size() const override { return static_cast<int>(group_.ranks.size()); }
 
   void all_reduce(float* data, size_t count, bool average) override {
-    issue("all_reduce", [&](ncclComm_t comm, cudaStream_t stream) {
+    issue("all_reduce", others(), [&](ncclComm_t comm, cudaStream_t stream) {
       return ncclAllReduce(data, data, count, ncclFloat32, average ? ncclAvg : ncclSum, comm,
                            stream);
     });
@@ -109,7 +160,7 @@ class NcclCommunicator : public Communicator {
       staged = std::make_unique<Scratch>(bytes, context_.stream());
       target = static_cast<float*>(staged->data());
     }
-    issue("reduce_scatter", [&](ncclComm_t comm, cudaStream_t stream) {
+    issue("reduce_scatter", others(), [&](ncclComm_t comm, cudaStream_t stream) {
       return ncclReduceScatter(in, target, count_per_rank, ncclFloat32, average ? ncclAvg : ncclSum,
                                comm, stream);
     });
@@ -125,13 +176,13 @@ class NcclCommunicator : public Communicator {
       copy(staged->data(), in, bytes);
       in = static_cast<const float*>(staged->data());
     }
-    issue("all_gather", [&](ncclComm_t comm, cudaStream_t stream) {
+    issue("all_gather", others(), [&](ncclComm_t comm, cudaStream_t stream) {
       return ncclAllGather(in, out, count_per_rank, ncclFloat32, comm, stream);
     });
   }
 
   void broadcast(void* data, size_t bytes, int root) override {
-    issue("broadcast", [&](ncclComm_t comm, cudaStream_t stream) {
+    issue("broadcast", others(), [&](ncclComm_t comm, cudaStream_t stream) {
       return ncclBroadcast(data, data, bytes, ncclUint8, root, comm, stream);
     });
   }
@@ -144,40 +195,83 @@ class NcclCommunicator : public Communicator {
       copy(staged->data(), in, whole);
       in = staged->data();
     }
-    issue("all_to_all", [&](ncclComm_t comm, cudaStream_t stream) {
+    issue("all_to_all", others(), [&](ncclComm_t comm, cudaStream_t stream) {
       return ncclAlltoAll(in, out, bytes_per_rank, ncclUint8, comm, stream);
     });
   }
 
   void send(const void* data, size_t bytes, int peer, int) override {
-    issue("send", [&](ncclComm_t comm, cudaStream_t stream) {
+    issue("send", member(peer), [&](ncclComm_t comm, cudaStream_t stream) {
       return ncclSend(data, bytes, ncclUint8, peer, comm, stream);
     });
   }
 
   void recv(void* data, size_t bytes, int peer, int) override {
-    issue("recv", [&](ncclComm_t comm, cudaStream_t stream) {
+    issue("recv", member(peer), [&](ncclComm_t comm, cudaStream_t stream) {
       return ncclRecv(data, bytes, ncclUint8, peer, comm, stream);
     });
   }
 
   std::unique_ptr<Communicator> channel(const std::string& name) override {
     return std::make_unique<NcclCommunicator>(store_, rank_, context_, options_, group_,
-                                              channel_.empty() ? name : channel_ + "/" + name);
+                                              channel_.empty() ? name : channel_ + "/" + name,
+                                              channels_);
   }
 
-  // Callable from any thread: ncclCommAbort also ends the device work a missing peer holds up.
+  // Aborts every channel of the group. Callable from any thread: ncclCommAbort also ends the
+  // device work a missing peer holds up.
   void abort() override {
+    std::lock_guard lock(channels_->mutex);
+    channels_->aborted = true;
+    for (NcclCommunicator* channel : channels_->live) channel->abort_channel();
+  }
+
+ private:
+  void abort_channel() {
     std::lock_guard lock(mutex_);
-    if (aborted_) return;
     aborted_ = true;
     if (comm_ != nullptr) ncclCommAbort(comm_);
     comm_ = nullptr;
   }
 
- private:
-  std::string where(const char* what) const {
+  std::string where(const std::string& what) const {
     return describe(group_, rank_) + ": " + what + " on channel '" + channel_ + "'";
+  }
+
+  // "rank 3": the global rank of member `peer`.
+  std::string member(int peer) const {
+    return "rank " + std::to_string(group_.ranks.at(static_cast<size_t>(peer)));
+  }
+  // "ranks 1,2": the other members.
+  std::string others() const {
+    return (group_.ranks.size() > 2 ? "ranks " : "rank ") + rank_list(group_.ranks, rank_);
+  }
+
+  // "rank 0 waited 300 s in all_reduce on channel 'dp' of NCCL group 3 (ranks 0,1) for rank 1
+  // (--timeout 300 s), which did not take part; ..."
+  std::string timed_out(const std::string& what, const std::string& peers,
+                        Clock::time_point since) const {
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - since);
+    return "rank " + std::to_string(rank_) + " waited " + seconds_text(waited) + " s in " + what +
+           " on channel '" + channel_ + "' of NCCL " + group_.name + " (ranks " +
+           rank_list(group_.ranks) + ") for " + peers + " (--timeout " +
+           seconds_text(options_.timeout) +
+           " s), which did not take part; check the other ranks' logs for why they are not "
+           "responding, or raise --timeout";
+  }
+
+  // Throws when this channel can take no more operations. Needs mutex_.
+  void check_open(const char* what) const {
+    if (!failure_.empty()) throw Error(failure_);
+    if (aborted_) throw Error(where(what) + " after the communicator was aborted");
+  }
+
+  // Aborts the communicator, which ends the device work it holds up, and remembers why: later
+  // operations throw `message`. Needs mutex_.
+  void give_up(const std::string& message) {
+    failure_ = message;
+    if (comm_ != nullptr) ncclCommAbort(comm_);
+    comm_ = nullptr;
   }
 
   void copy(void* dst, const void* src, size_t bytes) {
@@ -199,64 +293,121 @@ class NcclCommunicator : public Communicator {
       }
       std::memcpy(id.internal, value.data(), sizeof id.internal);
     }
-    std::lock_guard lock(mutex_);
-    if (aborted_) throw Error(where(what) + " after the communicator was aborted");
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    context_.activate();
-    PIPER_NCCL_CHECK(ncclCommInitRankConfig(&comm_, size(), id, group_.member, &config), comm_);
-    deadline_ = Clock::now() + options_.timeout;
+    {
+      std::lock_guard lock(mutex_);
+      check_open(what);
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      context_.activate();
+      PIPER_NCCL_CHECK(ncclCommInitRankConfig(&comm_, size(), id, group_.member, &config), comm_);
+    }
+    watchdog_ = std::thread([this] { watch(); });
+  }
+
+  // Why an NCCL `state` of the communicator is a failure of `what`, or "". Needs mutex_ and comm_.
+  std::string nccl_failure(const std::string& what, ncclResult_t state) const {
+    if (state == ncclInProgress || state == ncclSuccess) return "";
+    return where(what) + " failed: " + ncclGetErrorString(state) + " (" + ncclGetLastError(comm_) +
+           ")";
+  }
+  // Gives up on the communicator and throws `failure`, unless it is "". Needs mutex_.
+  void fail(const std::string& failure) {
+    if (failure.empty()) return;
+    give_up(failure);
+    throw Error(failure);
   }
 
   // Waits while NCCL reports work in progress (initialization, or an enqueue that has not
-  // finished); throws for an error or an abort, and when initialization outlasts the deadline.
-  void settle(const char* what) {
+  // finished); throws for an abort, and gives up on the communicator for an error or past the
+  // timeout since `since`.
+  void settle(const char* what, const std::string& peers, Clock::time_point since) {
     for (;;) {
-      ncclResult_t state = ncclSuccess;
       {
         std::lock_guard lock(mutex_);
-        if (aborted_) throw Error(where(what) + " after the communicator was aborted");
+        check_open(what);
+        ncclResult_t state = ncclSuccess;
         PIPER_NCCL_CHECK(ncclCommGetAsyncError(comm_, &state), comm_);
-        if (state != ncclInProgress && state != ncclSuccess) {
-          throw Error(where(what) + " failed: " + ncclGetErrorString(state) + " (" +
-                      ncclGetLastError(comm_) + ")");
+        fail(nccl_failure(what, state));
+        if (state == ncclSuccess) return;
+        if (Clock::now() - since > options_.timeout) {
+          fail(ready_ ? timed_out(what, peers, since)
+                      : where(what) + ": the NCCL communicator was not ready after " +
+                            seconds_text(options_.timeout) +
+                            " s; every member must reach it (is a rank missing?)");
         }
-      }
-      if (state == ncclSuccess) return;
-      if (!ready_ && Clock::now() > deadline_) {
-        throw Error(where(what) + ": the NCCL communicator was not ready after " +
-                    std::to_string(options_.timeout.count() / 1000) +
-                    " s; every member must reach it (is a rank missing?)");
       }
       std::this_thread::yield();
     }
   }
 
   template <typename Call>
-  void issue(const char* what, Call call) {
+  void issue(const char* what, const std::string& peers, Call call) {
+    const Clock::time_point issued = Clock::now();
     bool started = false;
     {
       std::lock_guard lock(mutex_);
-      if (aborted_) throw Error(where(what) + " after the communicator was aborted");
+      check_open(what);
       started = comm_ != nullptr;
     }
     if (!started) start(what);
     if (!ready_) {
-      settle(what);
+      settle(what, peers, issued);
       ready_ = true;
     }
     ncclResult_t status = ncclSuccess;
     {
       std::lock_guard lock(mutex_);
-      if (aborted_) throw Error(where(what) + " after the communicator was aborted");
+      check_open(what);
       status = call(comm_, context_.stream());
+      fail(nccl_failure(what, status));
     }
-    if (status == ncclInProgress) {
-      settle(what);
-    } else if (status != ncclSuccess) {
-      throw Error(where(what) + " failed: " + ncclGetErrorString(status) + " (" +
-                  ncclGetLastError(comm_) + ")");
+    if (status == ncclInProgress) settle(what, peers, issued);
+    // The watchdog takes it from here: the operation completes in stream order.
+    cudaEvent_t done = nullptr;
+    PIPER_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    const cudaError_t recorded = cudaEventRecord(done, context_.stream());
+    if (recorded != cudaSuccess) cudaEventDestroy(done);
+    PIPER_CUDA_CHECK(recorded);
+    std::lock_guard lock(mutex_);
+    in_flight_.push_back({what, peers, done, issued});
+  }
+
+  // The watchdog's thread: every kWatchInterval, forgets the operations done, and gives up on
+  // the communicator when NCCL reports an error or the oldest operation outlasts the timeout.
+  // The failure also goes to the CUDA context, so that the step fails where its streams finish.
+  void watch() {
+    std::unique_lock lock(mutex_);
+    std::string failure;
+    try {
+      context_.activate();
+    } catch (const Error& error) {
+      failure = where("the NCCL watchdog") + ": " + error.what();
     }
+    while (failure.empty() && !wake_.wait_for(lock, kWatchInterval, [this] { return stopping_; })) {
+      if (comm_ != nullptr && failure_.empty()) failure = poll();
+    }
+    if (failure.empty()) return;
+    give_up(failure);
+    context_.report_failure(failure);
+  }
+
+  // Forgets the operations done; returns why to give up on the communicator, or "". Needs mutex_
+  // and comm_.
+  std::string poll() {
+    // A CUDA error instead of "done" is the stream's, which its finish reports.
+    while (!in_flight_.empty() && cudaEventQuery(in_flight_.front().done) != cudaErrorNotReady) {
+      cudaEventDestroy(in_flight_.front().done);
+      in_flight_.pop_front();
+    }
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t status = ncclCommGetAsyncError(comm_, &state);
+    if (status != ncclSuccess) state = status;
+    const InFlight* oldest = in_flight_.empty() ? nullptr : &in_flight_.front();
+    std::string failure = nccl_failure(oldest ? oldest->what : "an operation", state);
+    if (failure.empty() && oldest && Clock::now() - oldest->issued > options_.timeout) {
+      failure = timed_out(oldest->what, oldest->peers, oldest->issued);
+    }
+    return failure;
   }
 
   gloo::rendezvous::Store& store_;
@@ -265,11 +416,17 @@ class NcclCommunicator : public Communicator {
   const NcclOptions& options_;
   Group group_;
   std::string channel_;
-  std::mutex mutex_;  // guards comm_ and aborted_ against abort() from another thread
+  std::shared_ptr<Channels> channels_;
+  // Guards what the owning thread shares with abort() and the watchdog: the members below.
+  std::mutex mutex_;
   ncclComm_t comm_ = nullptr;
   bool aborted_ = false;
+  std::string failure_;  // why the watchdog or a wait gave up on comm_
+  std::deque<InFlight> in_flight_;
+  bool stopping_ = false;
+  std::condition_variable wake_;
+  std::thread watchdog_;
   bool ready_ = false;  // used by the owning thread alone
-  Clock::time_point deadline_;
 };
 
 }  // namespace
@@ -287,8 +444,8 @@ std::unique_ptr<Communicator> NcclCommunicatorFactory::connect(const std::string
                 ", which it is not a member of");
   }
   group.member = static_cast<int>(me - ranks.begin());
-  return std::make_unique<NcclCommunicator>(store_, rank_, context_, options_, std::move(group),
-                                            "");
+  return std::make_unique<NcclCommunicator>(store_, rank_, context_, options_, std::move(group), "",
+                                            std::make_shared<Channels>());
 }
 
 }  // namespace piper::engine

@@ -11,6 +11,14 @@
 // Matching: NCCL pairs operations in issue order per communicator and has no tags, so
 // the k-th collective (send, recv) of a channel matches the k-th of the channel of the
 // same name on the other members, and a send's tag is not checked against its recv's.
+//
+// Timeouts: an operation returns once issued, and a watchdog thread per channel watches it
+// complete on the device. When the operation is still not done `timeout` after it was issued,
+// or NCCL reports an error, the watchdog aborts the channel's communicator (which ends the
+// stuck device work) and reports why to the CUDA context, so that the stream's finish throws
+// it ("rank 0 waited 300 s in all_reduce on channel 'dp' of NCCL group 3 (ranks 0,1) for
+// rank 1 ..."); later operations of the channel throw it too. abort() reaches every channel of
+// the group.
 #pragma once
 
 #include <gloo/rendezvous/store.h>
@@ -29,7 +37,8 @@ class CudaContext;
 }
 
 struct NcclOptions {
-  // Deadline of a channel's initialization (every member must create it by then).
+  // Deadline of a channel's initialization (every member must create it by then) and of each
+  // operation, counted from when it was issued.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   // Prefix of every store key of this job's groups, e.g. "piper/<plan id>".
   std::string key_prefix = "piper";
