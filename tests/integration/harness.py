@@ -89,21 +89,15 @@ def read_metrics(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def train_exported_model_like_pytorch(test, work, model, inputs, optimizer, make_optimizer,
-                                      steps, global_batch, loss_rtol, weight_rtol,
-                                      **strategy_extra):
-    """Exports `model` (forward(a, b) -> loss) with a dynamic batch, trains it
-    with Piper on `inputs` (two arrays, samples first) and with PyTorch from
-    the same weights on the same rows (step s uses rows (s*G + i) mod N), and
-    asserts every step's loss and every final weight agree; frozen buffers
-    must not change."""
+def export_two_input_model(model, inputs, work):
+    """Exports `model` (forward(a, b) -> loss) in training mode with a dynamic
+    batch to WORK/model.onnx and saves `inputs` (two arrays, samples first) as
+    WORK/data/{a,b}.npy; returns the model's path."""
     import numpy as np
     import onnx
     import torch
-    from onnx import numpy_helper
 
     x, t = inputs
-    samples = x.shape[0]
     os.makedirs(os.path.join(work, "data"))
     np.save(os.path.join(work, "data", "a.npy"), x)
     np.save(os.path.join(work, "data", "b.npy"), t)
@@ -115,7 +109,42 @@ def train_exported_model_like_pytorch(test, work, model, inputs, optimizer, make
                       dynamic_axes={"a": {0: "batch"}, "b": {0: "batch"}})
     ops = {node.op_type for node in onnx.load(model_path).graph.node}
     print(f"[{work}] exported ops: {' '.join(sorted(ops))}")
+    return model_path
 
+
+def train_like_piper(model, inputs, make_optimizer, steps, global_batch, autocast=False):
+    """Trains `model` in PyTorch on the rows Piper's data loader feeds (step s
+    uses rows (s*G + i) mod N), under CPU bfloat16 autocast if asked; returns
+    each step's loss."""
+    import numpy as np
+    import torch
+
+    x, t = inputs
+    optimizer = make_optimizer(model.parameters())
+    losses = []
+    for step in range(steps):
+        rows = (step * global_batch + np.arange(global_batch)) % x.shape[0]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = model(torch.from_numpy(x[rows]), torch.from_numpy(t[rows]))
+        losses.append(loss.float().item())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return losses
+
+
+def train_exported_model_like_pytorch(test, work, model, inputs, optimizer, make_optimizer,
+                                      steps, global_batch, loss_rtol, weight_rtol,
+                                      **strategy_extra):
+    """Exports `model` (forward(a, b) -> loss) with a dynamic batch, trains it
+    with Piper on `inputs` (two arrays, samples first) and with PyTorch from
+    the same weights on the same rows, and asserts every step's loss and every
+    final weight agree; frozen buffers must not change."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    model_path = export_two_input_model(model, inputs, work)
     plan_strategy = write_json(os.path.join(work, "strategy.json"),
                                strategy(global_batch, optimizer, **strategy_extra))
     plans = os.path.join(work, "plans")
@@ -125,16 +154,7 @@ def train_exported_model_like_pytorch(test, work, model, inputs, optimizer, make
     run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan"), "--steps", steps,
             "--data", os.path.join(work, "data"), "--metrics", metrics, "--save-onnx", trained])
     losses = [record["loss"] for record in read_metrics(metrics)]
-
-    reference = make_optimizer(model.parameters())
-    expected = []
-    for step in range(steps):
-        rows = (step * global_batch + np.arange(global_batch)) % samples
-        loss = model(torch.from_numpy(x[rows]), torch.from_numpy(t[rows]))
-        expected.append(loss.item())
-        reference.zero_grad()
-        loss.backward()
-        reference.step()
+    expected = train_like_piper(model, inputs, make_optimizer, steps, global_batch)
 
     test.assertEqual(len(losses), steps)
     for step, (got, want) in enumerate(zip(losses, expected)):

@@ -13,10 +13,13 @@ import unittest
 
 import numpy as np
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 import harness
 import test_data_parallel as dp
 import test_samples_vs_pytorch as samples
+import test_variants_vs_pytorch as variants
 from harness import Tools
 
 STEPS = 50
@@ -62,18 +65,8 @@ class PrecisionMatchesPyTorch(unittest.TestCase):
     def train_pytorch_autocast(self, name, idx, targets):
         export = samples.sample_module(name)
         model = export.load_initializers(export.build_model(), Tools.sample(name, "model.onnx"))
-        optimizer = samples.make_optimizer(model.parameters())
-        losses = []
-        for step in range(STEPS):
-            rows = (step * samples.GLOBAL_BATCH + np.arange(samples.GLOBAL_BATCH)) % \
-                samples.SAMPLES
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = model(torch.from_numpy(idx[rows]), torch.from_numpy(targets[rows]))
-            losses.append(loss.float().item())
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-        return losses
+        return harness.train_like_piper(model, (idx, targets), samples.make_optimizer, STEPS,
+                                        samples.GLOBAL_BATCH, autocast=True)
 
     def check_bf16(self, name):
         work = os.path.join(self.tmp.name, name)
@@ -182,6 +175,97 @@ class Bf16StrategiesMatchOneProcess(unittest.TestCase):
                              "num_microbatches": 4}],
                    annotations=[{"match": "/blocks.0/*", "tags": {"PP": 0}},
                                 {"match": "/blocks.1/*", "tags": {"PP": 1}}])
+
+
+class RmsNormSilu(nn.Module):
+    """RMSNorm written out (Pow, ReduceMean, Add, Sqrt, Div) and SiLU."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 24)
+        self.gain = nn.Parameter(torch.ones(24))
+        self.fc2 = nn.Linear(24, 5)
+
+    def forward(self, x, y):
+        h = self.fc1(x)
+        h = h / torch.sqrt(h.pow(2).mean(dim=-1, keepdim=True) + 1e-6) * self.gain
+        return F.cross_entropy(self.fc2(F.silu(h)), y)
+
+
+class TiedLanguageModel(nn.Module):
+    """An embedding whose weight is also the output projection, a LayerNorm, a
+    tanh-approximated GELU and a cross-entropy over [B*T, V] logits."""
+
+    def __init__(self, vocab=20, d=16):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.fc = nn.Linear(d, d)
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, idx, targets):
+        # The LayerNorm reads the float32 embedding: PyTorch 1.13's CPU autocast has no
+        # LayerNorm of a bfloat16 input with float32 weights.
+        h = F.gelu(self.fc(self.norm(self.embed(idx))), approximate="tanh")
+        logits = h @ self.embed.weight.t()
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+class Bf16VariantsMatchPyTorchAutocast(unittest.TestCase):
+    """Models beyond the samples, exported here, trained in bf16 by Piper and
+    under CPU autocast by PyTorch from the same weights on the same rows."""
+
+    @classmethod
+    def setUpClass(cls):
+        torch.set_num_threads(1)
+        cls.tmp = tempfile.TemporaryDirectory(prefix="piper_precision_variants_")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def check(self, name, model, inputs, **strategy_extra):
+        work = os.path.join(self.tmp.name, name)
+        model_path = harness.export_two_input_model(model, inputs, work)
+        optimizer = {"type": "adamw", "lr": 0.01}
+        strategy = harness.write_json(
+            os.path.join(work, "strategy.json"),
+            harness.strategy(variants.GLOBAL_BATCH, optimizer, precision="bf16",
+                             **strategy_extra))
+        plans = os.path.join(work, "plans")
+        harness.run_ok([Tools.plan, model_path, strategy, "-o", plans])
+        metrics = os.path.join(work, "metrics.jsonl")
+        harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan"), "--steps",
+                        variants.STEPS, "--data", os.path.join(work, "data"),
+                        "--metrics", metrics])
+        losses = [r["loss"] for r in harness.read_metrics(metrics)]
+        expected = harness.train_like_piper(
+            model, inputs, lambda p: torch.optim.AdamW(p, lr=0.01), variants.STEPS,
+            variants.GLOBAL_BATCH, autocast=True)
+        print(f"[{name}] piper bf16 {losses[0]:.5f} -> {losses[-1]:.5f}, pytorch autocast "
+              f"{expected[0]:.5f} -> {expected[-1]:.5f}; worst per-step difference "
+              f"{worst_relative(losses, expected):.2e}")
+        self.assertEqual(len(losses), variants.STEPS)
+        self.assertLessEqual(worst_relative(losses, expected), AUTOCAST_RTOL)
+
+    def test_exported_variants(self):
+        for name, make in variants.MODELS.items():
+            with self.subTest(name):
+                torch.manual_seed(7)
+                self.check(name, make(), variants.inputs_for(name, np.random.default_rng(5)),
+                           frozen=["mask"] if name == "tied" else [])
+
+    def test_rms_norm_and_silu(self):
+        torch.manual_seed(3)
+        rng = np.random.default_rng(3)
+        self.check("rms_silu", RmsNormSilu(),
+                   (rng.standard_normal((24, 8)).astype(np.float32),
+                    rng.integers(0, 5, 24).astype(np.int64)))
+
+    def test_tied_embedding_language_model(self):
+        torch.manual_seed(4)
+        rng = np.random.default_rng(4)
+        tokens = rng.integers(0, 20, (24, 7)).astype(np.int64)
+        self.check("tied_lm", TiedLanguageModel(), (tokens[:, :-1].copy(), tokens[:, 1:].copy()))
 
 
 if __name__ == "__main__":
