@@ -1,5 +1,5 @@
 // Matrix products through OpenBLAS: ONNX Gemm and MatMul, and piper.MatMul
-// (MatMul with transA/transB on the last two dimensions).
+// (MatMul with transA/transB on the last two dimensions and an optional Bias).
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -98,17 +98,37 @@ void check_float(const KernelArgs& args) {
   args.expect_dtype(args.output(0), plan::FLOAT32, "output 0");
 }
 
+// piper.MatMul's optional Bias: a vector over Y's last dimension, copied into every row of Y
+// before the product accumulates into it.
+const float* bias_of(const KernelArgs& args) {
+  if (!args.has_input(2)) return nullptr;
+  const TensorView& bias = args.input(2);
+  const TensorView& y = args.output(0);
+  if (bias.rank() != 1 || y.rank() == 0 || bias.shape[0] != y.shape.back()) {
+    args.fail("Bias " + shape_string(bias.shape) + " must be a vector over the last dimension of " +
+              "the output " + shape_string(y.shape));
+  }
+  return bias.as<const float>();
+}
+
 std::unique_ptr<PreparedKernel> matmul_factory(const KernelArgs& args, bool piper_op) {
-  args.expect_inputs(2, 2);
+  args.expect_inputs(2, piper_op ? 3 : 2);
   args.expect_outputs(1, 1);
   check_float(args);
   const bool trans_a = piper_op && args.attributes().get_int("transA", 0) != 0;
   const bool trans_b = piper_op && args.attributes().get_int("transB", 0) != 0;
   const TensorView& y = args.output(0);
   const BatchedGemm gemm = plan_matmul(args, args.input(0), args.input(1), y, trans_a, trans_b);
-  return make_kernel([gemm, pa = args.input(0).as<const float>(),
-                      pb = args.input(1).as<const float>(),
-                      py = y.as<float>()](const StepContext&) { gemm.run(pa, pb, py, 0.0f); });
+  const float* bias = bias_of(args);
+  const int64_t n = y.rank() == 0 ? 1 : y.shape.back();
+  return make_kernel([gemm, bias, n, rows = y.elements() / std::max<int64_t>(n, 1),
+                      pa = args.input(0).as<const float>(), pb = args.input(1).as<const float>(),
+                      py = y.as<float>()](const StepContext&) {
+    if (bias != nullptr) {
+      for (int64_t row = 0; row < rows; ++row) std::memcpy(py + row * n, bias, n * sizeof(float));
+    }
+    gemm.run(pa, pb, py, bias != nullptr ? 1.0f : 0.0f);
+  });
 }
 
 // ONNX Gemm: Y = alpha * A' B' + beta * C, C broadcast unidirectionally to [M, N].

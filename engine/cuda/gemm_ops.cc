@@ -1,6 +1,6 @@
 // Matrix products on CUDA through cuBLASLt (engine/cuda/gemm.h): ONNX Gemm and
-// MatMul, and piper.MatMul (MatMul with transA/transB on the last two dimensions), in
-// float32 (TF32 with the attribute tf32 = 1) or bfloat16.
+// MatMul, and piper.MatMul (MatMul with transA/transB on the last two dimensions and an
+// optional Bias), in float32 (TF32 with the attribute tf32 = 1) or bfloat16.
 // Batches (numpy broadcasting) become strided batched products, one per run of
 // batches whose operands sit at constant distances.
 #include "engine/cpu/strided_loop.h"
@@ -169,7 +169,8 @@ class GemmKernel : public PreparedKernel {
   std::vector<Run> runs_;
 };
 
-// A, B (and Gemm's C) and Y: all float32 or all bfloat16.
+// A, B (and Gemm's C or piper.MatMul's Bias) and Y: all float32 or all bfloat16, except that a
+// bfloat16 product may write a float32 Y (the planner's weight-gradient products).
 void check_floats(const KernelArgs& args) {
   const plan::DType dtype = args.input(0).dtype;
   expect_float(args, args.input(0), "input 0");
@@ -178,13 +179,38 @@ void check_floats(const KernelArgs& args) {
       args.expect_dtype(args.input(i), dtype, "input " + std::to_string(i) + " (input 0's dtype)");
     }
   }
-  args.expect_dtype(args.output(0), dtype, "output 0 (input 0's dtype)");
+  const TensorView& y = args.output(0);
+  if (y.dtype != plan::FLOAT32) {
+    args.expect_dtype(y, dtype, "output 0 (input 0's dtype)");
+  }
+}
+
+// piper.MatMul's optional Bias: a vector over Y's last dimension, copied into every row of Y
+// before the product accumulates into it.
+std::unique_ptr<PreparedKernel> matmul_with_bias(const KernelArgs& args, CudaContext& context,
+                                                 const MatmulShape& s) {
+  const TensorView& bias = args.input(2);
+  const TensorView& y = args.output(0);
+  if (bias.rank() != 1 || y.rank() == 0 || bias.shape[0] != y.shape.back()) {
+    args.fail("Bias " + shape_string(bias.shape) + " must be a vector over the last dimension of " +
+              "the output " + shape_string(y.shape));
+  }
+  std::shared_ptr<GemmKernel> product;
+  if (s.k > 0) {
+    product =
+        std::make_shared<GemmKernel>(context, args, s, 1.0f, 1.0f, args.input(0), args.input(1), y);
+  }
+  return make_kernel([&context, product, index = broadcast_index(y.shape, {bias.shape}),
+                      fb = float_view(bias), fy = float_view(y)](const StepContext& step) {
+    launch_scaled_copy(index, fb, fy, 1.0f, context.stream());
+    if (product) product->run(step);
+  });
 }
 
 CudaKernelFactory matmul_factory(bool piper_op) {
   return
       [piper_op](const KernelArgs& args, CudaContext& context) -> std::unique_ptr<PreparedKernel> {
-        args.expect_inputs(2, 2);
+        args.expect_inputs(2, piper_op ? 3 : 2);
         args.expect_outputs(1, 1);
         check_floats(args);
         const bool trans_a = piper_op && args.attributes().get_int("transA", 0) != 0;
@@ -193,6 +219,7 @@ CudaKernelFactory matmul_factory(bool piper_op) {
         const TensorView& b = args.input(1);
         const TensorView& y = args.output(0);
         const MatmulShape s = matmul_shape(args, a, b, y, trans_a, trans_b);
+        if (args.has_input(2)) return matmul_with_bias(args, context, s);
         if (s.k == 0 && y.elements() > 0) {  // an empty sum: zeros
           return make_kernel([&context, py = y.data, bytes = y.bytes()](const StepContext&) {
             PIPER_CUDA_CHECK(cudaMemsetAsync(py, 0, bytes, context.stream()));

@@ -76,8 +76,9 @@ class FusionRule {
 std::unique_ptr<FusionRule> make_attention_rule();   // attention_rule.cc
 std::unique_ptr<FusionRule> make_layer_norm_rule();  // layer_norm_rule.cc
 std::unique_ptr<FusionRule> make_bias_gelu_rule();   // bias_gelu_rule.cc
+std::unique_ptr<FusionRule> make_linear_rule();      // linear_rule.cc
 
-// Attention, then LayerNorm, then bias+GELU.
+// Attention, then LayerNorm, then bias+GELU, then Linear layers (whose bias GELU has not taken).
 std::vector<std::unique_ptr<FusionRule>> default_fusion_rules();
 
 // Runs each rule over the forward op graph in turn (roots visited from the last op back, so

@@ -15,7 +15,8 @@ constexpr int64_t kOnnxBFloat16 = 16;
 bool keeps_model_dtypes(const std::string& type) { return type == "Cast"; }
 
 bool computes_in_bf16(const std::string& type) {
-  static const std::set<std::string> types = {"MatMul", "Gemm", "Einsum", "piper.FusedAttention"};
+  static const std::set<std::string> types = {"MatMul", "piper.MatMul", "Gemm", "Einsum",
+                                              "piper.FusedAttention"};
   return types.count(type) > 0;
 }
 

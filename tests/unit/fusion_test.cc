@@ -42,7 +42,7 @@ const ir::Op& only_op(const ir::OpGraph& graph, const std::string& type,
   return *found;
 }
 
-TEST(Fusion, GptSampleFusesAttentionAndGeluInEveryLayer) {
+TEST(Fusion, GptSampleFusesAttentionGeluAndLinearLayers) {
   planner::ImportOptions options;
   options.batch = 2;
   options.is_frozen = [](const std::string& name) {
@@ -52,12 +52,22 @@ TEST(Fusion, GptSampleFusesAttentionAndGeluInEveryLayer) {
       formats::load_onnx_model(PIPER_SOURCE_DIR "/samples/gpt/model.onnx"), options, "gpt");
   const int before = graph.num_ops();
   const auto fused = planner::fuse(graph, planner::default_fusion_rules());
-  EXPECT_EQ(fused, (std::map<std::string, int>{
-                       {"fuse-attention", 2}, {"fuse-bias-gelu", 2}, {"fuse-layer-norm", 0}}));
-  // Per layer: MatMul, Mul, Where, Softmax, MatMul -> 1; Add, Div, Erf, Add, Mul, Mul -> 1.
-  EXPECT_EQ(graph.num_ops(), before - 2 * 4 - 2 * 5);
+  EXPECT_EQ(fused, (std::map<std::string, int>{{"fuse-attention", 2},
+                                               {"fuse-bias-gelu", 2},
+                                               {"fuse-layer-norm", 0},
+                                               {"fuse-linear", 2 * 6 + 1}}));
+  // Per layer: MatMul, Mul, Where, Softmax, MatMul -> 1; Add, Div, Erf, Add, Mul, Mul -> 1;
+  // Transpose, MatMul, Add -> 1 for q, v, proj and fc2; Transpose, MatMul -> 1 for k (no bias)
+  // and fc1 (its bias went to GELU). The head: Transpose, MatMul, Add -> 1.
+  EXPECT_EQ(graph.num_ops(), before - 2 * 4 - 2 * 5 - 2 * (4 * 2 + 2) - 2);
   const auto counts = op_counts(graph);
-  for (const char* gone : {"Softmax", "Where", "Erf", "Div"}) EXPECT_EQ(counts.count(gone), 0u);
+  for (const char* gone : {"Softmax", "Where", "Erf", "Div", "MatMul"}) {
+    EXPECT_EQ(counts.count(gone), 0u) << gone;
+  }
+  for (const ir::Op& op : graph.ops()) {
+    if (op.type != "Transpose") continue;
+    EXPECT_NE(graph.tensor(op.inputs[0]).role, ir::Role::kParameter) << op.name;
+  }
   EXPECT_EQ(counts.at("LayerNormalization"), 5);  // 2 per layer and the final one
   for (int l = 0; l < 2; ++l) {
     const std::string layer = "/blocks." + std::to_string(l) + "/";
@@ -73,6 +83,14 @@ TEST(Fusion, GptSampleFusesAttentionAndGeluInEveryLayer) {
     ASSERT_EQ(gelu.inputs.size(), 2u) << layer << ": the fc bias is fused";
     EXPECT_EQ(graph.tensor(gelu.inputs[1]).initializer,
               "blocks." + std::to_string(l) + ".mlp.fc.bias");
+    const ir::Op& q = only_op(graph, "piper.MatMul", layer + "attn/q/");
+    ASSERT_EQ(q.inputs.size(), 3u) << layer << ": the q bias is fused";
+    EXPECT_EQ(graph.tensor(q.inputs[1]).initializer,
+              "blocks." + std::to_string(l) + ".attn.q.weight");  // as stored, [out, in]
+    EXPECT_EQ(ir::attr_int(q.attributes, "transB", 0), 1);
+    EXPECT_EQ(graph.tensor(q.inputs[2]).initializer,
+              "blocks." + std::to_string(l) + ".attn.q.bias");
+    EXPECT_EQ(only_op(graph, "piper.MatMul", layer + "attn/k/").inputs.size(), 2u);
   }
 }
 
@@ -475,10 +493,70 @@ std::vector<FusionCase> gelu_cases() {
   return all;
 }
 
+// Trained X [2, 3, 8] and W [5, 8] (a Linear layer's weight, [out, in]); "wt" = Wᵀ.
+void linear_input(OnnxBuilder& b) {
+  param(b, "x", {2, 3, 8}, 13);
+  param(b, "w", {5, 8}, 14);
+  b.node("Transpose", {"w"}, {"wt"});
+}
+
+std::vector<FusionCase> linear_cases() {
+  std::vector<FusionCase> all;
+  const std::vector<std::string> params = {"x", "w", "bias"};
+  all.push_back({"linear_with_bias",  // PyTorch's Linear on a 3-D input
+                 [](OnnxBuilder& b) {
+                   linear_input(b);
+                   param(b, "bias", {5}, 15);
+                   b.node("MatMul", {"x", "wt"}, {"y"});
+                   b.node("Add", {"bias", "y"}, {"out"});
+                 },
+                 {{"piper.MatMul", 1}, {"MatMul", 0}, {"Transpose", 0}, {"Add", 0}},
+                 params});
+  all.push_back({"linear_without_bias",
+                 [](OnnxBuilder& b) {
+                   linear_input(b);
+                   b.node("MatMul", {"x", "wt"}, {"out"});
+                 },
+                 {{"piper.MatMul", 1}, {"MatMul", 0}, {"Transpose", 0}},
+                 {"x", "w"}});
+  all.push_back({"matmul_plus_bias_untransposed",
+                 [](OnnxBuilder& b) {
+                   param(b, "x", {4, 6}, 16);
+                   param(b, "w", {6, 3}, 17);
+                   param(b, "bias", {3}, 18);
+                   b.node("MatMul", {"x", "w"}, {"y"});
+                   b.node("Add", {"y", "bias"}, {"out"});
+                 },
+                 {{"piper.MatMul", 1}, {"MatMul", 0}, {"Add", 0}},
+                 params});
+  all.push_back({"linear_product_read_twice_keeps_the_add",
+                 [](OnnxBuilder& b) {
+                   linear_input(b);
+                   param(b, "bias", {5}, 15);
+                   b.node("MatMul", {"x", "wt"}, {"y"});
+                   b.node("Add", {"y", "bias"}, {"z"});
+                   b.node("Mul", {"z", "y"}, {"out"});
+                 },
+                 {{"piper.MatMul", 1}, {"MatMul", 0}, {"Transpose", 0}, {"Add", 1}},
+                 params});
+  all.push_back({"matmul_with_row_vector_sum_is_not_a_bias",
+                 [](OnnxBuilder& b) {
+                   param(b, "x", {4, 6}, 16);
+                   param(b, "w", {6, 3}, 17);
+                   param(b, "bias", {4, 1}, 18);
+                   b.node("MatMul", {"x", "w"}, {"y"});
+                   b.node("Add", {"y", "bias"}, {"out"});
+                 },
+                 {{"piper.MatMul", 0}, {"MatMul", 1}, {"Add", 1}},
+                 params});
+  return all;
+}
+
 std::vector<FusionCase> cases() {
   std::vector<FusionCase> all = attention_cases();
   for (auto& c : layer_norm_cases()) all.push_back(std::move(c));
   for (auto& c : gelu_cases()) all.push_back(std::move(c));
+  for (auto& c : linear_cases()) all.push_back(std::move(c));
   return all;
 }
 

@@ -56,7 +56,7 @@ TEST(Precision, Bf16RunsProductsInBfloat16AndNormalizationAndLossInFloat32) {
     if (op.type == "Cast") continue;
     const std::set<ir::DType> dtypes = float_input_dtypes(graph, op);
     EXPECT_LE(dtypes.size(), 1u) << op.name << " (" << op.type << ") mixes float dtypes";
-    if (op.type == "MatMul" || op.type == "piper.FusedAttention") {
+    if (op.type == "piper.MatMul" || op.type == "piper.FusedAttention") {
       ++products;
       EXPECT_EQ(dtypes, bf16) << op.name;
       EXPECT_EQ(graph.tensor(op.outputs[0]).dtype, ir::DType::kBFloat16) << op.name;
@@ -65,7 +65,8 @@ TEST(Precision, Bf16RunsProductsInBfloat16AndNormalizationAndLossInFloat32) {
       EXPECT_EQ(dtypes, f32) << op.name;
     }
   }
-  EXPECT_EQ(products, 2 * 7 + 1);  // q, k, v, attention, proj, fc1, fc2 per layer; the head
+  // q, k, v, attention, proj, fc1, fc2 per layer; the head (Linear layers are piper.MatMul).
+  EXPECT_EQ(products, 2 * 7 + 1);
   for (const ir::Tensor& tensor : graph.tensors()) {
     if (tensor.role == ir::Role::kParameter) {
       EXPECT_EQ(tensor.dtype, ir::DType::kFloat32) << tensor.name;

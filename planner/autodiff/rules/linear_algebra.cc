@@ -59,21 +59,33 @@ void gemm_rule(GradientBuilder& g) {
   }
 }
 
+// MatMul, and piper.MatMul as the fusion pass writes it: transB (op(B) = Bᵀ) and an optional
+// Bias over the last dimension. With op(B): dA = dY op(B)ᵀ and d op(B) = Aᵀ dY.
 void matmul_rule(GradientBuilder& g) {
   const ir::Shape a = g.input_shape(0);
   const ir::Shape b = g.input_shape(1);
   if (a.size() < 2 || b.size() < 2) {
-    throw Error("node '" + g.op().name +
-                "' (MatMul): gradients of MatMul with a 1-D operand are not implemented yet");
+    throw Error("node '" + g.op().name + "' (" + g.op().type +
+                "): gradients of MatMul with a 1-D operand are not implemented yet");
+  }
+  const bool trans_b = ir::attr_int(g.op().attributes, "transB", 0) != 0;
+  if (ir::attr_int(g.op().attributes, "transA", 0) != 0 || (trans_b && b.size() != 2)) {
+    throw Error("node '" + g.op().name + "' (" + g.op().type +
+                "): gradients of transA, or of transB with a batched B, are not implemented");
   }
   const ir::TensorId dy = g.output_gradient(0);
   const ir::Shape dy_shape = g.shape(dy);
+  const ir::TensorId a_id = g.op().inputs[0];
+  const ir::TensorId b_id = g.op().inputs[1];
   if (g.wants(0)) {
     const ir::TensorId da =
-        g.emit("piper.MatMul", {dy, g.op().inputs[1]}, matmul_shape(dy_shape, false, b, true),
-               {{"transB", int64_t{1}}});
+        g.emit("piper.MatMul", {dy, b_id}, matmul_shape(dy_shape, false, b, !trans_b),
+               {{"transB", int64_t{trans_b ? 0 : 1}}});
     g.contribute(0, g.sum_to_input(da, 0));
   }
+  const auto transposed_product = [&](ir::TensorId x, ir::TensorId y, const ir::Shape& shape) {
+    return g.emit("piper.MatMul", {x, y}, shape, {{"transA", int64_t{1}}});
+  };
   if (g.wants(1) && b.size() == 2 && a.size() > 2) {
     // A weight shared by every batch (a Linear layer): dB = Σ_b A_bᵀ dY_b is one GEMM over the
     // batches stacked into rows, not one small GEMM per batch summed afterwards.
@@ -83,15 +95,17 @@ void matmul_rule(GradientBuilder& g) {
       return ir::Shape{count, s.back()};
     };
     const ir::Shape a2 = rows(a), dy2 = rows(dy_shape);
-    const ir::TensorId a_rows = g.emit("Reshape", {g.op().inputs[0], g.constant(a2)}, a2);
+    const ir::TensorId a_rows = g.emit("Reshape", {a_id, g.constant(a2)}, a2);
     const ir::TensorId dy_rows = g.emit("Reshape", {dy, g.constant(dy2)}, dy2);
-    g.contribute(1, g.emit("piper.MatMul", {a_rows, dy_rows}, b, {{"transA", int64_t{1}}}));
+    g.contribute(1, trans_b ? transposed_product(dy_rows, a_rows, b)
+                            : transposed_product(a_rows, dy_rows, b));
   } else if (g.wants(1)) {
     const ir::TensorId db =
-        g.emit("piper.MatMul", {g.op().inputs[0], dy}, matmul_shape(a, true, dy_shape, false),
-               {{"transA", int64_t{1}}});
+        trans_b ? transposed_product(dy, a_id, b)
+                : transposed_product(a_id, dy, matmul_shape(a, true, dy_shape, false));
     g.contribute(1, g.sum_to_input(db, 1));
   }
+  if (g.has_input(2) && g.wants(2)) g.contribute(2, g.sum_to_input(dy, 2));
 }
 
 }  // namespace
@@ -99,6 +113,7 @@ void matmul_rule(GradientBuilder& g) {
 void add_linear_algebra_rules(GradientRules& rules) {
   rules["Gemm"] = gemm_rule;
   rules["MatMul"] = matmul_rule;
+  rules["piper.MatMul"] = matmul_rule;
 }
 
 }  // namespace piper::planner
