@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
+#include <string>
 
 #include "planner/lower/memory_plan.h"
 
@@ -428,12 +430,70 @@ class Lowering {
       }
     }
     keep_comm_buffers_alive();
+    const std::vector<int> buffer = share_reshaped_buffers();
     const MemoryPlan placed = plan_memory(lifetimes_);
     for (int i = 0; i < plan_.tensors_size(); ++i) {
-      plan_.mutable_tensors(i)->set_offset(placed.offsets[i]);
+      plan_.mutable_tensors(i)->set_offset(placed.offsets[buffer[i]]);
     }
     memory.set_arena_bytes(placed.arena_bytes);
     memory.set_activation_bytes(placed.peak_transient_bytes);
+  }
+
+  // A reshape (Reshape, Flatten, Squeeze, Unsqueeze, Identity) of an activation moves no data
+  // when its output takes its input's bytes: the kernel then finds its input in place. Chains
+  // share one buffer, which lives from the first member's first use to the last one's last.
+  // Only activations written once, by one kernel, and touched by no transfer share: their bytes
+  // never change while any member is live. Returns, per tensor, the tensor whose buffer it
+  // uses; the other members' requests take no bytes.
+  std::vector<int> share_reshaped_buffers() {
+    const int count = plan_.tensors_size();
+    std::vector<int> buffer(count);
+    for (int i = 0; i < count; ++i) buffer[i] = i;
+    std::vector<int> writes(count, 0);
+    std::vector<bool> transferred(count, false);
+    for (const auto* transfers : {&comm_inputs_, &comm_outputs_}) {
+      for (const auto& [id, indices] : *transfers) {
+        for (int index : indices) transferred[index] = true;
+      }
+    }
+    for (const plan::Stream& stream : plan_.streams()) {
+      for (const plan::Instruction& instruction : stream.instructions()) {
+        for (int output : instruction.kernel().outputs()) {
+          if (output >= 0) ++writes[output];
+        }
+      }
+    }
+    const auto shareable = [&](int index) {
+      const plan::Tensor& tensor = plan_.tensors(index);
+      return tensor.role() == plan::ACTIVATION && !tensor.zero_at_step_start() &&
+             writes[index] == 1 && !transferred[index];
+    };
+    const auto root = [&](int index) {
+      while (buffer[index] != index) index = buffer[index];
+      return index;
+    };
+    static const std::set<std::string> kReshapes = {"Reshape", "Flatten", "Squeeze", "Unsqueeze",
+                                                    "Identity"};
+    for (const plan::Stream& stream : plan_.streams()) {
+      for (const plan::Instruction& instruction : stream.instructions()) {
+        const plan::Kernel& kernel = instruction.kernel();
+        if (!kReshapes.count(kernel.op_type()) || kernel.inputs_size() < 1 ||
+            kernel.outputs_size() != 1) {
+          continue;
+        }
+        const int x = kernel.inputs(0), y = kernel.outputs(0);
+        if (x >= 0 && y >= 0 && shareable(x) && shareable(y)) buffer[y] = root(x);
+      }
+    }
+    for (int i = 0; i < count; ++i) {
+      buffer[i] = root(i);
+      if (buffer[i] == i) continue;
+      BufferRequest& shared = lifetimes_[buffer[i]];
+      shared.first = std::min(shared.first, lifetimes_[i].first);
+      shared.last = std::max(shared.last, lifetimes_[i].last);
+      lifetimes_[i].bytes = 0;
+    }
+    return buffer;
   }
 
   // A transfer runs on its own stream, concurrently with compute. What it
