@@ -14,7 +14,7 @@
 
 #include "engine/runtime/session.h"
 #include "formats/atomic_file.h"
-#include "formats/onnx_model.h"
+#include "gpt_sample.h"
 #include "onnx_builder.h"
 #include "planner/import/import.h"
 #include "planner/plan_model.h"
@@ -43,13 +43,7 @@ const ir::Op& only_op(const ir::OpGraph& graph, const std::string& type,
 }
 
 TEST(Fusion, GptSampleFusesAttentionGeluAndLinearLayers) {
-  planner::ImportOptions options;
-  options.batch = 2;
-  options.is_frozen = [](const std::string& name) {
-    return name.find("mask") != std::string::npos;
-  };
-  ir::OpGraph graph = planner::import_model(
-      formats::load_onnx_model(PIPER_SOURCE_DIR "/samples/gpt/model.onnx"), options, "gpt");
+  ir::OpGraph graph = testing::import_gpt_sample(2);
   const int before = graph.num_ops();
   const auto fused = planner::fuse(graph, planner::default_fusion_rules());
   EXPECT_EQ(fused, (std::map<std::string, int>{{"fuse-attention", 2},

@@ -6,10 +6,9 @@
 
 #include <set>
 
-#include "formats/onnx_model.h"
+#include "gpt_sample.h"
 #include "planner/autodiff/autodiff.h"
 #include "planner/fusion/fusion.h"
-#include "planner/import/import.h"
 #include "planner/ir/task_graph.h"
 #include "planner/ir/verify.h"
 
@@ -17,13 +16,7 @@ namespace piper {
 namespace {
 
 ir::OpGraph gpt_forward() {
-  planner::ImportOptions options;
-  options.batch = 2;
-  options.is_frozen = [](const std::string& name) {
-    return name.find("mask") != std::string::npos;
-  };
-  ir::OpGraph graph = planner::import_model(
-      formats::load_onnx_model(PIPER_SOURCE_DIR "/samples/gpt/model.onnx"), options, "gpt");
+  ir::OpGraph graph = testing::import_gpt_sample(2);
   planner::fuse(graph, planner::default_fusion_rules());
   return graph;
 }
