@@ -71,6 +71,18 @@ StridedProduct::StridedProduct(CudaContext& context, const ProductShape& s, cons
         cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof op_b));
     PIPER_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof op_a));
+    if (s.bias != nullptr) {
+      // Column-major Cᵀ has n rows: the bias runs along them, the same for every column (row of
+      // C) and, with the default batch stride 0, for every batch.
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      const int32_t bias_type = s.c_type;
+      PIPER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                        &epilogue, sizeof epilogue));
+      PIPER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                        &s.bias, sizeof s.bias));
+      PIPER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                        &bias_type, sizeof bias_type));
+    }
     // The stored B, row-major [k, n] ([n, k] when transposed), is column-major [n, k] ([k, n]).
     b_ = column_major_layout(s.ab_type, s.trans_b ? k : n, s.trans_b ? n : k, s.ldb, batches,
                              s.stride_b);
@@ -111,7 +123,7 @@ StridedProduct::StridedProduct(CudaContext& context, const ProductShape& s, cons
       throw Error(what + ": cuBLASLt has no algorithm for " + std::to_string(batches) + " " +
                   type_name(s.ab_type) + " products of [" + std::to_string(m) + ", " +
                   std::to_string(k) + "] by [" + std::to_string(k) + ", " + std::to_string(n) +
-                  "] into " + type_name(s.c_type));
+                  "] into " + type_name(s.c_type) + (s.bias ? " with a bias epilogue" : ""));
     }
     algo_ = result.algo;
   } catch (...) {

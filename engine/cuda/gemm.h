@@ -29,6 +29,9 @@ struct ProductShape {
   cudaDataType_t c_type = CUDA_R_32F;  // of C: CUDA_R_32F, or CUDA_R_16BF with bfloat16 A, B
   bool tf32 = false;         // float32 A and B rounded to TF32 (CUBLAS_COMPUTE_32F_FAST_TF32)
   uint32_t alignment = 256;  // bytes that every address run() gets is a multiple of
+  // A vector of n elements of c_type added to every row of every batch's C by cuBLASLt's bias
+  // epilogue (CUBLASLT_EPILOGUE_BIAS), or null.
+  const void* bias = nullptr;
 };
 
 // The largest power of two up to 256 that divides every value (addresses, byte counts): a

@@ -93,13 +93,15 @@ MatmulShape matmul_shape(const KernelArgs& args, const TensorView& a, const Tens
 }
 
 // Y (+)= alpha * op(A) op(B) for every batch, as runs of batches at constant distances, each
-// one strided product; with `beta` != 0, Y holds beta-scaled C first. A and B are float32 or
+// one strided product; with `beta` != 0, Y holds beta-scaled C first; with `bias` (Y's dtype,
+// Y's last dimension), cuBLASLt's epilogue adds it to every row. A and B are float32 or
 // bfloat16, Y float32 or (with bfloat16 A and B) bfloat16; float32 products run in TF32 when
 // the kernel's attribute tf32 is 1.
 class GemmKernel : public PreparedKernel {
  public:
   GemmKernel(CudaContext& context, const KernelArgs& args, const MatmulShape& s, float alpha,
-             float beta, const TensorView& a, const TensorView& b, const TensorView& y)
+             float beta, const TensorView& a, const TensorView& b, const TensorView& y,
+             const void* bias = nullptr)
       : alpha_(alpha),
         beta_(beta),
         a_(static_cast<const char*>(a.data)),
@@ -144,6 +146,7 @@ class GemmKernel : public PreparedKernel {
       shape.tf32 = args.attributes().get_int("tf32", 0) != 0;
       shape.alignment = common_alignment(
           {address(a_ + a_offset), address(b_ + b_offset), address(y_ + y_offset)});
+      shape.bias = bias;
       runs_.push_back({a_offset, b_offset, y_offset,
                        std::make_unique<StridedProduct>(context, shape, args.op())});
       first = last;
@@ -185,8 +188,9 @@ void check_floats(const KernelArgs& args) {
   }
 }
 
-// piper.MatMul's optional Bias: a vector over Y's last dimension, copied into every row of Y
-// before the product accumulates into it.
+// piper.MatMul's optional Bias: a vector over Y's last dimension, added by cuBLASLt's bias
+// epilogue; where cuBLASLt has no such algorithm (or the bias's dtype is not Y's), copied into
+// every row of Y before the product accumulates into it.
 std::unique_ptr<PreparedKernel> matmul_with_bias(const KernelArgs& args, CudaContext& context,
                                                  const MatmulShape& s) {
   const TensorView& bias = args.input(2);
@@ -194,6 +198,14 @@ std::unique_ptr<PreparedKernel> matmul_with_bias(const KernelArgs& args, CudaCon
   if (bias.rank() != 1 || y.rank() == 0 || bias.shape[0] != y.shape.back()) {
     args.fail("Bias " + shape_string(bias.shape) + " must be a vector over the last dimension of " +
               "the output " + shape_string(y.shape));
+  }
+  if (s.k > 0 && bias.dtype == y.dtype) {
+    try {
+      return std::make_unique<GemmKernel>(context, args, s, 1.0f, 0.0f, args.input(0),
+                                          args.input(1), y, bias.data);
+    } catch (const Error&) {
+      // No epilogue algorithm for these shapes and alignments: the copy below always works.
+    }
   }
   std::shared_ptr<GemmKernel> product;
   if (s.k > 0) {

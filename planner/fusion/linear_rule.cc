@@ -1,8 +1,8 @@
 // A Linear layer as PyTorch exports it for inputs of rank > 2,
 //   Y = Add(MatMul(X, Transpose(W)), Bias)   (Bias 1-D over Y's last dimension, either side),
 // becomes piper.MatMul(X, W, Bias) with transB = 1 (docs/plan-format.md): the product reads W as
-// it is stored, with no transposed copy per step, and accumulates into Y holding the bias, with
-// no separate pass adding it. MatMul(X, Transpose(W)) alone and MatMul(X, W) + Bias fuse too.
+// it is stored, with no transposed copy per step, and adds the bias itself, with no separate
+// pass over Y. MatMul(X, Transpose(W)) alone and MatMul(X, W) + Bias fuse too.
 #include "planner/fusion/fusion.h"
 
 namespace piper::planner {
