@@ -84,13 +84,13 @@ ImportOptions import_options(const strategy::Strategy& strategy) {
 }
 
 ir::OpGraph training_graph(const std::string& model_path, const strategy::Strategy& strategy,
-                           const PlanningOptions& options, std::map<std::string, int>& fusions) {
+                           const PlanningOptions& options, PlanningResult& result) {
   ir::OpGraph graph =
       import_model(formats::load_onnx_model(model_path), import_options(strategy), model_path);
   check_supported_ops(graph, model_path);
   annotate(graph, strategy.annotations, strategy.source);
-  if (options.fuse) fusions = fuse(graph, default_fusion_rules());
-  if (strategy.precision == "bf16") insert_bf16_casts(graph);
+  if (options.fuse) result.fusions = fuse(graph, default_fusion_rules());
+  if (strategy.precision == "bf16") result.bf16_casts = insert_bf16_casts(graph);
   try {
     differentiate(graph);
   } catch (const Error& error) {
@@ -113,7 +113,7 @@ PlanningResult plan_model(const std::string& model_path, const strategy::Strateg
                           const PlanningOptions& options) {
   const strategy::Strategy strategy = expand_strategy(model_path, written);
   PlanningResult result;
-  ir::OpGraph ops = training_graph(model_path, strategy, options, result.fusions);
+  ir::OpGraph ops = training_graph(model_path, strategy, options, result);
   const int num_ops = ops.num_ops();
   ir::TaskGraph graph = [&] {
     try {

@@ -28,6 +28,8 @@ struct PlanningResult {
   int num_ops = 0;
   // Fusions made, per fusion rule (empty when fusion is off).
   std::map<std::string, int> fusions;
+  // Casts the strategy's precision "bf16" inserted into the forward graph (0 for others).
+  int bf16_casts = 0;
 };
 
 // The strategy as planned: "stages": "auto" resolved into annotations

@@ -44,6 +44,11 @@ void print_summary(const piper::planner::PlanningResult& result, const std::stri
     for (const auto& [rule, count] : result.fusions) std::cout << " " << rule << " " << count;
     std::cout << "\n";
   }
+  if (result.bf16_casts > 0) {
+    std::cout << "  precision bf16: " << result.bf16_casts
+              << " casts (matrix products in bfloat16; normalization, softmax, losses and "
+                 "reductions in float32; float32 master weights)\n";
+  }
   for (const auto& plan : result.plans) {
     const auto& memory = plan.memory();
     size_t instructions = 0;

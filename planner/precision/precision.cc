@@ -144,11 +144,13 @@ bool is_matrix_product(const std::string& type) {
 
 }  // namespace
 
-void insert_bf16_casts(ir::OpGraph& graph) {
+int insert_bf16_casts(ir::OpGraph& graph) {
   if (!graph.trained.empty() || graph.loss_seed >= 0) {
     throw std::logic_error("bf16 casts are inserted into the forward graph, before autodiff");
   }
+  const int before = graph.num_ops();
   graph = CastInserter(graph).run();
+  return graph.num_ops() - before;
 }
 
 void allow_tf32(ir::OpGraph& graph) {

@@ -21,8 +21,8 @@ namespace piper::planner {
 // Parameters and constants are cast to the dtype of the op that reads them, except float32
 // scalars, which kernels read as they are. An op's float outputs take its dtype, except the
 // saved statistics of piper.FusedAttention (outputs 1 and 2), which stay float32. A loss that
-// would end up bfloat16 is cast back to float32.
-void insert_bf16_casts(ir::OpGraph& graph);
+// would end up bfloat16 is cast back to float32. Returns the number of casts inserted.
+int insert_bf16_casts(ir::OpGraph& graph);
 
 // Marks float32 matrix products (forward, gradient and fused attention ops) with the
 // attribute tf32 = 1.

@@ -55,7 +55,9 @@ class PrecisionMatchesPyTorch(unittest.TestCase):
             harness.strategy(samples.GLOBAL_BATCH, samples.OPTIMIZER, frozen=samples.FROZEN,
                              precision=precision))
         plans = os.path.join(work, f"plans_{precision}")
-        harness.run_ok([Tools.plan, Tools.sample(name, "model.onnx"), strategy, "-o", plans])
+        planned = harness.run_ok([Tools.plan, Tools.sample(name, "model.onnx"), strategy, "-o",
+                                  plans])
+        self.assertEqual("precision bf16:" in planned.stdout, precision == "bf16", planned.stdout)
         metrics = os.path.join(work, f"{precision}.jsonl")
         trained = os.path.join(work, f"{precision}.onnx")
         harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan"), "--steps",
