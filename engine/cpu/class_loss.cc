@@ -7,14 +7,16 @@ namespace piper::engine::cpu {
 float ClassLossGeometry::label_weight(int64_t i, int64_t j, int64_t* label) const {
   *label = labels[i * d + j];
   if (has_ignore && *label == ignore_index) return 0.0f;
-  if (*label < 0 || *label >= c) {
-    throw Error(op + ": " + label_name + " " + std::to_string(*label) + " at position " +
-                std::to_string(i * d + j) + " is outside the " + std::to_string(c) +
-                " classes [0, " + std::to_string(c) + ")" +
-                (has_ignore ? " and is not ignore_index " + std::to_string(ignore_index) : "") +
-                "; check the " + label_name + " data");
-  }
+  if (*label < 0 || *label >= c) throw Error(bad_label(*label, i * d + j));
   return weights ? weights[*label] : 1.0f;
+}
+
+std::string ClassLossGeometry::bad_label(int64_t label, int64_t position) const {
+  return op + ": " + label_name + " " + std::to_string(label) + " at position " +
+         std::to_string(position) + " is outside the " + std::to_string(c) + " classes [0, " +
+         std::to_string(c) + ")" +
+         (has_ignore ? " and is not ignore_index " + std::to_string(ignore_index) : "") +
+         "; check the " + label_name + " data";
 }
 
 double ClassLossGeometry::weight_sum() const {

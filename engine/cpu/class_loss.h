@@ -36,6 +36,8 @@ struct ClassLossGeometry {
   // The weight of position (i, j)'s label, 0 when ignored; sets *label. Throws for a label
   // outside [0, C) that is not ignore_index.
   float label_weight(int64_t i, int64_t j, int64_t* label) const;
+  // The message of label_weight's failure for `label` at flat position `position` (i · D + j).
+  std::string bad_label(int64_t label, int64_t position) const;
   // The sum of label_weight over every position: the divisor of the mean reduction.
   double weight_sum() const;
 };

@@ -1,5 +1,5 @@
-// SoftmaxCrossEntropyLoss and its gradient: every reduction, [N, C] and [N, C, D]
-// scores, class weights and ignore_index.
+// SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss and their gradients: every
+// reduction, [N, C] and [N, C, D] inputs, class weights and ignore_index.
 #include "tests/gpu/cases.h"
 
 namespace piper::engine::testing {
@@ -41,6 +41,37 @@ std::vector<OpCase> LossCases() {
        "piper.SoftmaxCrossEntropyLossGrad",
        {Str("reduction", "sum")},
        {F({}), F({6, 3}), I({6}, 0, 3)},
+       {F({6, 3})}},
+      {"NLL_mean", "NegativeLogLikelihoodLoss", {}, {F({64, 64}, -4, 0), I({64}, 0, 64)}, {F({})}},
+      {"NLL_mean_3d_weights_ignore",
+       "NegativeLogLikelihoodLoss",
+       {Int("ignore_index", 3)},
+       {F({4, 10, 16}, -4, 0), I({4, 16}, 0, 10), F({10}, 0.5, 2)},
+       {F({})}},
+      {"NLL_sum_weights",
+       "NegativeLogLikelihoodLoss",
+       {Str("reduction", "sum")},
+       {F({8, 5}), I({8}, 0, 5), F({5}, 0, 2)},
+       {F({})}},
+      {"NLL_none_3d_ignore",
+       "NegativeLogLikelihoodLoss",
+       {Str("reduction", "none"), Int("ignore_index", 2)},
+       {F({3, 4, 5}), I({3, 5}, 0, 4)},
+       {F({3, 5})}},
+      {"NLLGrad_mean_3d_weights_ignore",
+       "piper.NegativeLogLikelihoodLossGrad",
+       {Int("ignore_index", 0)},
+       {F({}), F({4, 10, 16}), I({4, 16}, 0, 10), F({10}, 0.5, 2)},
+       {F({4, 10, 16})}},
+      {"NLLGrad_none_ignore",
+       "piper.NegativeLogLikelihoodLossGrad",
+       {Str("reduction", "none"), Int("ignore_index", 1)},
+       {F({9}), F({9, 4}), I({9}, 0, 4)},
+       {F({9, 4})}},
+      {"NLLGrad_sum_weights",
+       "piper.NegativeLogLikelihoodLossGrad",
+       {Str("reduction", "sum")},
+       {F({}), F({6, 3}), I({6}, 0, 3), F({3}, 0, 2)},
        {F({6, 3})}},
   };
 }

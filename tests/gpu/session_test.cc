@@ -70,6 +70,31 @@ TEST_F(CudaSession, AnIndexOutOfRangeFailsTheStepNamingTheOp) {
   }
 }
 
+// A target out of range fails the step with the CPU kernel's message.
+TEST_F(CudaSession, ALossLabelOutOfRangeFailsTheStepAsOnTheCpu) {
+  PlanBuilder b;
+  const int input = b.Tensor("input", {3, 4});
+  const int target = b.Tensor("target", {3}, plan::INT64, plan::CONSTANT);
+  const int loss = b.Tensor("loss", {});
+  b.Constant<int64_t>(target, {1, 2, 7});
+  b.Kernel("s", "NegativeLogLikelihoodLoss", {input, target}, {loss});
+  const plan::Plan plan = b.Build();
+  const auto failure = [&](std::unique_ptr<Backend> backend) -> std::string {
+    Session session(plan, std::move(backend));
+    try {
+      session.step({});
+    } catch (const Error& error) {
+      return error.what();
+    }
+    return "no error";
+  };
+  const std::string expected =
+      "NegativeLogLikelihoodLoss: target 7 at position 2 is outside the 4 classes [0, 4); check "
+      "the target data";
+  EXPECT_THAT(failure(std::move(cuda_)), HasSubstr(expected));
+  EXPECT_THAT(failure(make_backend("cpu")), HasSubstr(expected));
+}
+
 // samples/gpt, 20 AdamW steps in float32: the losses agree with the CPU's within 1e-4
 // relative, and so do the trained weights within 1e-3.
 TEST_F(CudaSession, GptTrainsAsOnTheCpu) {
