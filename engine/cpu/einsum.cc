@@ -3,46 +3,27 @@
 // GEMM through OpenBLAS. An operand is handed to BLAS in place when its layout
 // already is a (possibly transposed) batched matrix; otherwise it is packed
 // (gathered, with labels only it carries summed out) into a contiguous buffer
-// once per run. Everything is planned in prepare().
-#include "formats/einsum.h"
-
+// once per run. Everything is planned in prepare(), the
+// shared part in einsum_plan.h.
 #include <algorithm>
 #include <climits>
-#include <map>
 #include <optional>
-#include <set>
+#include <string>
 
 #include "engine/cpu/batched_gemm.h"
+#include "engine/cpu/einsum_plan.h"
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/strided_loop.h"
-#include "formats/error.h"
 
 namespace piper::engine::cpu {
 namespace {
 
-using Labels = std::vector<int>;
-using LabelSizes = std::map<int, int64_t>;
-
-// An operand as a function of its distinct labels: element offset = sum of label * stride.
-struct View {
-  Labels labels;
-  std::vector<int64_t> strides;
-
-  int64_t stride(int label) const {
-    const auto at = std::find(labels.begin(), labels.end(), label);
-    return at == labels.end() ? 0 : strides[at - labels.begin()];
-  }
-  bool has(int label) const {
-    return std::find(labels.begin(), labels.end(), label) != labels.end();
-  }
-};
-
-// A contiguous tensor whose dimensions carry `labels` in order.
-View contiguous_view(const Labels& labels, const LabelSizes& sizes) {
-  Shape shape;
-  for (int label : labels) shape.push_back(sizes.at(label));
-  return {labels, contiguous_strides(shape)};
-}
+using einsum::contiguous_view;
+using einsum::ContractionLabels;
+using einsum::extent;
+using einsum::Labels;
+using einsum::LabelSizes;
+using einsum::View;
 
 // dst[dst labels] (=|+=) src summed over the labels dst lacks. Labels of dst must be
 // labels of src.
@@ -53,19 +34,15 @@ struct StridedSum {
 
   StridedSum() = default;
   StridedSum(const View& dst, const View& src, const LabelSizes& sizes) {
-    Labels order = dst.labels;
-    for (int label : src.labels) {
-      if (!dst.has(label)) order.push_back(label);  // summed labels innermost
-    }
-    Shape shape;
-    std::vector<int64_t> dst_strides, src_strides;
-    dst_elements = 1;
-    for (int label : dst.labels) dst_elements *= sizes.at(label);
-    for (int label : order) {
-      shape.push_back(sizes.at(label));
-      dst_strides.push_back(dst.stride(label));
-      src_strides.push_back(src.stride(label));
-      if (!dst.has(label) && sizes.at(label) != 1) accumulate = true;
+    const einsum::SumGeometry g = einsum::sum_geometry(dst, src, sizes);
+    Shape shape = g.kept;
+    std::vector<int64_t> dst_strides = g.kept_dst, src_strides = g.kept_src;
+    dst_elements = num_elements(g.kept);
+    for (size_t i = 0; i < g.summed.size(); ++i) {  // summed labels innermost
+      shape.push_back(g.summed[i]);
+      dst_strides.push_back(0);
+      src_strides.push_back(g.summed_src[i]);
+      if (g.summed[i] != 1) accumulate = true;
     }
     loop = StridedLoop(shape, {dst_strides, src_strides});
   }
@@ -122,12 +99,6 @@ std::optional<int64_t> merged_stride(const View& view, const Labels& group,
   return stride.value_or(0);
 }
 
-int64_t extent(const Labels& group, const LabelSizes& sizes) {
-  int64_t n = 1;
-  for (int label : group) n *= sizes.at(label);
-  return n;
-}
-
 // The layout that lets BLAS read `view` as [rows, cols] per batch, if any.
 std::optional<MatrixLayout> matrix_layout(const View& view, const Labels& batch, const Labels& rows,
                                           const Labels& cols, const LabelSizes& sizes) {
@@ -167,29 +138,13 @@ class Contraction {
  public:
   Contraction(const KernelArgs& args, View left, View right, const View& out,
               const LabelSizes& sizes) {
-    Labels batch, m, n, k;
-    for (int label : out.labels) {
-      const bool in_l = left.has(label), in_r = right.has(label);
-      (in_l && in_r ? batch : in_l ? m : n).push_back(label);
-    }
-    for (int label : left.labels) {
-      if (right.has(label) && !out.has(label)) k.push_back(label);
-    }
+    const ContractionLabels labels = einsum::contraction_labels(left, right, out);
+    const Labels &batch = labels.batch, &m = labels.m, &n = labels.n, &k = labels.k;
     // The output is written in place when its labels come grouped batch, rows, cols; with
     // the groups the other way round, the operands swap (C^T = B^T A^T).
-    const auto grouping = [&](const Labels& rows, const Labels& cols) {
-      Labels expected = batch;
-      expected.insert(expected.end(), rows.begin(), rows.end());
-      expected.insert(expected.end(), cols.begin(), cols.end());
-      return expected == out.labels;
-    };
-    direct_out_ = grouping(m, n);
-    if (!direct_out_ && grouping(n, m)) {
-      std::swap(left, right);
-      std::swap(m, n);
-      direct_out_ = true;
-      swapped_ = true;
-    }
+    direct_out_ = labels.grouped;
+    swapped_ = labels.swapped;
+    if (swapped_) std::swap(left, right);
     // Contracted labels in whichever operand's physical order packs less.
     const Labels k_left = physical_order(left, k), k_right = physical_order(right, k);
     const auto cost = [&](const Labels& order) {
@@ -315,112 +270,23 @@ class Contraction {
   StridedSum unpack_;
 };
 
-// The labels' sizes from the operands (a size-1 dimension broadcasts against a larger one).
-LabelSizes label_sizes(const KernelArgs& args, const formats::EinsumEquation& equation) {
-  LabelSizes sizes;
-  for (size_t i = 0; i < equation.inputs.size(); ++i) {
-    const Shape& shape = args.input(i).shape;
-    for (size_t d = 0; d < shape.size(); ++d) {
-      const int label = equation.inputs[i][d];
-      auto [at, inserted] = sizes.emplace(label, shape[d]);
-      if (inserted || at->second == shape[d] || shape[d] == 1) continue;
-      if (at->second == 1) {
-        at->second = shape[d];
-        continue;
-      }
-      args.fail("operand " + std::to_string(i) + " " + shape_string(shape) + " gives dimension " +
-                std::to_string(d) + " size " + std::to_string(shape[d]) +
-                " but the same label has size " + std::to_string(at->second) +
-                " elsewhere in the equation");
-    }
-  }
-  return sizes;
-}
-
-// Operand `labels` (one per dimension) of `shape` as a view: repeated labels (a diagonal) add
-// their strides, broadcast dimensions get stride 0.
-View operand_view(const Labels& labels, const Shape& shape) {
-  const std::vector<int64_t> strides = contiguous_strides(shape);
-  View view;
-  for (size_t d = 0; d < labels.size(); ++d) {
-    const int64_t stride = shape[d] == 1 ? 0 : strides[d];
-    const auto at = std::find(view.labels.begin(), view.labels.end(), labels[d]);
-    if (at == view.labels.end()) {
-      view.labels.push_back(labels[d]);
-      view.strides.push_back(stride);
-    } else {
-      view.strides[at - view.labels.begin()] += stride;
-    }
-  }
-  return view;
-}
-
 std::unique_ptr<PreparedKernel> einsum_factory(const KernelArgs& args) {
-  if (args.num_inputs() < 1) args.fail("takes at least one input, the plan gives none");
-  args.expect_outputs(1, 1);
-  const TensorView& y = args.output(0);
-  args.expect_dtype(y, plan::FLOAT32, "output 0");
-  std::vector<size_t> ranks;
+  const einsum::Operands operands = einsum::check_operands(args);
   std::vector<const float*> data;
-  for (size_t i = 0; i < args.num_inputs(); ++i) {
-    args.expect_dtype(args.input(i), plan::FLOAT32, "input " + std::to_string(i));
-    ranks.push_back(static_cast<size_t>(args.input(i).rank()));
-    data.push_back(args.input(i).as<const float>());
-  }
-  if (!args.attributes().has("equation")) args.fail("attribute 'equation' is required");
-  formats::EinsumEquation equation;
-  try {
-    equation = formats::parse_einsum(args.attributes().get_string("equation", ""), ranks);
-  } catch (const Error& error) {
-    args.fail(error.what());
-  }
-  const LabelSizes sizes = label_sizes(args, equation);
-  Shape expected;
-  for (int label : equation.output) expected.push_back(sizes.at(label));
-  if (expected != y.shape) {
-    args.fail("equation '" + args.attributes().get_string("equation", "") + "' gives shape " +
-              shape_string(expected) + " but the output has shape " + shape_string(y.shape));
-  }
-  std::vector<View> views;
-  for (size_t i = 0; i < args.num_inputs(); ++i) {
-    views.push_back(operand_view(equation.inputs[i], args.input(i).shape));
-  }
-  const View out = contiguous_view(equation.output, sizes);
-  float* py = y.as<float>();
+  for (size_t i = 0; i < args.num_inputs(); ++i) data.push_back(args.input(i).as<const float>());
+  float* py = args.output(0).as<float>();
 
-  if (views.size() == 1) {
-    return make_kernel([sum = StridedSum(out, views[0], sizes), px = data[0],
-                        py](const StepContext&) { sum.run(px, py); });
+  if (operands.inputs.size() == 1) {
+    return make_kernel([sum = StridedSum(operands.output, operands.inputs[0], operands.sizes),
+                        px = data[0], py](const StepContext&) { sum.run(px, py); });
   }
-  // Left to right: each intermediate keeps the labels that later operands or the output use,
-  // grouped batch, rows, cols so that its GEMM writes it in place.
   std::vector<Contraction> steps;
   std::vector<std::vector<float>> intermediates;
-  View left = views[0];
-  for (size_t i = 1; i < views.size(); ++i) {
-    const View& right = views[i];
-    if (i + 1 == views.size()) {
-      steps.emplace_back(args, left, right, out, sizes);
-      break;
+  for (const einsum::Step& step : einsum::contraction_steps(operands)) {
+    steps.emplace_back(args, step.left, step.right, step.out, operands.sizes);
+    if (steps.size() < operands.inputs.size() - 1) {
+      intermediates.emplace_back(static_cast<size_t>(extent(step.out.labels, operands.sizes)));
     }
-    std::set<int> later(equation.output.begin(), equation.output.end());
-    for (size_t j = i + 1; j < views.size(); ++j)
-      later.insert(views[j].labels.begin(), views[j].labels.end());
-    Labels batch, rows, cols;
-    for (int label : left.labels) {
-      if (!later.count(label)) continue;
-      (right.has(label) ? batch : rows).push_back(label);
-    }
-    for (int label : right.labels) {
-      if (later.count(label) && !left.has(label)) cols.push_back(label);
-    }
-    Labels kept = batch;
-    kept.insert(kept.end(), rows.begin(), rows.end());
-    kept.insert(kept.end(), cols.begin(), cols.end());
-    const View next = contiguous_view(kept, sizes);
-    steps.emplace_back(args, left, right, next, sizes);
-    intermediates.emplace_back(static_cast<size_t>(extent(kept, sizes)));
-    left = next;
   }
   return make_kernel([steps = std::move(steps), intermediates = std::move(intermediates), data,
                       py](const StepContext&) mutable {

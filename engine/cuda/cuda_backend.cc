@@ -81,6 +81,7 @@ CudaBackend::CudaBackend() {
   register_selection_kernels(table_);
   register_scan_kernels(table_);
   register_gather_elements_kernels(table_);
+  register_einsum_kernels(table_);
 }
 
 void* CudaBackend::allocate(size_t bytes) {

@@ -6,13 +6,6 @@ namespace piper::engine::testing {
 
 std::vector<OpCase> HostFallbackCases() {
   return {
-      {"Einsum",
-       "Einsum",
-       {Str("equation", "bij,bjk->bik")},
-       {F({2, 3, 4}), F({2, 4, 5})},
-       {F({2, 3, 5})},
-       1e-5,
-       1e-5},
       {"Range",
        "Range",
        {},

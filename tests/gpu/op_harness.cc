@@ -218,6 +218,7 @@ INSTANTIATE_TEST_SUITE_P(Selection, CudaVsCpu, ::testing::ValuesIn(SelectionCase
 INSTANTIATE_TEST_SUITE_P(Scan, CudaVsCpu, ::testing::ValuesIn(ScanCases()), CaseName);
 INSTANTIATE_TEST_SUITE_P(GatherElements, CudaVsCpu, ::testing::ValuesIn(GatherElementsCases()),
                          CaseName);
+INSTANTIATE_TEST_SUITE_P(Einsum, CudaVsCpu, ::testing::ValuesIn(EinsumCases()), CaseName);
 INSTANTIATE_TEST_SUITE_P(HostFallback, CudaVsCpu, ::testing::ValuesIn(HostFallbackCases()),
                          CaseName);
 INSTANTIATE_TEST_SUITE_P(Bfloat16, CudaVsCpu, ::testing::ValuesIn(Bfloat16Cases()), CaseName);
@@ -228,7 +229,7 @@ std::vector<OpCase> AllCases() {
        {ElementwiseCases(), GemmCases(), ReduceCases(), LayoutCases(), NormalizationCases(),
         IndexingCases(), LossCases(), OptimizerCases(), FusedCases(), SlicingCases(),
         DropoutCases(), PowerCases(), ExtremumGradCases(), SelectionCases(), ScanCases(),
-        GatherElementsCases(), HostFallbackCases(), Bfloat16Cases()}) {
+        GatherElementsCases(), EinsumCases(), HostFallbackCases(), Bfloat16Cases()}) {
     all.insert(all.end(), cases.begin(), cases.end());
   }
   return all;
@@ -265,6 +266,7 @@ TEST(CudaKernelTable, EveryOpHasACase) {
   cuda::register_selection_kernels(table);
   cuda::register_scan_kernels(table);
   cuda::register_gather_elements_kernels(table);
+  cuda::register_einsum_kernels(table);
   std::set<std::string> tested;
   for (const OpCase& c : AllCases()) tested.insert(c.op);
   for (const auto& [op, factory] : table) EXPECT_TRUE(tested.count(op)) << op << " has no case";
