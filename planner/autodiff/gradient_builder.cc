@@ -73,11 +73,8 @@ ir::TensorId GradientBuilder::cast(ir::TensorId tensor, ir::DType dtype) {
     graph_.tensor(tensor).dtype = dtype;
     return tensor;
   }
-  constexpr int64_t kOnnxFloat = 1;
-  constexpr int64_t kOnnxBFloat16 = 16;
   const ir::TensorId output =
-      emit("Cast", {tensor}, graph_.tensor(tensor).shape,
-           {{"to", dtype == ir::DType::kBFloat16 ? kOnnxBFloat16 : kOnnxFloat}});
+      emit("Cast", {tensor}, graph_.tensor(tensor).shape, {{"to", ir::onnx_data_type(dtype)}});
   graph_.tensor(output).dtype = dtype;
   return output;
 }

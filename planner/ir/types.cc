@@ -45,6 +45,20 @@ size_t dtype_size(DType dtype) {
 
 bool is_float(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kBFloat16; }
 
+int64_t onnx_data_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return 1;
+    case DType::kInt64:
+      return 7;
+    case DType::kBool:
+      return 9;
+    case DType::kBFloat16:
+      return 16;
+  }
+  return 0;
+}
+
 int64_t num_elements(const Shape& shape) {
   int64_t n = 1;
   for (int64_t dim : shape) n *= dim;

@@ -28,6 +28,8 @@ using Attributes = std::map<std::string, AttributeValue>;
 size_t dtype_size(DType dtype);
 // float32 or bfloat16: the dtypes gradients flow through.
 bool is_float(DType dtype);
+// The ONNX TensorProto data type of `dtype`: what Cast's `to` names.
+int64_t onnx_data_type(DType dtype);
 int64_t num_elements(const Shape& shape);
 
 std::string to_string(DType dtype);

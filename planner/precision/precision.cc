@@ -8,9 +8,6 @@
 namespace piper::planner {
 namespace {
 
-constexpr int64_t kOnnxFloat = 1;
-constexpr int64_t kOnnxBFloat16 = 16;
-
 // A Cast the model wrote produces the dtype it names, whatever its input.
 bool keeps_model_dtypes(const std::string& type) { return type == "Cast"; }
 
@@ -123,7 +120,7 @@ class CastInserter {
     op.name = result_.tensor(output).name;
     op.inputs = {source};
     op.outputs = {output};
-    op.attributes["to"] = dtype == ir::DType::kBFloat16 ? kOnnxBFloat16 : kOnnxFloat;
+    op.attributes["to"] = ir::onnx_data_type(dtype);
     op.tags = reader.tags;
     result_.add_op(std::move(op));
     casts_.emplace(key, output);

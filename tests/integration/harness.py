@@ -89,6 +89,18 @@ def read_metrics(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def save_token_sequences(directory, rows, vocab, positions, seed):
+    """Random token rows in DIRECTORY/idx.npy and, shifted by one position,
+    DIRECTORY/targets.npy (the next token, wrapping around); returns idx."""
+    import numpy as np
+
+    os.makedirs(directory)
+    idx = np.random.default_rng(seed).integers(0, vocab, (rows, positions)).astype(np.int64)
+    np.save(os.path.join(directory, "idx.npy"), idx)
+    np.save(os.path.join(directory, "targets.npy"), np.roll(idx, -1, axis=1))
+    return idx
+
+
 def export_two_input_model(model, inputs, work):
     """Exports `model` (forward(a, b) -> loss) in training mode with a dynamic
     batch to WORK/model.onnx and saves `inputs` (two arrays, samples first) as

@@ -58,11 +58,7 @@ def train_plans(work, plans, data, launch):
 
 def gpt_data(directory):
     """Token sequences for samples/gpt (vocabulary 64, 16 positions)."""
-    os.makedirs(directory)
-    rng = np.random.default_rng(9)
-    idx = rng.integers(0, 64, (GLOBAL_BATCH * 2, 16)).astype(np.int64)
-    np.save(os.path.join(directory, "idx.npy"), idx)
-    np.save(os.path.join(directory, "targets.npy"), np.roll(idx, -1, axis=1))
+    harness.save_token_sequences(directory, GLOBAL_BATCH * 2, 64, 16, seed=9)
     return directory
 
 

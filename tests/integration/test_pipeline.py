@@ -274,11 +274,7 @@ class TiedEmbeddingAcrossStages(PipelineHarness, unittest.TestCase):
     @classmethod
     def sample_data(cls):
         directory = os.path.join(cls.tmp.name, "data")
-        os.makedirs(directory)
-        rng = np.random.default_rng(3)
-        idx = rng.integers(0, 32, (GLOBAL_BATCH * 2, 4)).astype(np.int64)
-        np.save(os.path.join(directory, "idx.npy"), idx)
-        np.save(os.path.join(directory, "targets.npy"), np.roll(idx, -1, axis=1))
+        idx = harness.save_token_sequences(directory, GLOBAL_BATCH * 2, 32, 4, seed=3)
         torch.manual_seed(5)
         torch.onnx.export(TiedLm(), (torch.from_numpy(idx[:2]), torch.from_numpy(idx[:2])),
                           cls.model_path(), opset_version=17,

@@ -132,11 +132,7 @@ class GptRecomputeMatches(MlpRecomputeMatches):
     def sample_data(cls):
         """Token sequences (vocabulary 64, 16 positions)."""
         directory = os.path.join(cls.tmp.name, "data")
-        os.makedirs(directory)
-        rng = np.random.default_rng(5)
-        idx = rng.integers(0, 64, (GLOBAL_BATCH * 2, 16)).astype(np.int64)
-        np.save(os.path.join(directory, "idx.npy"), idx)
-        np.save(os.path.join(directory, "targets.npy"), np.roll(idx, -1, axis=1))
+        harness.save_token_sequences(directory, GLOBAL_BATCH * 2, 64, 16, seed=5)
         return directory
 
 
