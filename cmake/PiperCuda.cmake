@@ -4,7 +4,8 @@
 # toolkit lives here and in CI, off PATH); ON requires it; OFF skips it.
 #
 # Sets PIPER_HAVE_CUDA, and when it is true the imported targets piper::nccl and
-# piper::cudnn beside CUDAToolkit's CUDA::cudart and CUDA::cublasLt.
+# piper::cudnn beside CUDAToolkit's CUDA::cudart and CUDA::cublasLt, and piper::cudnn_frontend
+# when its headers are there.
 set(PIPER_CUDA AUTO CACHE STRING "Build the CUDA backend and NCCL communicator: AUTO, ON or OFF")
 set_property(CACHE PIPER_CUDA PROPERTY STRINGS AUTO ON OFF)
 set(PIPER_HAVE_CUDA OFF)
@@ -52,6 +53,26 @@ if(PIPER_CUDNN_LIBRARY AND PIPER_CUDNN_INCLUDE_DIR)
   add_library(piper::cudnn UNKNOWN IMPORTED)
   set_target_properties(piper::cudnn PROPERTIES IMPORTED_LOCATION ${PIPER_CUDNN_LIBRARY}
                                                 INTERFACE_INCLUDE_DIRECTORIES ${PIPER_CUDNN_INCLUDE_DIR})
+endif()
+
+# NVIDIA's cudnn-frontend (header-only C++, fetched by tools/fetch-cudnn-frontend.sh into
+# third_party/) builds cuDNN's fused attention (engine/cuda/cudnn_attention.cc). The frontend
+# loads cuDNN itself at run time, so nothing links libcudnn and plans run where it is missing.
+find_path(PIPER_CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h
+          HINTS ${PROJECT_SOURCE_DIR}/third_party/cudnn-frontend/include NO_DEFAULT_PATH)
+if(PIPER_CUDNN_FRONTEND_INCLUDE_DIR AND PIPER_CUDNN_INCLUDE_DIR)
+  add_library(piper::cudnn_frontend INTERFACE IMPORTED)
+  # System headers (imported targets' are): the frontend's own warnings are not ours to fix.
+  set_target_properties(
+    piper::cudnn_frontend
+    PROPERTIES INTERFACE_INCLUDE_DIRECTORIES
+               "${PIPER_CUDNN_FRONTEND_INCLUDE_DIR};${PIPER_CUDNN_INCLUDE_DIR}"
+               INTERFACE_COMPILE_DEFINITIONS
+               "NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING;CUDNN_FRONTEND_SKIP_JSON_LIB"
+               INTERFACE_LINK_LIBRARIES "${CMAKE_DL_LIBS}")
+  message(STATUS "cuDNN fused attention: on (cudnn-frontend ${PIPER_CUDNN_FRONTEND_INCLUDE_DIR})")
+else()
+  message(STATUS "cuDNN fused attention: off (no cudnn-frontend; run tools/fetch-cudnn-frontend.sh)")
 endif()
 
 # nvcc gets the host compiler's warnings through -Xcompiler, and its own as errors too;

@@ -26,6 +26,7 @@ BUNDLE=.gpu-bundle
 bundle() {
   local build=${1:-build-cuda}
   set -e
+  tools/fetch-cudnn-frontend.sh
   cmake -S . -B "$build" -DPIPER_WERROR=ON -DPIPER_TESTS=ON -DPIPER_CUDA=ON >/dev/null
   cmake --build "$build" -j2 --target piper-plan piper-run piper-launch piper-dump \
     piper_gpu_tests piper_conformance

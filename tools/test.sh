@@ -7,6 +7,11 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 tools/install-deps.sh
+# With the CUDA toolkit here, the CUDA backend builds too, cuDNN's fused attention with it when
+# the cudnn-frontend headers can be fetched (without them attention builds on cuBLASLt alone).
+if [[ -x /usr/local/cuda/bin/nvcc ]] || command -v nvcc >/dev/null; then
+  tools/fetch-cudnn-frontend.sh || echo "test: cudnn-frontend not fetched; building without it" >&2
+fi
 cmake -S . -B build -DPIPER_WERROR=ON -DPIPER_TESTS=ON
 cmake --build build -j2
 ctest --test-dir build --output-on-failure -j2

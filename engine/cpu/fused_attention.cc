@@ -1,5 +1,5 @@
 // piper.FusedAttention(Q, Kt, V[, Mask]) → Y[, RowMax, RowInvSum] and
-// piper.FusedAttentionGrad(dY, Q, Kt, V, Mask, RowMax, RowInvSum) → dQ, dKt, dV
+// piper.FusedAttentionGrad(dY, Q, Kt, V, Mask, RowMax, RowInvSum[, Y]) → dQ, dKt, dV
 // (docs/plan-format.md): scaled-dot-product attention that holds the probabilities of one
 // block of query rows of one batch index at a time, never the whole [..., T, Tk] tensor.
 //
@@ -152,8 +152,9 @@ std::unique_ptr<PreparedKernel> fused_attention_factory(const KernelArgs& args) 
 // Per block, with P recomputed and dY_blk the block's rows of dY:
 //   dV += Pᵀ dY_blk;  dP = dY_blk Vᵀ;  dS = P · (dP − Σ_keys dP·P), 0 where the mask filled;
 //   dQ_blk = scale · dS Ktᵀ;  dKt += scale · Q_blkᵀ dS.
+// Given the forward's Y, a row's Σ_keys dP·P is dY·Y: Dv products instead of Tk.
 std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& args) {
-  args.expect_inputs(7, 7);
+  args.expect_inputs(7, 8);
   args.expect_outputs(1, 3);
   const AttentionBlocks g = attention_blocks(args, 1);
   blas_on_calling_thread();
@@ -165,7 +166,13 @@ std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& a
   }
   check_row_statistic(args, args.input(5), g, "RowMax (input 5)");
   check_row_statistic(args, args.input(6), g, "RowInvSum (input 6)");
-  return make_kernel([g, dq = args.gradient_output(0, 1), dkt = args.gradient_output(1, 2),
+  const float* y = nullptr;
+  if (args.has_input(7)) {
+    args.expect_dtype(args.input(7), plan::FLOAT32, "Y (input 7)");
+    args.expect_same_shape(dy, "dY (input 0)", args.input(7), "Y (input 7)");
+    y = args.input(7).as<const float>();
+  }
+  return make_kernel([g, y, dq = args.gradient_output(0, 1), dkt = args.gradient_output(1, 2),
                       dv = args.gradient_output(2, 3), pdy = dy.as<const float>(),
                       q = args.input(1).as<const float>(), kt = args.input(2).as<const float>(),
                       v = args.input(3).as<const float>(),
@@ -202,7 +209,9 @@ std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& a
         for (int64_t i = 0; i < rows; ++i) {
           const float* pi = p + i * g.tk;
           float* gi = ds + i * g.tk;
-          const float dot = row_dot(gi, pi, g.tk);
+          const float dot = y != nullptr
+                                ? row_dot(dy_blk + i * g.dv, y + (b * g.t + row + i) * g.dv, g.dv)
+                                : row_dot(gi, pi, g.tk);
           for (int64_t j = 0; j < g.tk; ++j) gi[j] = pi[j] * (gi[j] - dot);
           if (g.mask != AttentionGeometry::MaskKind::kFill) continue;
           if (g.mask_key_stride == 1) {

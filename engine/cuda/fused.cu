@@ -92,20 +92,44 @@ __global__ void attention_probabilities_kernel(AttentionRows r, AttentionMask ma
 }
 
 __global__ void attention_score_grad_kernel(AttentionRows r, AttentionMask mask, const float* p,
-                                            float* dp) {
+                                            float* dp, RowOutputs y) {
   __shared__ float shared[32];
   bool filled = false;
   for (int64_t row = blockIdx.x; row < r.batches * r.t; row += gridDim.x) {
     const float* pr = p + row * r.tk;
     float* g = dp + row * r.tk;
     float dot = 0.0f;
-    for (int64_t j = threadIdx.x; j < r.tk; j += blockDim.x) dot += g[j] * pr[j];
+    if (y.y.data != nullptr) {
+      const int64_t at = (r.first_batch * r.t + row) * y.dv;
+      for (int64_t c = threadIdx.x; c < y.dv; c += blockDim.x) {
+        dot += y.dy.load(at + c) * y.y.load(at + c);
+      }
+    } else {
+      for (int64_t j = threadIdx.x; j < r.tk; j += blockDim.x) dot += g[j] * pr[j];
+    }
     dot = block_sum(dot, shared);
     for (int64_t j = threadIdx.x; j < r.tk; j += blockDim.x) {
       masked(r, mask, row, j, 0.0f, &filled);
       g[j] = filled ? 0.0f : pr[j] * (g[j] - dot);
     }
   }
+}
+
+__global__ void attention_bias_kernel(AttentionRows r, AttentionMask mask, FloatView bias) {
+  bool filled = false;
+  const int64_t total = r.batches * r.t * r.tk;
+  PIPER_GRID_STRIDE_LOOP(e, total) {
+    bias.store(e, masked(r, mask, e / r.tk, e % r.tk, 0.0f, &filled));
+  }
+}
+
+__global__ void row_log_sum_exp_kernel(int64_t rows, const float* row_max, const float* row_inv_sum,
+                                       float* lse) {
+  PIPER_GRID_STRIDE_LOOP(r, rows) { lse[r] = row_max[r] - logf(row_inv_sum[r]); }
+}
+
+__global__ void fill_kernel(int64_t n, float value, float* out) {
+  PIPER_GRID_STRIDE_LOOP(i, n) { out[i] = value; }
 }
 
 unsigned int row_blocks(int64_t rows) {
@@ -148,11 +172,34 @@ void launch_attention_probabilities(const AttentionRows& rows, const AttentionMa
 }
 
 void launch_attention_score_grad(const AttentionRows& rows, const AttentionMask& mask,
-                                 const float* p, float* dp, cudaStream_t stream) {
+                                 const float* p, float* dp, const RowOutputs& y,
+                                 cudaStream_t stream) {
   if (rows.batches * rows.t == 0 || rows.tk == 0) return;
   attention_score_grad_kernel<<<row_blocks(rows.batches * rows.t), kThreads, 0, stream>>>(
-      rows, mask, p, dp);
+      rows, mask, p, dp, y);
   PIPER_CUDA_LAUNCH_CHECK("attention_score_grad_kernel");
+}
+
+void launch_attention_bias(const AttentionRows& rows, const AttentionMask& mask, FloatView bias,
+                           cudaStream_t stream) {
+  const int64_t total = rows.batches * rows.t * rows.tk;
+  if (total == 0) return;
+  attention_bias_kernel<<<blocks_for(total), kThreads, 0, stream>>>(rows, mask, bias);
+  PIPER_CUDA_LAUNCH_CHECK("attention_bias_kernel");
+}
+
+void launch_row_log_sum_exp(int64_t rows, const float* row_max, const float* row_inv_sum,
+                            float* lse, cudaStream_t stream) {
+  if (rows == 0) return;
+  row_log_sum_exp_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(rows, row_max, row_inv_sum,
+                                                                    lse);
+  PIPER_CUDA_LAUNCH_CHECK("row_log_sum_exp_kernel");
+}
+
+void launch_fill(int64_t n, float value, float* out, cudaStream_t stream) {
+  if (n == 0) return;
+  fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, value, out);
+  PIPER_CUDA_LAUNCH_CHECK("fill_kernel");
 }
 
 }  // namespace piper::engine::cuda

@@ -50,8 +50,29 @@ void launch_attention_softmax(const AttentionRows& rows, const AttentionMask& ma
 void launch_attention_probabilities(const AttentionRows& rows, const AttentionMask& mask, float* s,
                                     const float* row_max, const float* row_inv_sum,
                                     cudaStream_t stream);
-// In place: dP becomes dS = P · (dP − Σ_keys dP·P), 0 where a bool mask filled the score.
+// The forward's output Y [..., T, dv] and its gradient dY, from which a row's Σ_keys dP·P is
+// dY·Y; omitted (null data) where the op has no Y.
+struct RowOutputs {
+  FloatView dy, y;
+  int64_t dv = 0;
+};
+
+// In place: dP becomes dS = P · (dP − Σ_keys dP·P), 0 where a bool mask filled the score; the
+// sum is dY·Y where `y` is given.
 void launch_attention_score_grad(const AttentionRows& rows, const AttentionMask& mask,
-                                 const float* p, float* dp, cudaStream_t stream);
+                                 const float* p, float* dp, const RowOutputs& y,
+                                 cudaStream_t stream);
+
+// The mask as an additive bias [rows.batches, t, tk] (from rows.first_batch): a float mask's
+// values, and for a bool mask `fill` where it equals `fill_if` and 0 elsewhere, which masks as
+// setting does when `fill` is −inf. For kernels that take a bias, not a mask (cuDNN's).
+void launch_attention_bias(const AttentionRows& rows, const AttentionMask& mask, FloatView bias,
+                           cudaStream_t stream);
+// lse[r] = row_max[r] − log(row_inv_sum[r]) over `rows` rows: log Σ exp(S) of each row, the
+// single statistic flash-attention backwards take (P = exp(S − lse)).
+void launch_row_log_sum_exp(int64_t rows, const float* row_max, const float* row_inv_sum,
+                            float* lse, cudaStream_t stream);
+// out[i] = value for i < n.
+void launch_fill(int64_t n, float value, float* out, cudaStream_t stream);
 
 }  // namespace piper::engine::cuda

@@ -1,16 +1,18 @@
 // The planner's fused ops on CUDA (docs/plan-format.md): piper.BiasGelu,
 // piper.BiasGeluGrad, piper.FusedAttention and piper.FusedAttentionGrad. Checks follow
-// engine/cpu/fused_bias_gelu.cc and fused_attention.cc. Attention runs its products through
-// cuBLASLt and holds the scores of a chunk of batch indices at a time (at most
+// engine/cpu/fused_bias_gelu.cc and fused_attention.cc. Attention runs on cuDNN's flash
+// attention where cuDNN takes it (cudnn_attention.h); otherwise its products run through
+// cuBLASLt and it holds the scores of a chunk of batch indices at a time (at most
 // kChunkFloats), not of the whole [..., T, Tk] tensor. All four take bfloat16 tensors:
 // they compute in float32 (attention's scores, softmax and score gradients included) and
 // round what they write.
 #include <algorithm>
 
-#include "engine/cpu/attention_geometry.h"
 #include "engine/cpu/bias_gelu_operands.h"
 #include "engine/cpu/strided_loop.h"
+#include "engine/cuda/attention.h"
 #include "engine/cuda/check.h"
+#include "engine/cuda/cudnn_attention.h"
 #include "engine/cuda/fused.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/ops.h"
@@ -101,64 +103,6 @@ std::unique_ptr<PreparedKernel> bias_gelu_grad_factory(const KernelArgs& args,
       launch_cast(Element::kFloat32, Element::kBFloat16, shape.total, grad.data, dx.data, stream);
     }
   });
-}
-
-// The shared geometry, with the mask's per-batch offsets in device memory, and how the
-// products run: Q, Kt, V (and Y, dY and the gradients) are all float32 or all bfloat16.
-struct Attention : cpu::AttentionGeometry {
-  AttentionMask device_mask;  // the mask as the kernels read it
-  std::shared_ptr<int64_t> mask_offsets_on_device;
-  cudaDataType_t type = CUDA_R_32F;  // of the operands
-  size_t element_bytes = 4;
-  bool tf32 = false;
-  uint32_t alignment = 256;  // of every operand of the products
-};
-
-// The common_alignment() of the tensors of `args` that have `dtype`: the products' operands.
-uint32_t operand_alignment(const KernelArgs& args, plan::DType dtype) {
-  uint32_t alignment = 256;
-  auto fold = [&](const TensorView& view) {
-    if (view.dtype == dtype) alignment = common_alignment({alignment, address(view.data)});
-  };
-  for (size_t i = 0; i < args.num_inputs(); ++i) {
-    if (args.has_input(i)) fold(args.input(i));
-  }
-  for (size_t i = 0; i < args.num_outputs(); ++i) {
-    if (args.has_output(i)) fold(args.output(i));
-  }
-  return alignment;
-}
-
-Attention attention(const KernelArgs& args, CudaContext& context, size_t first) {
-  Attention a;
-  cpu::AttentionGeometry& geometry = a;
-  geometry = cpu::attention_geometry(float32_labelled(args), first);
-  const plan::DType dtype = args.input(first).dtype;
-  for (size_t i : {first + 1, first + 2}) {
-    args.expect_dtype(
-        args.input(i), dtype,
-        "input " + std::to_string(i) + " (Q's dtype, input " + std::to_string(first) + ")");
-  }
-  a.type = blas_type(dtype);
-  a.element_bytes = dtype_size(dtype);
-  a.tf32 = args.attributes().get_int("tf32", 0) != 0;
-  a.alignment = operand_alignment(args, dtype);
-  using MaskKind = cpu::AttentionGeometry::MaskKind;
-  if (a.mask == MaskKind::kNone) return a;
-  a.device_mask.kind =
-      a.mask == MaskKind::kFill ? AttentionMask::Kind::kFill : AttentionMask::Kind::kAdd;
-  a.device_mask.fill = a.fill;
-  a.device_mask.fill_if = a.fill_if;
-  a.device_mask.row_stride = a.mask_row_stride;
-  a.device_mask.key_stride = a.mask_key_stride;
-  a.mask_offsets_on_device = device_array<int64_t>(a.mask_offsets.size() + 1);
-  copy_to_device(context, a.mask_offsets_on_device.get(), a.mask_offsets.data(),
-                 a.mask_offsets.size() * sizeof(int64_t));
-  const TensorView& mask = args.input(first + 3);
-  a.device_mask.data = mask.data;
-  a.device_mask.bf16 = mask.dtype == plan::BFLOAT16;
-  a.device_mask.offsets = a.mask_offsets_on_device.get();
-  return a;
 }
 
 // The batch indices attention handles at once, within kChunkFloats of scores.
@@ -278,6 +222,7 @@ std::unique_ptr<PreparedKernel> fused_attention_factory(const KernelArgs& args,
     cpu::check_row_statistic(args, args.output(2), a, "RowInvSum (output 2)");
     row_inv_sum = args.output(2).as<float>();
   }
+  if (auto kernel = cudnn_attention(args, context, a)) return kernel;
   const int64_t chunk = chunk_batches(a);
   const ChunkProducts full = chunk_products(context, args, a, chunk, false);
   const ChunkProducts last = chunk_products(context, args, a, a.batch % chunk, false);
@@ -320,7 +265,7 @@ void* attention_gradient(const KernelArgs& args, size_t output, size_t input) {
 
 std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& args,
                                                              CudaContext& context) {
-  args.expect_inputs(7, 7);
+  args.expect_inputs(7, 8);
   args.expect_outputs(1, 3);
   const Attention a = attention(args, context, 1);
   const TensorView& dy = args.input(0);
@@ -331,6 +276,11 @@ std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& a
   }
   cpu::check_row_statistic(args, args.input(5), a, "RowMax (input 5)");
   cpu::check_row_statistic(args, args.input(6), a, "RowInvSum (input 6)");
+  if (args.has_input(7)) {
+    args.expect_dtype(args.input(7), dy.dtype, "Y (input 7) (dY's dtype)");
+    args.expect_same_shape(dy, "dY (input 0)", args.input(7), "Y (input 7)");
+    if (auto kernel = cudnn_attention_grad(args, context, a)) return kernel;
+  }
   const int64_t chunk = chunk_batches(a);
   const ChunkProducts full = chunk_products(context, args, a, chunk, true);
   const ChunkProducts last = chunk_products(context, args, a, a.batch % chunk, true);
@@ -339,49 +289,50 @@ std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& a
   const auto probabilities = device_array<float>(chunk_scores);
   const auto score_grads = device_array<float>(chunk_scores);
   const auto rounded = device_array<uint16_t>(a.type == CUDA_R_16BF ? chunk_scores : 0);
-  return make_kernel([&context, a, full, last, probabilities, score_grads, rounded,
-                      dq = attention_gradient(args, 0, 1), dkt = attention_gradient(args, 1, 2),
-                      dv = attention_gradient(args, 2, 3), pdy = dy.data, q = args.input(1).data,
-                      kt = args.input(2).data, v = args.input(3).data,
-                      row_max = args.input(5).as<const float>(),
-                      row_inv_sum = args.input(6).as<const float>()](const StepContext&) {
-    const cudaStream_t stream = context.stream();
-    const size_t e = a.element_bytes;
-    // Gradients the products do not reach (empty dimensions) are zero.
-    for (auto [out, count] :
-         {std::pair{dq, a.batch * a.t * a.d}, std::pair{dkt, a.batch * a.d * a.tk},
-          std::pair{dv, a.batch * a.tk * a.dv}}) {
-      if (out != nullptr && count > 0 && (a.t == 0 || a.tk == 0 || a.dv == 0 || a.d == 0)) {
-        PIPER_CUDA_CHECK(cudaMemsetAsync(out, 0, count * e, stream));
-      }
-    }
-    if (a.t == 0 || a.tk == 0 || a.dv == 0) return;
-    float* p = probabilities.get();
-    float* ds = score_grads.get();
-    for_each_chunk(a, full, last, [&](int64_t b, const ChunkProducts& c) {
-      const AttentionRows rows{b, c.batches, a.t, a.tk};
-      const int64_t count = c.batches * a.t * a.tk;
-      const void* dy_b = at(pdy, b * a.t * a.dv, e);
-      if (c.scores) {
-        c.scores->run(at(q, b * a.t * a.d, e), at(kt, b * a.d * a.tk, e), p, a.scale, 0.0f);
-      } else {
-        PIPER_CUDA_CHECK(cudaMemsetAsync(p, 0, count * sizeof(float), stream));
-      }
-      launch_attention_probabilities(rows, a.device_mask, p, row_max, row_inv_sum, stream);
-      if (dv != nullptr) {
-        c.dv->run(in_product_type(p, rounded.get(), count, stream), dy_b,
-                  at(dv, b * a.tk * a.dv, e), 1.0f, 0.0f);
-      }
-      if (dq == nullptr && dkt == nullptr) return;
-      c.dp->run(dy_b, at(v, b * a.tk * a.dv, e), ds, 1.0f, 0.0f);
-      launch_attention_score_grad(rows, a.device_mask, p, ds, stream);
-      const void* ds_b = in_product_type(ds, rounded.get(), count, stream);
-      if (dq != nullptr && c.dq)
-        c.dq->run(ds_b, at(kt, b * a.d * a.tk, e), at(dq, b * a.t * a.d, e), a.scale, 0.0f);
-      if (dkt != nullptr && c.dkt)
-        c.dkt->run(at(q, b * a.t * a.d, e), ds_b, at(dkt, b * a.d * a.tk, e), a.scale, 0.0f);
-    });
-  });
+  return make_kernel(
+      [&context, a, full, last, probabilities, score_grads, rounded,
+       dq = attention_gradient(args, 0, 1), dkt = attention_gradient(args, 1, 2),
+       dv = attention_gradient(args, 2, 3), pdy = dy.data, q = args.input(1).data,
+       kt = args.input(2).data, v = args.input(3).data, row_max = args.input(5).as<const float>(),
+       row_inv_sum = args.input(6).as<const float>(),
+       outputs = RowOutputs{float_view(dy), optional_input(args, 7), a.dv}](const StepContext&) {
+        const cudaStream_t stream = context.stream();
+        const size_t e = a.element_bytes;
+        // Gradients the products do not reach (empty dimensions) are zero.
+        for (auto [out, count] :
+             {std::pair{dq, a.batch * a.t * a.d}, std::pair{dkt, a.batch * a.d * a.tk},
+              std::pair{dv, a.batch * a.tk * a.dv}}) {
+          if (out != nullptr && count > 0 && (a.t == 0 || a.tk == 0 || a.dv == 0 || a.d == 0)) {
+            PIPER_CUDA_CHECK(cudaMemsetAsync(out, 0, count * e, stream));
+          }
+        }
+        if (a.t == 0 || a.tk == 0 || a.dv == 0) return;
+        float* p = probabilities.get();
+        float* ds = score_grads.get();
+        for_each_chunk(a, full, last, [&](int64_t b, const ChunkProducts& c) {
+          const AttentionRows rows{b, c.batches, a.t, a.tk};
+          const int64_t count = c.batches * a.t * a.tk;
+          const void* dy_b = at(pdy, b * a.t * a.dv, e);
+          if (c.scores) {
+            c.scores->run(at(q, b * a.t * a.d, e), at(kt, b * a.d * a.tk, e), p, a.scale, 0.0f);
+          } else {
+            PIPER_CUDA_CHECK(cudaMemsetAsync(p, 0, count * sizeof(float), stream));
+          }
+          launch_attention_probabilities(rows, a.device_mask, p, row_max, row_inv_sum, stream);
+          if (dv != nullptr) {
+            c.dv->run(in_product_type(p, rounded.get(), count, stream), dy_b,
+                      at(dv, b * a.tk * a.dv, e), 1.0f, 0.0f);
+          }
+          if (dq == nullptr && dkt == nullptr) return;
+          c.dp->run(dy_b, at(v, b * a.tk * a.dv, e), ds, 1.0f, 0.0f);
+          launch_attention_score_grad(rows, a.device_mask, p, ds, outputs, stream);
+          const void* ds_b = in_product_type(ds, rounded.get(), count, stream);
+          if (dq != nullptr && c.dq)
+            c.dq->run(ds_b, at(kt, b * a.d * a.tk, e), at(dq, b * a.t * a.d, e), a.scale, 0.0f);
+          if (dkt != nullptr && c.dkt)
+            c.dkt->run(at(q, b * a.t * a.d, e), ds_b, at(dkt, b * a.d * a.tk, e), a.scale, 0.0f);
+        });
+      });
 }
 
 }  // namespace

@@ -157,6 +157,16 @@ std::vector<std::vector<uint8_t>> case_values(const OpCase& c) {
   return values;
 }
 
+// Outputs `first` and `first + 1` (RowMax, RowInvSum) become RowMax − log RowInvSum and 1.
+void as_log_sum_exp(std::vector<std::vector<uint8_t>>& tensors, size_t first) {
+  auto* row_max = reinterpret_cast<float*>(tensors[first].data());
+  auto* row_inv_sum = reinterpret_cast<float*>(tensors[first + 1].data());
+  for (size_t i = 0; i < tensors[first].size() / 4; ++i) {
+    row_max[i] -= std::log(row_inv_sum[i]);
+    row_inv_sum[i] = 1.0f;
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<cuda::CudaBackend> MakeCudaBackend(std::string& reason) {
@@ -183,9 +193,15 @@ void CudaVsCpu::SetUp() {
 void ExpectSameOnCudaAndCpu(cuda::CudaBackend& cuda, const OpCase& c) {
   const std::vector<std::vector<uint8_t>> values = case_values(c);
   cpu::CpuBackend cpu;
-  const auto expected = run_case(cpu, c, values, [] {});
-  const auto actual =
+  auto expected = run_case(cpu, c, values, [] {});
+  auto actual =
       run_case(cuda, c, values, [&cuda] { cuda.context().check_faults(cuda.context().stream()); });
+  const bool row_statistics = c.op == "piper.FusedAttention" && c.outputs.size() == 3 &&
+                              c.outputs[1].dtype != plan::DTYPE_UNSPECIFIED;
+  if (row_statistics) {
+    as_log_sum_exp(expected, c.inputs.size() + 1);
+    as_log_sum_exp(actual, c.inputs.size() + 1);
+  }
   size_t k = 0;
   for (size_t i = 0; i < c.inputs.size(); ++i, ++k) {
     expect_same(c, c.inputs[i], "input " + std::to_string(i), actual[k], expected[k]);
@@ -222,14 +238,17 @@ INSTANTIATE_TEST_SUITE_P(Einsum, CudaVsCpu, ::testing::ValuesIn(EinsumCases()), 
 INSTANTIATE_TEST_SUITE_P(HostFallback, CudaVsCpu, ::testing::ValuesIn(HostFallbackCases()),
                          CaseName);
 INSTANTIATE_TEST_SUITE_P(Bfloat16, CudaVsCpu, ::testing::ValuesIn(Bfloat16Cases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(FlashAttention, CudaVsCpu, ::testing::ValuesIn(FlashAttentionCases()),
+                         CaseName);
 
 std::vector<OpCase> AllCases() {
   std::vector<OpCase> all;
   for (const auto& cases :
-       {ElementwiseCases(), GemmCases(), ReduceCases(), LayoutCases(), NormalizationCases(),
-        IndexingCases(), LossCases(), OptimizerCases(), FusedCases(), SlicingCases(),
-        DropoutCases(), PowerCases(), ExtremumGradCases(), SelectionCases(), ScanCases(),
-        GatherElementsCases(), EinsumCases(), HostFallbackCases(), Bfloat16Cases()}) {
+       {ElementwiseCases(),   GemmCases(),         ReduceCases(),   LayoutCases(),
+        NormalizationCases(), IndexingCases(),     LossCases(),     OptimizerCases(),
+        FusedCases(),         SlicingCases(),      DropoutCases(),  PowerCases(),
+        ExtremumGradCases(),  SelectionCases(),    ScanCases(),     GatherElementsCases(),
+        EinsumCases(),        HostFallbackCases(), Bfloat16Cases(), FlashAttentionCases()}) {
     all.insert(all.end(), cases.begin(), cases.end());
   }
   return all;

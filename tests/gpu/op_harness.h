@@ -42,6 +42,8 @@ inline TensorSpec Omitted() { return TensorSpec{{}, plan::DTYPE_UNSPECIFIED}; }
 std::unique_ptr<cuda::CudaBackend> MakeCudaBackend(std::string& reason);
 
 // Runs `c` on both backends and expects every tensor to agree within the case's tolerance.
+// piper.FusedAttention's RowMax and RowInvSum are compared as the log Σ exp(S) they give,
+// RowMax − log RowInvSum: a backend may write any pair that gives it (cudnn_attention.h).
 void ExpectSameOnCudaAndCpu(cuda::CudaBackend& cuda, const OpCase& c);
 
 // The cases of each family.
@@ -64,6 +66,7 @@ std::vector<OpCase> GatherElementsCases();
 std::vector<OpCase> EinsumCases();
 std::vector<OpCase> HostFallbackCases();
 std::vector<OpCase> Bfloat16Cases();
+std::vector<OpCase> FlashAttentionCases();
 
 // A test fixture whose tests skip, naming the reason, where no GPU is usable.
 class CudaTest : public ::testing::Test {

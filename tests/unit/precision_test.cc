@@ -113,6 +113,28 @@ TEST(Precision, Bf16TrainsFloat32MasterWeights) {
   ir::verify_or_throw(ir::build_task_graph(std::move(graph)), "after bf16 casts");
 }
 
+// cuDNN's flash attention backward takes dY, Q, K, V and the forward's Y in one dtype.
+TEST(Precision, Bf16AttentionGradientReadsYAndItsOperandsInBfloat16) {
+  ir::OpGraph graph = gpt_forward();
+  planner::insert_bf16_casts(graph);
+  planner::differentiate(graph);
+  int gradients = 0;
+  for (const ir::Op& op : graph.ops()) {
+    if (op.type != "piper.FusedAttentionGrad") continue;
+    ++gradients;
+    ASSERT_EQ(op.inputs.size(), 8u) << op.name;
+    const ir::OpId forward = graph.producer(op.inputs[7]);
+    ASSERT_GE(forward, 0) << op.name;
+    EXPECT_EQ(graph.op(forward).type, "piper.FusedAttention") << op.name;
+    EXPECT_EQ(graph.op(forward).inputs[0], op.inputs[1]) << op.name << ": Y of the same attention";
+    for (size_t i : {0, 1, 2, 3, 7}) {
+      EXPECT_EQ(graph.tensor(op.inputs[i]).dtype, ir::DType::kBFloat16)
+          << op.name << " input " << i;
+    }
+  }
+  EXPECT_EQ(gradients, 2);
+}
+
 TEST(Precision, Tf32MarksEveryMatrixProduct) {
   ir::OpGraph graph = gpt_forward();
   planner::differentiate(graph);

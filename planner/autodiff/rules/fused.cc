@@ -21,7 +21,9 @@ void contribute_all(GradientBuilder& g, const std::string& type, std::vector<ir:
 }
 
 // The forward also writes each query row's softmax maximum and 1 / Σ exp(score − max), so the
-// backward recomputes the probabilities block by block exactly as the forward had them.
+// backward recomputes the probabilities block by block exactly as the forward had them. The
+// backward reads Y too: Σ_keys dP·P of a row equals dY·Y, which flash-attention kernels (cuDNN's
+// included) take from Y instead of from the scores.
 void fused_attention_rule(GradientBuilder& g) {
   if (g.wants(3)) {
     throw Error("node '" + g.op().name +
@@ -35,7 +37,7 @@ void fused_attention_rule(GradientBuilder& g) {
   const ir::Op& op = g.op();
   contribute_all(g, "piper.FusedAttentionGrad",
                  {g.output_gradient(0), op.inputs[0], op.inputs[1], op.inputs[2],
-                  g.has_input(3) ? op.inputs[3] : -1, row_max, row_inv_sum},
+                  g.has_input(3) ? op.inputs[3] : -1, row_max, row_inv_sum, op.outputs[0]},
                  3);
 }
 
