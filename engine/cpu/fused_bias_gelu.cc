@@ -182,6 +182,14 @@ std::unique_ptr<PreparedKernel> bias_gelu_grad_factory(const KernelArgs& args) {
 
 }  // namespace
 
+void gelu_tanh_n(const float* x, float* y, int64_t count) {
+  parallel_for(count, kParallelGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i += kChunk) {
+      gelu_chunk<GeluApproximation::kTanh>(x + i, y + i, std::min(kChunk, end - i));
+    }
+  });
+}
+
 void register_fused_bias_gelu_kernels(KernelTable& table) {
   table["piper.BiasGelu"] = bias_gelu_factory;
   table["piper.BiasGeluGrad"] = bias_gelu_grad_factory;

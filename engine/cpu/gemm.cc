@@ -1,10 +1,12 @@
 // Matrix products through OpenBLAS: ONNX Gemm and MatMul, and piper.MatMul
-// (MatMul with transA/transB on the last two dimensions and an optional Bias).
+// (MatMul with transA/transB on the last two dimensions, an optional Bias and an optional
+// tanh GELU after them).
 #include <algorithm>
 #include <climits>
 #include <cstring>
 
 #include "engine/cpu/batched_gemm.h"
+#include "engine/cpu/bias_gelu_operands.h"
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/strided_loop.h"
 #include "formats/error.h"
@@ -111,9 +113,30 @@ const float* bias_of(const KernelArgs& args) {
   return bias.as<const float>();
 }
 
+// piper.MatMul's activation: "" or "gelu_tanh" (Y = GELU(product + Bias), tanh approximation),
+// whose optional output 1 (PreActivation, Y's shape) receives product + Bias for the backward.
+bool gelu_activation(const KernelArgs& args) {
+  const std::string activation = args.attributes().get_string("activation", "");
+  if (activation.empty()) {
+    args.expect_outputs(1, 1);
+    return false;
+  }
+  if (activation != "gelu_tanh") {
+    args.fail("activation \"" + activation + "\" is not one of \"\" and \"gelu_tanh\"");
+  }
+  args.expect_outputs(1, 2);
+  if (args.has_output(1)) {
+    args.expect_dtype(args.output(1), plan::FLOAT32, "PreActivation (output 1)");
+    args.expect_same_shape(args.output(0), "Y (output 0)", args.output(1),
+                           "PreActivation (output 1)");
+  }
+  return true;
+}
+
 std::unique_ptr<PreparedKernel> matmul_factory(const KernelArgs& args, bool piper_op) {
   args.expect_inputs(2, piper_op ? 3 : 2);
-  args.expect_outputs(1, 1);
+  const bool gelu = piper_op && gelu_activation(args);
+  if (!piper_op) args.expect_outputs(1, 1);
   check_float(args);
   const bool trans_a = piper_op && args.attributes().get_int("transA", 0) != 0;
   const bool trans_b = piper_op && args.attributes().get_int("transB", 0) != 0;
@@ -121,13 +144,17 @@ std::unique_ptr<PreparedKernel> matmul_factory(const KernelArgs& args, bool pipe
   const BatchedGemm gemm = plan_matmul(args, args.input(0), args.input(1), y, trans_a, trans_b);
   const float* bias = bias_of(args);
   const int64_t n = y.rank() == 0 ? 1 : y.shape.back();
-  return make_kernel([gemm, bias, n, rows = y.elements() / std::max<int64_t>(n, 1),
+  return make_kernel([gemm, bias, n, gelu, rows = y.elements() / std::max<int64_t>(n, 1),
+                      pre = gelu && args.has_output(1) ? args.output(1).as<float>() : nullptr,
                       pa = args.input(0).as<const float>(), pb = args.input(1).as<const float>(),
                       py = y.as<float>()](const StepContext&) {
     if (bias != nullptr) {
       for (int64_t row = 0; row < rows; ++row) std::memcpy(py + row * n, bias, n * sizeof(float));
     }
     gemm.run(pa, pb, py, bias != nullptr ? 1.0f : 0.0f);
+    if (!gelu) return;
+    if (pre != nullptr) std::memcpy(pre, py, rows * n * sizeof(float));
+    gelu_tanh_n(py, py, rows * n);
   });
 }
 

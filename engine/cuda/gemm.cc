@@ -71,18 +71,7 @@ StridedProduct::StridedProduct(CudaContext& context, const ProductShape& s, cons
         cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof op_b));
     PIPER_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof op_a));
-    if (s.bias != nullptr) {
-      // Column-major Cᵀ has n rows: the bias runs along them, the same for every column (row of
-      // C) and, with the default batch stride 0, for every batch.
-      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-      const int32_t bias_type = s.c_type;
-      PIPER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                                        &epilogue, sizeof epilogue));
-      PIPER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                        &s.bias, sizeof s.bias));
-      PIPER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                        &bias_type, sizeof bias_type));
-    }
+    set_epilogue(s);
     // The stored B, row-major [k, n] ([n, k] when transposed), is column-major [n, k] ([k, n]).
     b_ = column_major_layout(s.ab_type, s.trans_b ? k : n, s.trans_b ? n : k, s.ldb, batches,
                              s.stride_b);
@@ -123,7 +112,8 @@ StridedProduct::StridedProduct(CudaContext& context, const ProductShape& s, cons
       throw Error(what + ": cuBLASLt has no algorithm for " + std::to_string(batches) + " " +
                   type_name(s.ab_type) + " products of [" + std::to_string(m) + ", " +
                   std::to_string(k) + "] by [" + std::to_string(k) + ", " + std::to_string(n) +
-                  "] into " + type_name(s.c_type) + (s.bias ? " with a bias epilogue" : ""));
+                  "] into " + type_name(s.c_type) + (s.gelu ? " with a GELU epilogue" : "") +
+                  (s.bias ? " with a bias epilogue" : ""));
     }
     algo_ = result.algo;
   } catch (...) {
@@ -133,6 +123,33 @@ StridedProduct::StridedProduct(CudaContext& context, const ProductShape& s, cons
 }
 
 StridedProduct::~StridedProduct() { release(); }
+
+void StridedProduct::set_epilogue(const ProductShape& s) {
+  static constexpr cublasLtEpilogue_t kEpilogues[2][2][2] = {
+      // [gelu][gelu_input][bias]
+      {{CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS},
+       {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS}},
+      {{CUBLASLT_EPILOGUE_GELU, CUBLASLT_EPILOGUE_GELU_BIAS},
+       {CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS}}};
+  const cublasLtEpilogue_t epilogue =
+      kEpilogues[s.gelu][s.gelu && s.gelu_input != nullptr][s.bias != nullptr];
+  if (epilogue == CUBLASLT_EPILOGUE_DEFAULT) return;
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+  const int32_t c_type = s.c_type;
+  if (s.bias != nullptr) {
+    // Column-major Cᵀ has n rows: the bias runs along them, the same for every column (row of
+    // C) and, with the default batch stride 0, for every batch.
+    set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, s.bias);
+    set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, c_type);
+  }
+  if (s.gelu && s.gelu_input != nullptr) {
+    // The GELU's input is stored like C: column-major Cᵀ, ldc apart, stride_c between batches.
+    set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, s.gelu_input);
+    set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, s.ldc);
+    set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, s.stride_c);
+    set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, c_type);
+  }
+}
 
 void StridedProduct::release() {
   if (c_) cublasLtMatrixLayoutDestroy(c_);

@@ -15,6 +15,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "engine/cuda/check.h"
 #include "engine/cuda/context.h"
 
 namespace piper::engine::cuda {
@@ -32,6 +33,11 @@ struct ProductShape {
   // A vector of n elements of c_type added to every row of every batch's C by cuBLASLt's bias
   // epilogue (CUBLASLT_EPILOGUE_BIAS), or null.
   const void* bias = nullptr;
+  // C = GELU(product [+ bias]) by cuBLASLt's GELU epilogue, the tanh approximation
+  // (CUBLASLT_EPILOGUE_GELU[_BIAS]); `gelu_input`, when not null, receives product [+ bias] laid
+  // out as C (CUBLASLT_EPILOGUE_GELU_AUX[_BIAS]).
+  bool gelu = false;
+  void* gelu_input = nullptr;
 };
 
 // The largest power of two up to 256 that divides every value (addresses, byte counts): a
@@ -55,6 +61,12 @@ class StridedProduct {
 
  private:
   void release();
+  // The bias and GELU epilogues `s` asks for.
+  void set_epilogue(const ProductShape& s);
+  template <typename T>
+  void set(cublasLtMatmulDescAttributes_t attribute, const T& value) {
+    PIPER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, attribute, &value, sizeof value));
+  }
 
   CudaContext& context_;
   cublasLtMatmulDesc_t desc_ = nullptr;

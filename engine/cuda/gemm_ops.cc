@@ -1,10 +1,12 @@
 // Matrix products on CUDA through cuBLASLt (engine/cuda/gemm.h): ONNX Gemm and
-// MatMul, and piper.MatMul (MatMul with transA/transB on the last two dimensions and an
-// optional Bias), in float32 (TF32 with the attribute tf32 = 1) or bfloat16.
+// MatMul, and piper.MatMul (MatMul with transA/transB on the last two dimensions, an
+// optional Bias and an optional tanh GELU: cuBLASLt epilogues), in float32 (TF32 with the
+// attribute tf32 = 1) or bfloat16.
 // Batches (numpy broadcasting) become strided batched products, one per run of
 // batches whose operands sit at constant distances.
 #include "engine/cpu/strided_loop.h"
 #include "engine/cuda/check.h"
+#include "engine/cuda/fused.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/ops.h"
 #include "formats/error.h"
@@ -92,16 +94,24 @@ MatmulShape matmul_shape(const KernelArgs& args, const TensorView& a, const Tens
   return s;
 }
 
+// What cuBLASLt's epilogue does after the product: adds `bias` (Y's dtype, Y's last
+// dimension) to every row; applies GELU (tanh approximation), first writing its input to
+// `gelu_input` (laid out as Y) when that is not null.
+struct Epilogue {
+  const void* bias = nullptr;
+  bool gelu = false;
+  void* gelu_input = nullptr;
+};
+
 // Y (+)= alpha * op(A) op(B) for every batch, as runs of batches at constant distances, each
-// one strided product; with `beta` != 0, Y holds beta-scaled C first; with `bias` (Y's dtype,
-// Y's last dimension), cuBLASLt's epilogue adds it to every row. A and B are float32 or
-// bfloat16, Y float32 or (with bfloat16 A and B) bfloat16; float32 products run in TF32 when
-// the kernel's attribute tf32 is 1.
+// one strided product, then the epilogue; with `beta` != 0, Y holds beta-scaled C first. A and
+// B are float32 or bfloat16, Y float32 or (with bfloat16 A and B) bfloat16; float32 products
+// run in TF32 when the kernel's attribute tf32 is 1.
 class GemmKernel : public PreparedKernel {
  public:
   GemmKernel(CudaContext& context, const KernelArgs& args, const MatmulShape& s, float alpha,
              float beta, const TensorView& a, const TensorView& b, const TensorView& y,
-             const void* bias = nullptr)
+             const Epilogue& epilogue = {})
       : alpha_(alpha),
         beta_(beta),
         a_(static_cast<const char*>(a.data)),
@@ -146,7 +156,11 @@ class GemmKernel : public PreparedKernel {
       shape.tf32 = args.attributes().get_int("tf32", 0) != 0;
       shape.alignment = common_alignment(
           {address(a_ + a_offset), address(b_ + b_offset), address(y_ + y_offset)});
-      shape.bias = bias;
+      shape.bias = epilogue.bias;
+      shape.gelu = epilogue.gelu;
+      if (epilogue.gelu_input != nullptr) {
+        shape.gelu_input = static_cast<char*>(epilogue.gelu_input) + y_offset;
+      }
       runs_.push_back({a_offset, b_offset, y_offset,
                        std::make_unique<StridedProduct>(context, shape, args.op())});
       first = last;
@@ -188,25 +202,41 @@ void check_floats(const KernelArgs& args) {
   }
 }
 
-// piper.MatMul's optional Bias: a vector over Y's last dimension, added by cuBLASLt's bias
-// epilogue; where cuBLASLt has no such algorithm (or the bias's dtype is not Y's), copied into
-// every row of Y before the product accumulates into it.
-std::unique_ptr<PreparedKernel> matmul_with_bias(const KernelArgs& args, CudaContext& context,
-                                                 const MatmulShape& s) {
+// piper.MatMul's optional Bias (input 2): a vector over Y's last dimension; null when absent.
+const TensorView* bias_vector(const KernelArgs& args) {
+  if (!args.has_input(2)) return nullptr;
   const TensorView& bias = args.input(2);
   const TensorView& y = args.output(0);
   if (bias.rank() != 1 || y.rank() == 0 || bias.shape[0] != y.shape.back()) {
     args.fail("Bias " + shape_string(bias.shape) + " must be a vector over the last dimension of " +
               "the output " + shape_string(y.shape));
   }
-  if (s.k > 0 && bias.dtype == y.dtype) {
-    try {
-      return std::make_unique<GemmKernel>(context, args, s, 1.0f, 0.0f, args.input(0),
-                                          args.input(1), y, bias.data);
-    } catch (const Error&) {
-      // No epilogue algorithm for these shapes and alignments: the copy below always works.
-    }
+  return &bias;
+}
+
+// The product with `epilogue` in cuBLASLt, or null where cuBLASLt has no algorithm for it (the
+// shapes, alignments or dtypes) or K = 0.
+std::unique_ptr<PreparedKernel> product_with_epilogue(const KernelArgs& args, CudaContext& context,
+                                                      const MatmulShape& s,
+                                                      const Epilogue& epilogue) {
+  const TensorView* bias = bias_vector(args);
+  if (s.k == 0 || (bias != nullptr && bias->dtype != args.output(0).dtype)) return nullptr;
+  try {
+    return std::make_unique<GemmKernel>(context, args, s, 1.0f, 0.0f, args.input(0), args.input(1),
+                                        args.output(0), epilogue);
+  } catch (const Error&) {
+    return nullptr;  // the callers' unfused kernels always work
   }
+}
+
+// piper.MatMul's optional Bias added by cuBLASLt's bias epilogue; where cuBLASLt has no such
+// algorithm (or the bias's dtype is not Y's), copied into every row of Y before the product
+// accumulates into it.
+std::unique_ptr<PreparedKernel> matmul_with_bias(const KernelArgs& args, CudaContext& context,
+                                                 const MatmulShape& s) {
+  const TensorView& bias = *bias_vector(args);
+  const TensorView& y = args.output(0);
+  if (auto fused = product_with_epilogue(args, context, s, Epilogue{bias.data})) return fused;
   std::shared_ptr<GemmKernel> product;
   if (s.k > 0) {
     product =
@@ -219,25 +249,74 @@ std::unique_ptr<PreparedKernel> matmul_with_bias(const KernelArgs& args, CudaCon
   });
 }
 
+// The product (and bias) without an activation.
+std::unique_ptr<PreparedKernel> product(const KernelArgs& args, CudaContext& context,
+                                        const MatmulShape& s) {
+  if (args.has_input(2)) return matmul_with_bias(args, context, s);
+  const TensorView& y = args.output(0);
+  if (s.k == 0 && y.elements() > 0) {  // an empty sum: zeros
+    return make_kernel([&context, py = y.data, bytes = y.bytes()](const StepContext&) {
+      PIPER_CUDA_CHECK(cudaMemsetAsync(py, 0, bytes, context.stream()));
+    });
+  }
+  return std::make_unique<GemmKernel>(context, args, s, 1.0f, 0.0f, args.input(0), args.input(1),
+                                      y);
+}
+
+// piper.MatMul's activation attribute: "" or "gelu_tanh" (Y = GELU(product [+ Bias]) by the
+// tanh approximation, with the optional output 1, PreActivation, receiving product [+ Bias]).
+bool gelu_activation(const KernelArgs& args) {
+  const std::string activation = args.attributes().get_string("activation", "");
+  if (activation.empty()) {
+    args.expect_outputs(1, 1);
+    return false;
+  }
+  if (activation != "gelu_tanh") {
+    args.fail("activation \"" + activation + "\" is not one of \"\" and \"gelu_tanh\"");
+  }
+  args.expect_outputs(1, 2);
+  if (args.has_output(1)) {
+    args.expect_dtype(args.output(1), args.output(0).dtype, "PreActivation (output 1) (Y's dtype)");
+    args.expect_same_shape(args.output(0), "Y (output 0)", args.output(1),
+                           "PreActivation (output 1)");
+  }
+  return true;
+}
+
+// GELU by cuBLASLt's epilogue (the tanh approximation, as the attribute asks), which also
+// writes PreActivation; where cuBLASLt has no such algorithm, the product (and bias) into Y,
+// copied into PreActivation, then Piper's GELU kernel over Y.
+std::unique_ptr<PreparedKernel> matmul_with_gelu(const KernelArgs& args, CudaContext& context,
+                                                 const MatmulShape& s) {
+  const TensorView* bias = bias_vector(args);
+  const TensorView& y = args.output(0);
+  void* pre = args.has_output(1) ? args.output(1).data : nullptr;
+  const Epilogue gelu{bias != nullptr ? bias->data : nullptr, true, pre};
+  if (auto fused = product_with_epilogue(args, context, s, gelu)) return fused;
+  return make_kernel(
+      [&context, product = std::shared_ptr<PreparedKernel>(product(args, context, s)), pre,
+       fy = float_view(y), total = y.elements(), bytes = y.bytes()](const StepContext& step) {
+        product->run(step);
+        const cudaStream_t stream = context.stream();
+        if (pre != nullptr) {
+          PIPER_CUDA_CHECK(cudaMemcpyAsync(pre, fy.data, bytes, cudaMemcpyDeviceToDevice, stream));
+        }
+        launch_bias_gelu(Gelu::kTanh, total, 1, fy, FloatView{}, fy, stream);
+      });
+}
+
 CudaKernelFactory matmul_factory(bool piper_op) {
   return
       [piper_op](const KernelArgs& args, CudaContext& context) -> std::unique_ptr<PreparedKernel> {
         args.expect_inputs(2, piper_op ? 3 : 2);
-        args.expect_outputs(1, 1);
+        const bool gelu = piper_op && gelu_activation(args);
+        if (!piper_op) args.expect_outputs(1, 1);
         check_floats(args);
         const bool trans_a = piper_op && args.attributes().get_int("transA", 0) != 0;
         const bool trans_b = piper_op && args.attributes().get_int("transB", 0) != 0;
-        const TensorView& a = args.input(0);
-        const TensorView& b = args.input(1);
-        const TensorView& y = args.output(0);
-        const MatmulShape s = matmul_shape(args, a, b, y, trans_a, trans_b);
-        if (args.has_input(2)) return matmul_with_bias(args, context, s);
-        if (s.k == 0 && y.elements() > 0) {  // an empty sum: zeros
-          return make_kernel([&context, py = y.data, bytes = y.bytes()](const StepContext&) {
-            PIPER_CUDA_CHECK(cudaMemsetAsync(py, 0, bytes, context.stream()));
-          });
-        }
-        return std::make_unique<GemmKernel>(context, args, s, 1.0f, 0.0f, a, b, y);
+        const MatmulShape s =
+            matmul_shape(args, args.input(0), args.input(1), args.output(0), trans_a, trans_b);
+        return gelu ? matmul_with_gelu(args, context, s) : product(args, context, s);
       };
 }
 

@@ -89,6 +89,7 @@ std::vector<std::unique_ptr<FusionRule>> default_fusion_rules() {
   rules.push_back(make_layer_norm_rule());
   rules.push_back(make_bias_gelu_rule());
   rules.push_back(make_linear_rule());
+  rules.push_back(make_linear_gelu_rule());
   return rules;
 }
 

@@ -73,12 +73,14 @@ class FusionRule {
   virtual std::optional<Fusion> match(const PatternView& view, ir::OpId root) const = 0;
 };
 
-std::unique_ptr<FusionRule> make_attention_rule();   // attention_rule.cc
-std::unique_ptr<FusionRule> make_layer_norm_rule();  // layer_norm_rule.cc
-std::unique_ptr<FusionRule> make_bias_gelu_rule();   // bias_gelu_rule.cc
-std::unique_ptr<FusionRule> make_linear_rule();      // linear_rule.cc
+std::unique_ptr<FusionRule> make_attention_rule();    // attention_rule.cc
+std::unique_ptr<FusionRule> make_layer_norm_rule();   // layer_norm_rule.cc
+std::unique_ptr<FusionRule> make_bias_gelu_rule();    // bias_gelu_rule.cc
+std::unique_ptr<FusionRule> make_linear_rule();       // linear_rule.cc
+std::unique_ptr<FusionRule> make_linear_gelu_rule();  // linear_gelu_rule.cc
 
-// Attention, then LayerNorm, then bias+GELU, then Linear layers (whose bias GELU has not taken).
+// Attention, then LayerNorm, then bias+GELU, then Linear layers (whose bias GELU has not taken),
+// then Linear layers with the tanh GELU after them.
 std::vector<std::unique_ptr<FusionRule>> default_fusion_rules();
 
 // Runs each rule over the forward op graph in turn (roots visited from the last op back, so

@@ -99,6 +99,12 @@ double attr_float(const Attributes& attrs, const std::string& name, double fallb
   return value ? *value : fallback;
 }
 
+std::string attr_string(const Attributes& attrs, const std::string& name,
+                        const std::string& fallback) {
+  const auto* value = find_attr<std::string>(attrs, name);
+  return value ? *value : fallback;
+}
+
 std::vector<int64_t> attr_ints(const Attributes& attrs, const std::string& name) {
   const auto* value = find_attr<std::vector<int64_t>>(attrs, name);
   return value ? *value : std::vector<int64_t>{};

@@ -46,6 +46,8 @@ Pass parse_pass(const std::string& text);
 // Typed attribute lookup with a default for absent attributes.
 int64_t attr_int(const Attributes& attrs, const std::string& name, int64_t fallback);
 double attr_float(const Attributes& attrs, const std::string& name, double fallback);
+std::string attr_string(const Attributes& attrs, const std::string& name,
+                        const std::string& fallback);
 std::vector<int64_t> attr_ints(const Attributes& attrs, const std::string& name);
 
 }  // namespace piper::ir

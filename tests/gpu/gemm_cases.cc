@@ -1,5 +1,6 @@
 // Matrix products: every transpose combination, vectors, broadcast batches (one B for
-// every batch folds into one product; broadcasting on both sides splits into runs).
+// every batch folds into one product; broadcasting on both sides splits into runs), and
+// piper.MatMul's bias and GELU epilogues.
 #include "tests/gpu/cases.h"
 
 namespace piper::engine::testing {
@@ -33,6 +34,29 @@ std::vector<OpCase> GemmCases() {
        {Int("transB", 1)},
        {F({2, 5, 7}), F({9, 7}), F({9})},
        {F({2, 5, 9})}},
+      // The tanh GELU in the epilogue: with a bias and PreActivation (aligned shapes, where
+      // cuBLASLt has the epilogue), without either, and with odd shapes (Piper's GELU after).
+      {"PiperMatMul_gelu_bias_preactivation",
+       "piper.MatMul",
+       {Int("transB", 1), Str("activation", "gelu_tanh")},
+       {F({4, 16, 64}, -2, 2), F({32, 64}), F({32})},
+       {F({4, 16, 32}), F({4, 16, 32})},
+       1e-5,
+       1e-5},
+      {"PiperMatMul_gelu",
+       "piper.MatMul",
+       {Int("transB", 1), Str("activation", "gelu_tanh")},
+       {F({64, 32}, -2, 2), F({16, 32})},
+       {F({64, 16})},
+       1e-5,
+       1e-5},
+      {"PiperMatMul_gelu_odd_shapes",
+       "piper.MatMul",
+       {Str("activation", "gelu_tanh")},
+       {F({3, 5, 7}, -2, 2), F({7, 9}), F({9})},
+       {F({3, 5, 9}), F({3, 5, 9})},
+       1e-5,
+       1e-5},
       {"PiperMatMul_transAB",
        "piper.MatMul",
        {Int("transA", 1), Int("transB", 1)},

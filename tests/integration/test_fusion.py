@@ -195,7 +195,8 @@ class Fusion(unittest.TestCase):
         fused_plans, output = plan(work, model_path, fuse=True)
         self.assertEqual(fused_counts(output),
                          {"fuse-attention": gpt.LAYERS, "fuse-bias-gelu": gpt.LAYERS,
-                          "fuse-layer-norm": 0, "fuse-linear": 6 * gpt.LAYERS + 1}, output)
+                          "fuse-layer-norm": 0, "fuse-linear": 6 * gpt.LAYERS + 1,
+                          "fuse-linear-gelu": 0}, output)
         unfused_plans, output = plan(work, model_path, fuse=False)
         self.assertEqual(fused_counts(output), {}, output)
         self.assert_same_training("gpt", train(work, fused_plans, data, "fused"),
@@ -213,10 +214,10 @@ class Fusion(unittest.TestCase):
         data = os.path.join(work, "data")
         fused_plans, output = plan(work, model_path, fuse=True)
         # LayerNorm: two per block and the final one. Linear: qkv, proj, fc and out per
-        # block, and the head.
+        # block, and the head. The tanh GELU goes into fc's product.
         self.assertEqual(fused_counts(output),
                          {"fuse-attention": 2, "fuse-bias-gelu": 2, "fuse-layer-norm": 5,
-                          "fuse-linear": 9}, output)
+                          "fuse-linear": 9, "fuse-linear-gelu": 2}, output)
         unfused_plans, _ = plan(work, model_path, fuse=False)
         self.assert_same_training("variant", train(work, fused_plans, data, "fused"),
                                   train(work, unfused_plans, data, "unfused"))

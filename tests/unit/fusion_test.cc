@@ -49,7 +49,8 @@ TEST(Fusion, GptSampleFusesAttentionGeluAndLinearLayers) {
   EXPECT_EQ(fused, (std::map<std::string, int>{{"fuse-attention", 2},
                                                {"fuse-bias-gelu", 2},
                                                {"fuse-layer-norm", 0},
-                                               {"fuse-linear", 2 * 6 + 1}}));
+                                               {"fuse-linear", 2 * 6 + 1},
+                                               {"fuse-linear-gelu", 0}}));
   // Per layer: MatMul, Mul, Where, Softmax, MatMul -> 1; Add, Div, Erf, Add, Mul, Mul -> 1;
   // Transpose, MatMul, Add -> 1 for q, v, proj and fc2; Transpose, MatMul -> 1 for k (no bias)
   // and fc1 (its bias went to GELU). The head: Transpose, MatMul, Add -> 1.
@@ -532,6 +533,38 @@ std::vector<FusionCase> linear_cases() {
                    b.node("Mul", {"z", "y"}, {"out"});
                  },
                  {{"piper.MatMul", 1}, {"MatMul", 0}, {"Transpose", 0}, {"Add", 1}},
+                 params});
+  // A Linear layer then GELU: the tanh approximation goes into the product (its epilogue),
+  // the exact GELU stays piper.BiasGelu with the bias.
+  const auto linear_gelu = [](bool with_bias, bool tanh) {
+    return [with_bias, tanh](OnnxBuilder& b) {
+      linear_input(b);
+      if (with_bias) {
+        param(b, "bias", {5}, 15);
+        b.node("MatMul", {"x", "wt"}, {"y"});
+        b.node("Add", {"y", "bias"}, {"h"});
+      } else {
+        b.node("MatMul", {"x", "wt"}, {"h"});
+      }
+      if (!tanh) {
+        scalar(b, "root2", 1.41421356f);
+        b.node("Div", {"h", "root2"}, {"scaled"});
+        erf_tail(b, "scaled");
+        return;
+      }
+      b.node("Mul", {"h", "h"}, {"square"});
+      b.node("Mul", {"h", "square"}, {"cube"});
+      tanh_tail(b, "cube");
+    };
+  };
+  const std::map<std::string, int> into_product = {
+      {"piper.MatMul", 1}, {"piper.BiasGelu", 0}, {"Tanh", 0}, {"MatMul", 0}, {"Add", 0}};
+  all.push_back({"linear_tanh_gelu", linear_gelu(true, true), into_product, params});
+  all.push_back(
+      {"linear_without_bias_tanh_gelu", linear_gelu(false, true), into_product, {"x", "w"}});
+  all.push_back({"linear_erf_gelu_stays_bias_gelu",
+                 linear_gelu(true, false),
+                 {{"piper.MatMul", 1}, {"piper.BiasGelu", 1}, {"Erf", 0}},
                  params});
   all.push_back({"matmul_with_row_vector_sum_is_not_a_bias",
                  [](OnnxBuilder& b) {

@@ -59,9 +59,10 @@ void gemm_rule(GradientBuilder& g) {
   }
 }
 
-// MatMul, and piper.MatMul as the fusion pass writes it: transB (op(B) = Bᵀ) and an optional
-// Bias over the last dimension. With op(B): dA = dY op(B)ᵀ and d op(B) = Aᵀ dY.
-void matmul_rule(GradientBuilder& g) {
+// The gradients of MatMul, and of piper.MatMul as the fusion pass writes it: transB
+// (op(B) = Bᵀ) and an optional Bias over the last dimension, given `dy`, the gradient of the
+// (biased) product. With op(B): dA = dY op(B)ᵀ and d op(B) = Aᵀ dY.
+void product_gradients(GradientBuilder& g, ir::TensorId dy) {
   const ir::Shape a = g.input_shape(0);
   const ir::Shape b = g.input_shape(1);
   if (a.size() < 2 || b.size() < 2) {
@@ -73,7 +74,6 @@ void matmul_rule(GradientBuilder& g) {
     throw Error("node '" + g.op().name + "' (" + g.op().type +
                 "): gradients of transA, or of transB with a batched B, are not implemented");
   }
-  const ir::TensorId dy = g.output_gradient(0);
   const ir::Shape dy_shape = g.shape(dy);
   const ir::TensorId a_id = g.op().inputs[0];
   const ir::TensorId b_id = g.op().inputs[1];
@@ -106,6 +106,19 @@ void matmul_rule(GradientBuilder& g) {
     g.contribute(1, g.sum_to_input(db, 1));
   }
   if (g.has_input(2) && g.wants(2)) g.contribute(2, g.sum_to_input(dy, 2));
+}
+
+// A product with activation = "gelu_tanh" (the fusion pass's Linear + GELU) outputs
+// Y = GELU(P) of the biased product P; the forward also writes P (PreActivation), from which
+// dP = dY · GELU'(P).
+void matmul_rule(GradientBuilder& g) {
+  ir::TensorId dy = g.output_gradient(0);
+  if (ir::attr_string(g.op().attributes, "activation", "") == "gelu_tanh") {
+    const ir::Shape shape = g.output_shape(0);
+    const ir::TensorId pre = g.ensure_output(1, "PreActivation", g.dtype(g.op().outputs[0]), shape);
+    dy = g.emit("piper.BiasGeluGrad", {dy, pre}, shape, {{"approximate", std::string("tanh")}});
+  }
+  product_gradients(g, dy);
 }
 
 }  // namespace
