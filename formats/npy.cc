@@ -121,9 +121,29 @@ int64_t NpyArray::elements() const {
   return count;
 }
 
-std::string npy_descr(NpyDType dtype) { return dtype == NpyDType::kFloat32 ? "<f4" : "<i8"; }
+std::string npy_descr(NpyDType dtype) {
+  switch (dtype) {
+    case NpyDType::kFloat32:
+      return "<f4";
+    case NpyDType::kInt64:
+      return "<i8";
+    case NpyDType::kBool:
+      return "|b1";
+  }
+  throw Error("unknown .npy dtype");
+}
 
-size_t npy_dtype_size(NpyDType dtype) { return dtype == NpyDType::kFloat32 ? 4 : 8; }
+size_t npy_dtype_size(NpyDType dtype) {
+  switch (dtype) {
+    case NpyDType::kFloat32:
+      return 4;
+    case NpyDType::kInt64:
+      return 8;
+    case NpyDType::kBool:
+      return 1;
+  }
+  throw Error("unknown .npy dtype");
+}
 
 NpyArray parse_npy(std::string_view bytes, const std::string& source) {
   if (bytes.substr(0, kMagic.size()) != kMagic) {
@@ -158,10 +178,12 @@ NpyArray parse_npy(std::string_view bytes, const std::string& source) {
     array.dtype = NpyDType::kFloat32;
   } else if (descr == "<i8") {
     array.dtype = NpyDType::kInt64;
+  } else if (descr == "|b1") {
+    array.dtype = NpyDType::kBool;
   } else {
     throw Error("'" + source + "' has dtype '" + descr +
-                "'; piper reads float32 ('<f4') and int64 ('<i8') arrays, convert it with "
-                "array.astype(numpy.float32) or array.astype(numpy.int64)");
+                "'; piper reads float32 ('<f4'), int64 ('<i8') and bool ('|b1') arrays, "
+                "convert it with array.astype(numpy.float32) or array.astype(numpy.int64)");
   }
   if (fortran_order && array.shape.size() > 1) {
     throw Error("'" + source +

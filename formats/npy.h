@@ -1,5 +1,5 @@
-// NumPy .npy files (format versions 1.0 and 2.0): little-endian float32 ('<f4') and int64
-// ('<i8') arrays in C order, the formats piper-run reads training data from.
+// NumPy .npy files (format versions 1.0 and 2.0): little-endian float32 ('<f4'), int64
+// ('<i8') and bool ('|b1') arrays in C order, the formats piper-run reads training data from.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 
 namespace piper::formats {
 
-enum class NpyDType { kFloat32, kInt64 };
+enum class NpyDType { kFloat32, kInt64, kBool };
 
 struct NpyArray {
   NpyDType dtype = NpyDType::kFloat32;
@@ -19,9 +19,9 @@ struct NpyArray {
   int64_t elements() const;
 };
 
-// '<f4' or '<i8'.
+// '<f4', '<i8' or '|b1'.
 std::string npy_descr(NpyDType dtype);
-// 4 or 8.
+// 4, 8 or 1.
 size_t npy_dtype_size(NpyDType dtype);
 
 // Parses .npy bytes; `source` names the file in errors. Throws piper::Error when the bytes are

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "formats/error.h"
@@ -70,6 +71,64 @@ int64_t planned_batch(const strategy::Strategy& strategy) {
   return strategy.global_batch / parts;
 }
 
+// The devices a place or replicate directive names, or null.
+const std::vector<int64_t>* named_devices(const strategy::Directive& directive) {
+  if (const auto* place = std::get_if<strategy::PlaceDirective>(&directive.spec)) {
+    return &place->devices;
+  }
+  if (const auto* replicate = std::get_if<strategy::ReplicateDirective>(&directive.spec)) {
+    return &replicate->devices;
+  }
+  return nullptr;
+}
+
+// Devices are ranks 0 to N-1, N one more than the largest device named: a
+// gap would be a rank with nothing to do that must still be launched (and a
+// stray large index, thousands of them), so the directive naming the largest
+// device is refused before any planning.
+void check_device_numbering(const strategy::Strategy& strategy) {
+  std::set<int64_t> named;
+  int64_t largest = -1;
+  std::string largest_path;  // the directive naming it first
+  for (const strategy::Directive& directive : strategy.directives) {
+    const std::vector<int64_t>* devices = named_devices(directive);
+    if (devices == nullptr) continue;
+    named.insert(devices->begin(), devices->end());
+    const int64_t top = *std::max_element(devices->begin(), devices->end());
+    if (top > largest) {
+      largest = top;
+      largest_path = directive.path;
+    }
+  }
+  if (static_cast<int64_t>(named.size()) == largest + 1) return;
+  std::string missing;
+  int listed = 0;
+  for (int64_t device = 0; device < largest && listed < 5; ++device) {
+    if (named.count(device)) continue;
+    missing += (listed++ ? ", " : "") + std::to_string(device);
+  }
+  throw Error(strategy.source + ": " + largest_path + ".devices: device " +
+              std::to_string(largest) + " makes " + std::to_string(largest + 1) +
+              " ranks, but no directive names device(s) " + missing + (listed == 5 ? ", ..." : "") +
+              "; number the devices 0, 1, ... without gaps");
+}
+
+// After every directive, each rank must run some computation: one that only
+// relays or reports the loss is a device that a later place left behind.
+void check_every_device_computes(const ir::TaskGraph& graph, const std::string& source) {
+  std::vector<bool> computes(static_cast<size_t>(graph.world_size()));
+  for (const ir::Task& task : graph.tasks()) {
+    if (task.kind != ir::TaskKind::kCompute) continue;
+    for (int device : task.devices) computes[static_cast<size_t>(device)] = true;
+  }
+  const auto idle = std::find(computes.begin(), computes.end(), false);
+  if (idle == computes.end()) return;
+  throw Error(source + ": $.directives: after every directive, device " +
+              std::to_string(idle - computes.begin()) + " of devices 0 to " +
+              std::to_string(computes.size() - 1) +
+              " runs no task; place work on every device, or number the devices without gaps");
+}
+
 // How the model is imported for `strategy` (expanded): its frozen
 // initializers, and the batch of one task instance.
 ImportOptions import_options(const strategy::Strategy& strategy) {
@@ -83,11 +142,32 @@ ImportOptions import_options(const strategy::Strategy& strategy) {
   return options;
 }
 
+// Microbatches and replicas each compute the loss of their rows, and the
+// step's loss is their mean: the mean over the global batch when each is a
+// mean over its rows. A loss that sums over the batch would come out divided
+// by their number, and its gradients with it, so it is refused when the
+// batch is divided.
+void check_loss_averages(const ir::OpGraph& graph, const strategy::Strategy& strategy,
+                         const std::string& model_path) {
+  if (strategy.global_batch == planned_batch(strategy)) return;
+  const ir::Op& op = graph.op(graph.producer(graph.loss));
+  if ((op.type != "SoftmaxCrossEntropyLoss" && op.type != "NegativeLogLikelihoodLoss") ||
+      ir::attr_string(op.attributes, "reduction", "mean") != "sum") {
+    return;
+  }
+  throw Error(model_path + ": the loss node '" + op.name +
+              "' sums over the batch (reduction \"sum\"), but " + strategy.source +
+              " divides the batch into microbatches or replicas, whose losses Piper averages; "
+              "export the loss as a mean (reduction \"mean\", or the sum divided by the batch "
+              "size)");
+}
+
 ir::OpGraph training_graph(const std::string& model_path, const strategy::Strategy& strategy,
                            const PlanningOptions& options, PlanningResult& result) {
   ir::OpGraph graph =
       import_model(formats::load_onnx_model(model_path), import_options(strategy), model_path);
   check_supported_ops(graph, model_path);
+  check_loss_averages(graph, strategy, model_path);
   annotate(graph, strategy.annotations, strategy.source);
   if (options.fuse) result.fusions = fuse(graph, default_fusion_rules());
   if (strategy.precision == "bf16") result.bf16_casts = insert_bf16_casts(graph);
@@ -112,6 +192,7 @@ strategy::Strategy expand_strategy(const std::string& model_path,
 PlanningResult plan_model(const std::string& model_path, const strategy::Strategy& written,
                           const PlanningOptions& options) {
   const strategy::Strategy strategy = expand_strategy(model_path, written);
+  check_device_numbering(strategy);
   PlanningResult result;
   ir::OpGraph ops = training_graph(model_path, strategy, options, result);
   const int num_ops = ops.num_ops();
@@ -129,6 +210,7 @@ PlanningResult plan_model(const std::string& model_path, const strategy::Strateg
     if (options.verify) ir::verify_or_throw(graph, "after " + context.where());
   }
   check_replica_counts(graph, strategy.source);
+  check_every_device_computes(graph, strategy.source);
   LowerContext lower_context;
   lower_context.plan_id = new_plan_id();
   lower_context.model_path = std::filesystem::absolute(model_path).lexically_normal().string();

@@ -29,10 +29,11 @@ int main(int argc, char** argv) {
           "N>=0"));
   app.add_option(
          "--data", options.data_dir,
-         "Directory with NAME.npy per graph input (float32 or int64, C order, leading "
+         "Directory with NAME.npy per graph input (float32, int64 or bool, C order, leading "
          "dimension = samples); step s uses rows (s*G + i) mod samples of each, G the "
          "global batch. Without it, synthetic data from --seed: floats standard normal, "
-         "int64 inputs uniform in [0, int_high) of the plan's batch input (0 where it gives none)")
+         "int64 inputs uniform in [0, int_high) of the plan's batch input (0 where it gives "
+         "none), bools true or false with equal chance")
       ->check(CLI::ExistingDirectory);
   app.add_option("--metrics", options.metrics_path,
                  "Write per-step metrics as JSON lines (step, loss, seconds, samples_per_s, "

@@ -61,6 +61,18 @@ std::string sample_shape_string(const Shape& row_shape) {
   return text + "]";
 }
 
+plan::DType plan_dtype(formats::NpyDType dtype) {
+  switch (dtype) {
+    case formats::NpyDType::kFloat32:
+      return plan::FLOAT32;
+    case formats::NpyDType::kInt64:
+      return plan::INT64;
+    case formats::NpyDType::kBool:
+      return plan::BOOL;
+  }
+  throw Error("unknown .npy dtype");
+}
+
 HostTensor empty_batch(const InputSpec& spec, int64_t rows) {
   HostTensor tensor;
   tensor.dtype = spec.dtype;
@@ -82,8 +94,7 @@ class NpySource : public BatchSource {
                     sample_shape_string(spec.row_shape) + ")");
       }
       formats::NpyArray array = formats::read_npy(path);
-      const plan::DType dtype =
-          array.dtype == formats::NpyDType::kFloat32 ? plan::FLOAT32 : plan::INT64;
+      const plan::DType dtype = plan_dtype(array.dtype);
       if (dtype != spec.dtype) {
         throw Error("'" + path + "' holds " + dtype_name(dtype) + " but the plan's input '" +
                     spec.name + "' is " + dtype_name(spec.dtype));
@@ -165,9 +176,9 @@ class SyntheticSource : public BatchSource {
   SyntheticSource(const plan::Plan& plan, uint64_t seed)
       : specs_(input_specs(plan)), global_batch_(plan.global_batch()), seed_(seed) {
     for (const auto& spec : specs_) {
-      if (spec.dtype != plan::FLOAT32 && spec.dtype != plan::INT64) {
+      if (spec.dtype != plan::FLOAT32 && spec.dtype != plan::INT64 && spec.dtype != plan::BOOL) {
         throw Error("plan input '" + spec.name + "' is " + dtype_name(spec.dtype) +
-                    "; synthetic data covers float32 and int64 inputs, pass --data");
+                    "; synthetic data covers float32, int64 and bool inputs, pass --data");
       }
     }
   }
@@ -186,6 +197,9 @@ class SyntheticSource : public BatchSource {
           out[i] = static_cast<float>(radius * std::cos(angle));
           if (i + 1 < n) out[i + 1] = static_cast<float>(radius * std::sin(angle));
         }
+      } else if (spec.dtype == plan::BOOL) {  // fair coin flips
+        for (int64_t i = 0; i < n; ++i)
+          tensor.data[static_cast<size_t>(i)] = static_cast<uint8_t>(rng.next() >> 63);
       } else {
         auto* out = reinterpret_cast<int64_t*>(tensor.data.data());
         const auto high = static_cast<uint64_t>(spec.int_high);

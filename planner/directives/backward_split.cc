@@ -110,7 +110,7 @@ void split_one(ir::TaskGraph& graph, ir::TaskId id) {
     for (ir::TaskId part : parts) {
       if (intersects(tensors_of(graph, part, !incoming), carried)) ends.push_back(part);
     }
-    if (ends.empty() || edge.kind == ir::EdgeKind::kTemporal) ends = parts;
+    if (ends.empty() || edge.kind != ir::EdgeKind::kData) ends = parts;
     for (ir::TaskId part : ends) {
       graph.add_edge(incoming ? other : part, incoming ? part : other, edge.kind);
     }

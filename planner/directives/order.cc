@@ -1,9 +1,11 @@
 // order: on one device, every task that group i selects runs before any task
 // that group i+1 selects (temporal edges); the tasks of one group may
 // overlap. Filters naming BI or BW first split the backward tasks they
-// select (backward_split.h). An order that contradicts dataflow, or that
-// deadlocks with what other devices were ordered to do, is refused naming
-// the device and the first task that could never run.
+// select (backward_split.h). Memory windows that earlier directives derived
+// from the task order then (replicate, recompute) give way where they clash.
+// An order that contradicts dataflow or an earlier order, or that deadlocks
+// with what other devices were ordered to do, is refused naming the device
+// and the first task that could never run.
 #include <algorithm>
 #include <optional>
 #include <queue>
@@ -45,8 +47,10 @@ class Ordering {
       }
       previous = &group;
     }
-    check_runnable(added, groups);
+    check_dataflow(added, groups);
+    const std::vector<ir::Edge> yielded = yield_windows(added, groups);
     for (const ir::Edge& edge : added) graph_.add_edge(edge.from, edge.to, edge.kind);
+    restore_windows(yielded);
   }
 
  private:
@@ -107,9 +111,8 @@ class Ordering {
     return groups;
   }
 
-  // Refuses `added` when some task could never run: first against dataflow
-  // alone, then together with every ordering already made.
-  void check_runnable(const std::vector<ir::Edge>& added,
+  // Refuses `added` when some task could never run by dataflow alone.
+  void check_dataflow(const std::vector<ir::Edge>& added,
                       const std::vector<std::vector<ir::TaskId>>& groups) const {
     std::vector<ir::Edge> data;
     for (const ir::Edge& edge : graph_.edges()) {
@@ -121,13 +124,69 @@ class Ordering {
                   " can never run, since it would have to wait for a task that needs its "
                   "results; put the tasks in an order their data allows");
     }
-    if (const auto stuck = first_stuck(graph_.edges(), added, groups)) {
-      throw Error(
-          context_.where("filters") + ": on device " + std::to_string(device_) +
-          " this order deadlocks with the orders of other devices: " + graph_.describe(*stuck) +
-          " can never run, since the devices would wait on each other; order "
-          "transfers' producers and consumers alike on both sides");
+  }
+
+  // The memory windows (kWindow edges) that earlier directives read off the
+  // task order of their time give way where they clash with this order: the
+  // ones among this device's tasks are removed and returned, for
+  // restore_windows to put back those this order agrees with. Refuses
+  // `added` when tasks still could not run: it contradicts an earlier order
+  // here, or deadlocks with the orders of other devices.
+  std::vector<ir::Edge> yield_windows(const std::vector<ir::Edge>& added,
+                                      const std::vector<std::vector<ir::TaskId>>& groups) {
+    if (!first_stuck(graph_.edges(), added, groups)) return {};
+    const std::vector<ir::Edge>& edges = graph_.edges();
+    std::vector<bool> drop(edges.size());
+    std::vector<ir::Edge> kept, dropped;
+    for (size_t i = 0; i < edges.size(); ++i) {
+      drop[i] =
+          edges[i].kind == ir::EdgeKind::kWindow && local(edges[i].from) && local(edges[i].to);
+      (drop[i] ? dropped : kept).push_back(edges[i]);
     }
+    const auto stuck = first_stuck(kept, added, groups);
+    if (!stuck) {
+      graph_.remove_edges(drop);
+      return dropped;
+    }
+    if (!first_stuck(without_local_orderings(), added, groups)) {
+      throw Error(context_.where("filters") + ": on device " + std::to_string(device_) +
+                  " this order contradicts an earlier order of this device's tasks: " +
+                  graph_.describe(*stuck) + " can never run; write the two as one order");
+    }
+    throw Error(
+        context_.where("filters") + ": on device " + std::to_string(device_) +
+        " this order deadlocks with the orders of other devices: " + graph_.describe(*stuck) +
+        " can never run, since the devices would wait on each other; order "
+        "transfers' producers and consumers alike on both sides");
+  }
+
+  // Puts back the windows that run forward in the task order now, so none
+  // can close a cycle.
+  void restore_windows(const std::vector<ir::Edge>& windows) {
+    if (windows.empty()) return;
+    const std::vector<ir::TaskId> order = graph_.topological_order();
+    std::vector<size_t> position(order.size());
+    for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
+    for (const ir::Edge& edge : windows) {
+      if (position[edge.from] < position[edge.to]) graph_.add_edge(edge.from, edge.to, edge.kind);
+    }
+  }
+
+  bool local(ir::TaskId id) const {
+    const std::vector<int>& devices = graph_.task(id).devices;
+    return std::find(devices.begin(), devices.end(), device_) != devices.end();
+  }
+
+  // Every edge but the temporal ones among this device's tasks, to tell a
+  // clash with an earlier order here from a deadlock across devices.
+  std::vector<ir::Edge> without_local_orderings() const {
+    std::vector<ir::Edge> kept;
+    for (const ir::Edge& edge : graph_.edges()) {
+      if (edge.kind == ir::EdgeKind::kData || !local(edge.from) || !local(edge.to)) {
+        kept.push_back(edge);
+      }
+    }
+    return kept;
   }
 
   // The task of this device that cannot run under `edges` + `added`, the one

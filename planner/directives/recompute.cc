@@ -392,11 +392,11 @@ class Recomputation {
             std::set<int>(where.begin(), where.end()) != devices) {
           continue;
         }
-        graph_.add_edge(before, recompute, ir::EdgeKind::kTemporal);
+        graph_.add_edge(before, recompute, ir::EdgeKind::kWindow);
         for (ir::TaskId gather : gathers) {
           const auto& on = graph_.task(gather).devices;
           if (std::set<int>(on.begin(), on.end()) == devices) {
-            graph_.add_edge(before, gather, ir::EdgeKind::kTemporal);
+            graph_.add_edge(before, gather, ir::EdgeKind::kWindow);
           }
         }
       }

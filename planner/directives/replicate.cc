@@ -7,6 +7,7 @@
 // that reads parameters has them all-gathered just before it and freed after.
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "formats/error.h"
 #include "planner/directives/directive.h"
@@ -172,8 +173,10 @@ struct Replication {
 
   // Each replica updates its slice of every parameter with its slice of the
   // optimizer state. Without ZeRO-3 the slices are then all-gathered into the
-  // parameter; with it the slice is the parameter this replica keeps.
+  // parameter; with it the slice is the parameter this replica keeps, and is
+  // gathered whole only for tasks elsewhere that read it.
   void shard_updates(const std::map<size_t, ir::TensorId>& gradient_shards) {
+    const std::set<ir::TensorId> read_elsewhere = read_by_other_tasks();
     for (size_t p : parameters) {
       ir::TrainedParameter& trained = ops().trained[p];
       const ir::OpId update = update_op(p);
@@ -190,15 +193,37 @@ struct Replication {
       ir::Op& op = ops().op(update);
       op.inputs[0] = parameter_shard;
       op.inputs[1] = gradient_shard;
-      if (spec.shard_params) {
-        trained.parameter = parameter_shard;
-        continue;
+      const ir::TensorId whole = trained.parameter;
+      if (spec.shard_params) trained.parameter = parameter_shard;
+      if (!spec.shard_params || read_elsewhere.count(whole)) {
+        gather_after(task, parameter_shard, whole);
       }
-      const ir::TaskId gather =
-          add_comm(ir::TaskKind::kAllGather, {parameter_shard, trained.parameter},
-                   ir::Pass::kUpdate, 0, spec.gather_stream);
-      graph.add_edge(task, gather, ir::EdgeKind::kData);
     }
+  }
+
+  // All-gathers the updated slices into the whole parameter after the update.
+  void gather_after(ir::TaskId update, ir::TensorId shard, ir::TensorId whole) {
+    const ir::TaskId gather = add_comm(ir::TaskKind::kAllGather, {shard, whole}, ir::Pass::kUpdate,
+                                       0, spec.gather_stream);
+    graph.add_edge(update, gather, ir::EdgeKind::kData);
+  }
+
+  // What compute tasks this directive does not replicate read: a tied
+  // embedding read on another pipeline stage, say. Under ZeRO-3 those tasks
+  // keep reading the whole parameter, so the replicas still rebuild it after
+  // each update for route_transfers to send there; otherwise they would
+  // train on its initial value.
+  std::set<ir::TensorId> read_by_other_tasks() {
+    std::set<ir::TensorId> read;
+    for (ir::TaskId id = 0; id < graph.num_tasks(); ++id) {
+      const ir::Task& task = graph.task(id);
+      if (selected[id] || task.kind != ir::TaskKind::kCompute) continue;
+      for (ir::OpId op : task.ops) {
+        const auto& inputs = ops().op(op).inputs;
+        read.insert(inputs.begin(), inputs.end());
+      }
+    }
+    return read;
   }
 
   // ZeRO-3: the parameter's slice a replica loads and keeps.
@@ -236,7 +261,7 @@ struct Replication {
       // Prefetch one task ahead: the gather for this task may run alongside
       // the previous one, but not earlier, so at most two tasks' parameters
       // are gathered at a time.
-      if (k >= 2) graph.add_edge(compute_order[k - 2], gather, ir::EdgeKind::kTemporal);
+      if (k >= 2) graph.add_edge(compute_order[k - 2], gather, ir::EdgeKind::kWindow);
     }
   }
 
@@ -333,7 +358,7 @@ struct Replication {
           // gradient is freed before backward moves two tasks further on.
           const auto k = std::find(compute_order.begin(), compute_order.end(), id);
           if (compute_order.end() - k > 2) {
-            graph.add_edge(accumulate_task, *(k + 2), ir::EdgeKind::kTemporal);
+            graph.add_edge(accumulate_task, *(k + 2), ir::EdgeKind::kWindow);
           }
         } else {
           graph.add_edge(scatter, update_task(p), ir::EdgeKind::kData);

@@ -22,6 +22,32 @@ std::string mismatch(const ir::TaskGraph& graph, ir::TaskId writer, ir::TaskId r
          "pipeline stage over the same number of devices)";
 }
 
+std::string device_list(const std::vector<int>& devices) {
+  std::string text;
+  for (int device : devices) text += (text.empty() ? "" : ",") + std::to_string(device);
+  return "[" + text + "]";
+}
+
+// Replica i of the writer sends to replica i of the reader. When that lands
+// on a device where another replica of the writer runs, the device would hold
+// two replicas' values of one tensor in one buffer (stages replicated over
+// [0,1] and [1,0]); refused, since it cannot train as one model.
+void check_replica_pairs(const ir::TaskGraph& graph, ir::TaskId writer, ir::TaskId reader,
+                         const std::string& source) {
+  const std::vector<int>& from = graph.task(writer).devices;
+  const std::vector<int>& to = graph.task(reader).devices;
+  for (size_t i = 0; i < from.size(); ++i) {
+    if (from[i] == to[i] || std::find(from.begin(), from.end(), to[i]) == from.end()) continue;
+    throw Error(source + ": $.directives: after every directive, " + graph.describe(writer) +
+                " on devices " + device_list(from) + " feeds " + graph.describe(reader) +
+                " on devices " + device_list(to) + ": its replica " + std::to_string(i) +
+                " would send to device " + std::to_string(to[i]) +
+                ", which runs another replica of the writer; list the devices of replicated "
+                "stages in the same order ([0,1] and [0,1]) or use disjoint devices ([0,2] "
+                "and [1,3])");
+  }
+}
+
 class Router {
  public:
   Router(ir::TaskGraph& graph, const DirectiveContext& context)
@@ -136,15 +162,19 @@ class Router {
   // the first and last pipeline stage) is sent there after its update; the
   // gradient contributions of those devices already reached the update
   // through the routed gradient sum. The copy is overwritten only once the
-  // step's readers there are done.
-  void sync_parameter(ir::TensorId parameter) {
+  // step's readers there are done. Under ZeRO-3 the update writes a kept
+  // slice (`trained`) and the whole parameter, which the other devices read,
+  // is the all-gather after it (replicate adds that gather for them).
+  void sync_parameter(ir::TensorId trained) {
+    const ir::TensorId sliced = ops_.tensor(trained).shard_of;
+    const ir::TensorId parameter = sliced >= 0 ? sliced : trained;
     std::vector<ir::TaskId> writers;
     std::map<std::vector<int>, std::vector<ir::TaskId>> readers;  // by device set
     for (ir::TaskId id = 0; id < graph_.num_tasks(); ++id) {
       const ir::Task& task = graph_.task(id);
       // Optimizer ops update their first input in place.
       const bool updates = task.kind == ir::TaskKind::kCompute && task.pass == ir::Pass::kUpdate &&
-                           reads(task, parameter);
+                           reads(task, trained);
       const bool gathers = task.kind == ir::TaskKind::kAllGather && task.tensors.size() > 1 &&
                            task.tensors[1] == parameter;
       if (updates || gathers) writers.push_back(id);
@@ -228,11 +258,15 @@ void check_replica_counts(const ir::TaskGraph& graph, const std::string& source)
   for (const ir::Edge& edge : graph.edges()) {
     const ir::Task& from = graph.task(edge.from);
     const ir::Task& to = graph.task(edge.to);
-    if (edge.kind == ir::EdgeKind::kData && from.kind == ir::TaskKind::kCompute &&
-        to.kind == ir::TaskKind::kCompute && from.devices.size() != to.devices.size()) {
+    if (edge.kind != ir::EdgeKind::kData || from.kind != ir::TaskKind::kCompute ||
+        to.kind != ir::TaskKind::kCompute) {
+      continue;
+    }
+    if (from.devices.size() != to.devices.size()) {
       throw Error(source + ": $.directives: after every directive, " +
                   mismatch(graph, edge.from, edge.to));
     }
+    check_replica_pairs(graph, edge.from, edge.to, source);
   }
 }
 

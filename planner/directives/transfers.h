@@ -20,8 +20,9 @@ namespace piper::planner {
 void route_transfers(ir::TaskGraph& graph, const DirectiveContext& context);
 
 // Refuses a DAG where tasks exchanging data have different numbers of
-// replicas, which route_transfers tolerates between directives. Throws
-// piper::Error naming `source` (the strategy file).
+// replicas, which route_transfers tolerates between directives, or where
+// replica i of a writer would send to a device running another replica of
+// it. Throws piper::Error naming `source` (the strategy file).
 void check_replica_counts(const ir::TaskGraph& graph, const std::string& source);
 
 // The stream of transfers from device `from` to device `to`, on both: one

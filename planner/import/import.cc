@@ -188,10 +188,18 @@ class GraphBuilder {
     const auto info = infos_.find(name);
     const auto& type = info == infos_.end() ? onnx::TypeProto() : info->second->type();
     const auto dtype = to_dtype(type.tensor_type().elem_type());
-    if (info == infos_.end() || !type.has_tensor_type() || !dtype) {
+    if (info == infos_.end() || !type.has_tensor_type()) {
       throw Error(model_name_ + ": " + where + ": the type of '" + name +
-                  "' is unknown or unsupported after shape inference (Piper supports float32, "
-                  "int64 and bool tensors)");
+                  "' is unknown after shape inference");
+    }
+    if (!dtype) {
+      // Name the type: int32 indices and float64 inputs are the usual cases,
+      // and both are fixed by exporting with other example inputs.
+      throw Error(model_name_ + ": " + where + ": '" + name + "' is " +
+                  onnx::TensorProto_DataType_Name(type.tensor_type().elem_type()) +
+                  ", which Piper does not support (float32, int64 and bool tensors); export the "
+                  "model with those dtypes (for a graph input, example inputs and data of int64 "
+                  "or float32 rather than int32 or float64)");
     }
     tensor.dtype = *dtype;
     if (!type.tensor_type().has_shape()) {

@@ -23,7 +23,17 @@ TaskKind parse_task_kind(const std::string& text) {
   throw std::invalid_argument("unknown task kind '" + text + "'");
 }
 
-std::string to_string(EdgeKind kind) { return kind == EdgeKind::kData ? "data" : "temporal"; }
+std::string to_string(EdgeKind kind) {
+  switch (kind) {
+    case EdgeKind::kData:
+      return "data";
+    case EdgeKind::kTemporal:
+      return "temporal";
+    case EdgeKind::kWindow:
+      return "window";
+  }
+  return "?";
+}
 
 TaskId TaskGraph::add_task(Task task) {
   tasks_.push_back(std::move(task));
@@ -53,6 +63,14 @@ void TaskGraph::remove_tasks(const std::vector<bool>& drop) {
   }
   tasks_ = std::move(kept);
   edges_ = std::move(kept_edges);
+}
+
+void TaskGraph::remove_edges(const std::vector<bool>& drop) {
+  std::vector<Edge> kept;
+  for (size_t i = 0; i < edges_.size(); ++i) {
+    if (!drop.at(i)) kept.push_back(edges_[i]);
+  }
+  edges_ = std::move(kept);
 }
 
 std::vector<TaskId> TaskGraph::topological_order() const {

@@ -21,7 +21,11 @@ enum class TaskKind {
   kBroadcast,
 };
 
-enum class EdgeKind { kData, kTemporal };
+// kTemporal: one task before another (an order). kWindow: a temporal edge a
+// directive adds to bound memory (ZeRO's gather prefetch and gradient
+// accumulation windows, when a recompute runs), read off the task order of
+// its time; a later order may drop those it contradicts.
+enum class EdgeKind { kData, kTemporal, kWindow };
 
 std::string to_string(TaskKind kind);
 TaskKind parse_task_kind(const std::string& text);
@@ -68,6 +72,8 @@ class TaskGraph {
   // Removes the tasks `drop` marks (indexed by task id) and every edge that
   // touches them; the remaining tasks keep their order and are renumbered.
   void remove_tasks(const std::vector<bool>& drop);
+  // Removes the edges `drop` marks (indexed as edges()).
+  void remove_edges(const std::vector<bool>& drop);
 
   // Tasks in an order that respects every edge, ties broken by id, except
   // that a send or recv runs as soon as it can: a transfer follows its

@@ -8,7 +8,7 @@
 //   trained NAME [grad=NAME] [state=[NAME, ...]]
 //   task INDEX KIND PASS [mb=INT] [tags={...}] [devices=[INT, ...]] [stream=NAME]
 //        [ops=[INT, ...]] [tensors=[NAME, ...]] [peer=INT] [average=1]
-//   edge FROM -> TO [data | temporal]
+//   edge FROM -> TO [data | temporal | window]
 //
 // Names are bare words ([A-Za-z0-9_./]) or C-style quoted strings; `_` in an
 // op's inputs or outputs marks an omitted tensor. Attribute values are an
@@ -691,8 +691,12 @@ class Parser {
     EdgeKind kind = EdgeKind::kData;
     if (!in.at_end()) {
       const std::string text = in.peek_word();
-      if (text != "data" && text != "temporal") in.fail("data or temporal");
-      kind = text == "data" ? EdgeKind::kData : EdgeKind::kTemporal;
+      if (text != "data" && text != "temporal" && text != "window") {
+        in.fail("data, temporal or window");
+      }
+      kind = text == "data"       ? EdgeKind::kData
+             : text == "temporal" ? EdgeKind::kTemporal
+                                  : EdgeKind::kWindow;
       in.skip();
     }
     in.expect_end();

@@ -357,13 +357,15 @@ class Lowering {
   }
 
   // This rank's slice of a sharded parameter: the one at its place among the
-  // replicas of the task that uses it.
+  // replicas of the task that uses it. With fewer elements than replicas
+  // times the slice size, the last slices are padding only: they load
+  // nothing, from the end of the parameter.
   void describe_shard(plan::ParameterShard& shard, const ir::Tensor& tensor) const {
     const int64_t size = ir::num_elements(tensor.shape);
     const int64_t elements = ir::num_elements(ops_.tensor(tensor.shard_of).shape);
-    const int64_t offset = replica_index(*using_task_) * size;
+    const int64_t offset = std::min(replica_index(*using_task_) * size, elements);
     shard.set_element_offset(offset);
-    shard.set_element_count(std::clamp<int64_t>(elements - offset, 0, size));
+    shard.set_element_count(std::min(elements - offset, size));
     shard.set_elements(elements);
     shard.set_group(group_ids_.at(using_task_->devices));
   }

@@ -142,6 +142,38 @@ class PlanErrors(ErrorTest):
         # The message says the batch is fixed and how to export it dynamic.
         self.plan_fails(path, self.good_strategy(), "fixed_batch.onnx", pattern=r"dynamic")
 
+    def test_int32_labels(self):
+        # The sample with int32 labels (exported from an int32 example input):
+        # the message names the input, its type and what to export instead.
+        model = onnx.load(mlp_model())
+        model.graph.input[1].type.tensor_type.elem_type = TensorProto.INT32
+        cast = helper.make_node("Cast", [model.graph.input[1].name], ["y_int64"],
+                                name="/Cast_y", to=TensorProto.INT64)
+        for node in model.graph.node:
+            node.input[:] = ["y_int64" if name == model.graph.input[1].name else name
+                             for name in node.input]
+        model.graph.node.insert(0, cast)
+        path = self.path("int32_labels.onnx")
+        onnx.save(model, path)
+        self.plan_fails(path, self.good_strategy(), "int32_labels.onnx",
+                        f"'{model.graph.input[1].name}' is INT32", "int64")
+
+    def test_summed_loss_with_a_divided_batch(self):
+        # The sample with reduction="sum": fine on one batch, refused once
+        # the batch is split (its microbatch losses would be averaged).
+        model = onnx.load(mlp_model())
+        loss = model.graph.node[-1]
+        for attribute in loss.attribute:
+            if attribute.name == "reduction":
+                attribute.s = b"sum"
+        path = self.path("summed.onnx")
+        onnx.save(model, path)
+        harness.run_ok([Tools.plan, path, self.good_strategy(), "-o", self.path("single")])
+        value = harness.strategy(GLOBAL_BATCH, SGD, directives=[
+            {"op": "split", "dim_name": "MB", "num_microbatches": 2}])
+        self.plan_fails(path, self.strategy_value(value), "summed.onnx",
+                        f"the loss node '{loss.name}' sums over the batch", "bad_strategy.json")
+
     # ---- the strategy
 
     def test_missing_strategy(self):
@@ -182,6 +214,51 @@ class PlanErrors(ErrorTest):
     def test_unknown_directive(self):
         value = harness.strategy(GLOBAL_BATCH, SGD, directives=[{"op": "teleport"}])
         self.plan_fails(mlp_model(), self.strategy_value(value), "directives[0]", "teleport")
+
+    def test_devices_with_a_gap(self):
+        value = harness.strategy(GLOBAL_BATCH, SGD, directives=[
+            {"op": "split", "dim_name": "MB", "num_microbatches": 2},
+            {"op": "place", "filter": {"MB": 0}, "devices": [0]},
+            {"op": "place", "filter": {"MB": 1}, "devices": [3]}])
+        self.plan_fails(mlp_model(), self.strategy_value(value), "$.directives[2].devices",
+                        "device 3", "device(s) 1, 2")
+
+    def test_far_device_index_fails_at_once(self):
+        # Every rank up to the index would be planned; refused before that.
+        value = harness.strategy(GLOBAL_BATCH, SGD,
+                                 directives=[{"op": "place", "devices": [100000]}])
+        self.plan_fails(mlp_model(), self.strategy_value(value), "$.directives[0].devices",
+                        "device 100000", "0, 1, 2, 3, 4, ...")
+
+    def test_device_left_without_work(self):
+        value = harness.strategy(GLOBAL_BATCH, SGD, directives=[
+            {"op": "place", "devices": [0]}, {"op": "place", "devices": [2]},
+            {"op": "place", "devices": [1]}])
+        self.plan_fails(mlp_model(), self.strategy_value(value), "$.directives",
+                        "device 0 of devices 0 to 1 runs no task")
+
+    def test_stage_replicas_crossing_devices(self):
+        # Stage 0's replica 1 runs on device 1, where stage 1's replica 0
+        # would receive stage 0's replica 0 output into the same tensor.
+        value = harness.strategy(
+            GLOBAL_BATCH, SGD,
+            annotations=[{"match": "/fc1/*", "tags": {"PP": 0}},
+                         {"match": "/fc3/*", "tags": {"PP": 1}}],
+            directives=[{"op": "pipeline", "schedule": "1f1b", "devices": [0, 1],
+                         "num_microbatches": 2},
+                        {"op": "replicate", "filter": {"PP": 0}, "devices": [0, 1]},
+                        {"op": "replicate", "filter": {"PP": 1}, "devices": [1, 0]}])
+        self.plan_fails(mlp_model(), self.strategy_value(value), "$.directives",
+                        "on devices [0,1] feeds", "on devices [1,0]",
+                        "runs another replica of the writer")
+
+    def test_order_against_an_earlier_order(self):
+        value = harness.strategy(GLOBAL_BATCH, SGD, directives=[
+            {"op": "split", "dim_name": "MB", "num_microbatches": 2},
+            {"op": "order", "filters": [[{"MB": 1, "PASS": "F"}], [{"MB": 0, "PASS": "F"}]]},
+            {"op": "order", "filters": [[{"MB": 0, "PASS": "F"}], [{"MB": 1, "PASS": "F"}]]}])
+        self.plan_fails(mlp_model(), self.strategy_value(value), "$.directives[2].filters",
+                        "contradicts an earlier order of this device's tasks")
 
     def test_failed_plan_keeps_existing_directory_untouched(self):
         # A failure must not delete or half-overwrite plans already there.

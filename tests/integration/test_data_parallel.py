@@ -66,6 +66,7 @@ class DataParallelMatchesOneProcess(unittest.TestCase):
     """samples/mlp; subclasses change the sample."""
     sample = "mlp"
     frozen = []
+    layers = [{"match": f"/fc{i}/*", "tags": {"LAYER": i}} for i in (1, 2, 3)]
 
     @classmethod
     def setUpClass(cls):
@@ -148,6 +149,26 @@ class DataParallelMatchesOneProcess(unittest.TestCase):
         for role in ("parameter_bytes", "gradient_bytes", "optimizer_bytes"):
             self.assertAlmostEqual(int(memory[3][role]), quarter(full[role]), delta=64, msg=role)
 
+    def test_order_after_zero(self):
+        """An order written after zero (every forward, then every backward)
+        overrides the gather and gradient windows zero read off the task
+        order of its time, which ran microbatch 0's backward before
+        microbatch 1's forward, and trains what one process trains."""
+        gpipe = {"op": "order", "filters": [[{"MB": "*", "PASS": "F"}],
+                                            [{"MB": "*", "PASS": "B"}]]}
+        want_losses, want_weights = self.reference
+        for stage in (2, 3):
+            with self.subTest(stage=stage):
+                name = f"order_after_zero{stage}"
+                work, plans = self.plan(name, directives(2, stage, 2) + [gpipe], self.layers)
+                losses, weights = train_plans(work, plans, self.data, launch=True)
+                for step, (got, want) in enumerate(zip(losses, want_losses)):
+                    self.assertLessEqual(abs(got - want) / abs(want), LOSS_RTOL,
+                                         f"[{name}] step {step}: {got!r} vs {want!r}")
+                for param, want in want_weights.items():
+                    error = np.linalg.norm(weights[param] - want) / np.linalg.norm(want)
+                    self.assertLessEqual(error, WEIGHT_RTOL, f"[{name}] final {param}")
+
     def test_expand_prints_the_primitives(self):
         work = os.path.join(self.tmp.name, "expand")
         os.makedirs(work)
@@ -179,6 +200,7 @@ class DataParallelMatchesOneProcess(unittest.TestCase):
 class GptDataParallelMatchesOneProcess(DataParallelMatchesOneProcess):
     sample = "gpt"
     frozen = ["*mask*"]  # the causal-mask buffers
+    layers = [{"match": f"/blocks.{i}/*", "tags": {"LAYER": i}} for i in range(2)]
 
     @classmethod
     def sample_data(cls):
@@ -214,6 +236,51 @@ class GptDataParallelMatchesOneProcess(DataParallelMatchesOneProcess):
     test_memory_follows_zero_accounting = None
     test_expand_prints_the_primitives = None
     test_indivisible_batch_names_the_path = None
+
+
+class ParametersSmallerThanTheReplicas(unittest.TestCase):
+    """ZeRO-3 over 3 replicas of a model with a scalar parameter (a learned
+    temperature) and a 4-element bias: slices of one element, so the third
+    replica's slice of the scalar and the last ones of the bias are padding
+    only. Trains what one process trains."""
+
+    def test_zero3_over_three_replicas(self):
+        import torch
+
+        class Tempered(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(6, 4)
+                self.temperature = torch.nn.Parameter(torch.tensor(1.5))
+
+            def forward(self, a, b):
+                return torch.nn.functional.cross_entropy(self.fc(a) / self.temperature, b)
+
+        rng = np.random.default_rng(4)
+        inputs = (rng.standard_normal((12, 6)).astype(np.float32),
+                  rng.integers(0, 4, 12).astype(np.int64))
+        with tempfile.TemporaryDirectory(prefix="piper_dp_small_") as work:
+            torch.manual_seed(3)
+            model = harness.export_two_input_model(Tempered(), inputs, work)
+            runs = {}
+            for name, strategy_directives in (
+                    ("single", []),
+                    ("zero3", [{"op": "zero", "stage": 3, "devices": [0, 1, 2]}])):
+                run = os.path.join(work, name)
+                os.makedirs(run)
+                strategy = harness.write_json(
+                    os.path.join(run, "strategy.json"),
+                    harness.strategy(6, OPTIMIZER, directives=strategy_directives))
+                plans = os.path.join(run, "plans")
+                harness.run_ok([Tools.plan, model, strategy, "-o", plans])
+                runs[name] = train_plans(run, plans, os.path.join(work, "data"),
+                                         launch=name != "single")
+        (losses, weights), (want_losses, want_weights) = runs["zero3"], runs["single"]
+        for step, (got, want) in enumerate(zip(losses, want_losses)):
+            self.assertLessEqual(abs(got - want) / abs(want), LOSS_RTOL, f"step {step}")
+        for param, want in want_weights.items():
+            error = np.linalg.norm(weights[param] - want) / np.linalg.norm(want)
+            self.assertLessEqual(error, WEIGHT_RTOL, f"final {param}: {error:.2e}")
 
 
 if __name__ == "__main__":

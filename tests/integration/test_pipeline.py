@@ -296,6 +296,12 @@ class TiedEmbeddingAcrossStages(PipelineHarness, unittest.TestCase):
         self.check("pp2_dp2_zero1", pipeline("1f1b", [0, 1]) + replicate_stages(2, 1),
                    self.stages)
 
+    def test_two_stages_times_two_replicas_zero3(self):
+        # The first stage keeps slices of the embedding; the last stage reads
+        # it whole, so it must receive the gathered value after every update.
+        self.check("pp2_dp2_zero3", pipeline("1f1b", [0, 1]) + replicate_stages(2, 3),
+                   self.stages)
+
 
 if __name__ == "__main__":
     harness.main()

@@ -1,9 +1,10 @@
 """Models beyond the sample, exported here from PyTorch and trained by Piper and
 by PyTorch from the same weights on the same data: 3-D inputs (MatMul + Add),
 sigmoid and mean pooling, a weight used twice (tied), a frozen buffer, Flatten,
-an MSE loss built from Sub/Mul/ReduceMean, Div by a learned scale, and an
-annotated strategy. Every step's loss within 1e-4 relative, final weights
-within 1e-3 relative. PyTorch runs here; no reference numbers are stored."""
+an MSE loss built from Sub/Mul/ReduceMean, Div by a learned scale, an
+annotated strategy, and a bool input (a mask) fed from a bool .npy. Every
+step's loss within 1e-4 relative, final weights within 1e-3 relative. PyTorch
+runs here; no reference numbers are stored."""
 import os
 import tempfile
 import unittest
@@ -67,6 +68,19 @@ class Regression(nn.Module):
         return (d * d).mean()
 
 
+class MaskedInput(nn.Module):
+    """A bool graph input (a mask of features to drop), fed from a bool .npy."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 12)
+        self.head = nn.Linear(12, 3)
+
+    def forward(self, x, keep, y):
+        x = torch.where(keep, x, torch.zeros_like(x))
+        return F.cross_entropy(self.head(torch.relu(self.fc(x))), y)
+
+
 def inputs_for(name, rng):
     if name == "pooled3d":
         return (rng.standard_normal((SAMPLES, 4, 8)).astype(np.float32),
@@ -114,6 +128,44 @@ class VariantsMatchPyTorch(unittest.TestCase):
                    annotations=[{"match": "/fc1/*", "tags": {"LAYER": 0}},
                                 {"match": "/fc2/*", "tags": {"LAYER": 1}}],
                    directives=[{"op": "place", "filter": {"LAYER": 1}, "devices": [0]}])
+
+    def test_bool_input(self):
+        torch.manual_seed(7)
+        model = MaskedInput()
+        rng = np.random.default_rng(5)
+        inputs = {"x": rng.standard_normal((SAMPLES, 6)).astype(np.float32),
+                  "keep": rng.random((SAMPLES, 6)) > 0.3,
+                  "y": rng.integers(0, 3, SAMPLES).astype(np.int64)}
+        work = os.path.join(self.tmp.name, "bool_input")
+        os.makedirs(os.path.join(work, "data"))
+        for name, value in inputs.items():
+            np.save(os.path.join(work, "data", name + ".npy"), value)
+        model_path = os.path.join(work, "model.onnx")
+        torch.onnx.export(model, tuple(torch.from_numpy(v[:2]) for v in inputs.values()),
+                          model_path, opset_version=17,
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                          input_names=list(inputs), output_names=["loss"],
+                          dynamic_axes={name: {0: "batch"} for name in inputs})
+        strategy = harness.write_json(os.path.join(work, "strategy.json"),
+                                      harness.strategy(GLOBAL_BATCH, {"type": "sgd", "lr": 0.1}))
+        plans = os.path.join(work, "plans")
+        harness.run_ok([Tools.plan, model_path, strategy, "-o", plans])
+        metrics = os.path.join(work, "metrics.jsonl")
+        harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan"), "--steps", STEPS,
+                        "--data", os.path.join(work, "data"), "--metrics", metrics])
+        losses = [record["loss"] for record in harness.read_metrics(metrics)]
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step, got in enumerate(losses):
+            rows = (step * GLOBAL_BATCH + np.arange(GLOBAL_BATCH)) % SAMPLES
+            loss = model(*(torch.from_numpy(v[rows]) for v in inputs.values()))
+            self.assertLessEqual(abs(got - loss.item()) / loss.item(), LOSS_RTOL,
+                                 f"step {step}: piper {got!r}, pytorch {loss.item()!r}")
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        self.assertEqual(len(losses), STEPS)
+        # Without --data, synthetic masks train too.
+        harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan"), "--steps", 2])
 
 
 if __name__ == "__main__":

@@ -168,5 +168,33 @@ TEST(SyntheticData, NormalFloatsAndBoundedInts) {
   for (int64_t v : Int64s(batch.at("z"))) ASSERT_EQ(v, 0);
 }
 
+// A model may take a bool input (a mask): --data feeds numpy's bool arrays,
+// and synthetic data draws true and false alike.
+plan::Plan MaskPlan() {
+  PlanBuilder b;
+  const int m = b.Tensor("m", {4096, 2}, plan::BOOL, plan::INPUT);
+  b.Input("m", m, 0, 4096);
+  b.plan().set_global_batch(4096);
+  return b.Build();
+}
+
+TEST_F(DataDir, FeedsBoolArrays) {
+  Write<uint8_t>("m", formats::NpyDType::kBool, {3, 2}, {1, 0, 0, 1, 1, 1});
+  const Batch batch = make_npy_source(MaskPlan(), dir_)->batch(0);
+  EXPECT_EQ(batch.at("m").dtype, plan::BOOL);
+  EXPECT_THAT(std::vector<uint8_t>(batch.at("m").data.begin(), batch.at("m").data.begin() + 8),
+              ElementsAre(1, 0, 0, 1, 1, 1, 1, 0));
+}
+
+TEST(SyntheticData, FairBools) {
+  const Batch batch = make_synthetic_source(MaskPlan(), 0)->batch(0);
+  int64_t trues = 0;
+  for (uint8_t v : batch.at("m").data) {
+    ASSERT_LE(v, 1);
+    trues += v;
+  }
+  EXPECT_NEAR(trues / 8192.0, 0.5, 0.05);
+}
+
 }  // namespace
 }  // namespace piper::engine::testing

@@ -9,6 +9,7 @@
 
 #include "directive_fixture.h"
 #include "formats/error.h"
+#include "planner/ir/verify.h"
 
 namespace piper {
 namespace {
@@ -131,6 +132,38 @@ TEST(OrderDirective, DeadlockAcrossDevicesIsRefused) {
             std::string::npos)
       << error;
   EXPECT_NE(error.find("compute F mb=1 {PP:1}) can never run"), std::string::npos) << error;
+}
+
+TEST(OrderDirective, OverridesTheWindowsOfZero) {
+  // Two tasks per microbatch on one device set: ZeRO-2 and -3 read their
+  // windows off the order F0 F0 B0 B0 F1 ..., which puts microbatch 0's
+  // backward before microbatch 1's forward; a later order of every forward
+  // first drops the windows it contradicts.
+  for (const char* zero : {R"("shard_grads": true)", R"("shard_params": true)"}) {
+    ir::TaskGraph graph = two_stage_task_graph(2, R"({"type": "sgd"})");
+    apply_directives(graph, std::string(R"([
+        {"op": "split", "dim_name": "MB", "num_microbatches": 2},
+        {"op": "replicate", "devices": [0, 1], )") +
+                                zero + R"(},
+        {"op": "order", "filters": [[{"MB": "*", "PASS": "F"}], [{"MB": "*", "PASS": "B"}]]}])");
+    // Then the backwards, with ZeRO-2's accumulations (pass B too).
+    const std::string order = device_order(graph, 0);
+    EXPECT_EQ(order.substr(0, 12), "F0 F0 F1 F1 ") << zero;
+    EXPECT_EQ(order.find('F', 12), std::string::npos) << order;
+    ir::verify_or_throw(graph, zero);
+  }
+}
+
+TEST(OrderDirective, AnEarlierOrderStands) {
+  ir::TaskGraph graph = two_stage_task_graph(2, R"({"type": "sgd"})");
+  apply_directives(graph, R"([{"op": "split", "dim_name": "MB", "num_microbatches": 2},
+      {"op": "order", "filters": [[{"MB": 1, "PASS": "F"}], [{"MB": 0, "PASS": "F"}]]}])");
+  const std::string error = error_of(graph, R"([{"op": "order", "filters": [
+      [{"MB": 0, "PASS": "F"}], [{"MB": 1, "PASS": "F"}]]}])");
+  EXPECT_NE(error.find("on device 0 this order contradicts an earlier order of this device's "
+                       "tasks: task"),
+            std::string::npos)
+      << error;
 }
 
 TEST(OrderDirective, WithoutADeviceTheGroupsMustShareOne) {

@@ -183,7 +183,7 @@ TEST(RecomputeDirective, RunsAfterTheOtherInputsOfItsBackward) {
     // R of layer 0 waits for the backward of layer 1, whose gradient its backward reads.
     const ir::TaskId recompute = Find(graph, ir::Pass::kBackward, 0, mb, true);
     const ir::TaskId next = Find(graph, ir::Pass::kBackward, 1, mb);
-    EXPECT_TRUE(HasEdge(graph, next, recompute, ir::EdgeKind::kTemporal)) << "mb " << mb;
+    EXPECT_TRUE(HasEdge(graph, next, recompute, ir::EdgeKind::kWindow)) << "mb " << mb;
     EXPECT_LT(position(next), position(recompute));
     EXPECT_LT(position(recompute), position(Find(graph, ir::Pass::kBackward, 0, mb)));
     // ... and therefore every forward of its microbatch.
@@ -289,7 +289,7 @@ TEST(RecomputeDirective, SplitAfterRecomputeClonesTheRecomputeTasks) {
   for (int mb = 0; mb < 2; ++mb) {
     const ir::TaskId recompute = Find(graph, ir::Pass::kBackward, 0, mb, true);
     EXPECT_TRUE(HasEdge(graph, Find(graph, ir::Pass::kBackward, 1, mb), recompute,
-                        ir::EdgeKind::kTemporal));
+                        ir::EdgeKind::kWindow));
   }
 }
 

@@ -136,6 +136,19 @@ TEST(TaskGraphTest, AddEdgeIgnoresDuplicates) {
             "edge 0 -> 1 temporal\n");
 }
 
+TEST(TaskGraphTest, RemoveEdgesKeepsTheOthersInOrder) {
+  TaskGraph graph = parse(
+      "task 0 compute F\ntask 1 compute F\ntask 2 compute F\n"
+      "edge 0 -> 1\nedge 0 -> 2 window\nedge 1 -> 2 temporal\n");
+  graph.remove_edges({false, true, false});
+  EXPECT_EQ(task_lines(graph),
+            "task 0 compute F mb=0 tags={} devices=[] stream=compute\n"
+            "task 1 compute F mb=0 tags={} devices=[] stream=compute\n"
+            "task 2 compute F mb=0 tags={} devices=[] stream=compute\n"
+            "edge 0 -> 1 data\n"
+            "edge 1 -> 2 temporal\n");
+}
+
 TEST(TaskGraphTest, DescribeNamesKindPassMicrobatchAndTags) {
   const TaskGraph graph = parse("task 0 all_gather BW mb=7 tags={PP:1,LAYER:3} devices=[0,1]\n");
   EXPECT_EQ(graph.describe(0), "task 0 (all_gather BW mb=7 {LAYER:3,PP:1})");

@@ -105,6 +105,7 @@ TaskGraph graph_with_every_feature() {
   graph.add_edge(a, send, EdgeKind::kData);
   graph.add_edge(send, recv, EdgeKind::kData);
   graph.add_edge(a, 7, EdgeKind::kTemporal);
+  graph.add_edge(send, 7, EdgeKind::kWindow);
   graph.add_edge(-1, 12, EdgeKind::kData);
   return graph;
 }
@@ -215,6 +216,7 @@ TEST(TextTest, PrintsReadableLines) {
       "average=1");
   has_line("task 8 compute U mb=0 tags={} devices=[] stream=\"\" ops=[3,99]");
   has_line("edge 0 -> 7 temporal");
+  has_line("edge 1 -> 7 window");
   has_line("edge -1 -> 12 data");
 }
 
@@ -309,7 +311,7 @@ TEST(TextTest, ErrorsNameTheLineAndWhatWasExpected) {
       "line 1: expected mb=, tags=, devices=, stream=, ops=, tensors=, peer= or average=, "
       "got 'colour'");
   expect_parse_error("task 0 compute X", "line 1: expected a pass (F, B, BI, BW, U), got 'X'");
-  expect_parse_error("edge 0 -> 1 both", "line 1: expected data or temporal, got 'both'");
+  expect_parse_error("edge 0 -> 1 both", "line 1: expected data, temporal or window, got 'both'");
   expect_parse_error("loss x", "line 1: expected the name of a declared tensor, got 'x'");
   expect_parse_error("tensor x f32[2] input @", "line 1: unexpected character '@'");
 }

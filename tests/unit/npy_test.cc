@@ -57,6 +57,7 @@ TEST(Npy, RoundTripsFloatAndIntArrays) {
       Make<float>(NpyDType::kFloat32, {}, {3.5f}),
       Make<float>(NpyDType::kFloat32, {2, 0, 3}, {}),
       Make<int64_t>(NpyDType::kInt64, {1, 2, 1}, {5, 6}),
+      Make<uint8_t>(NpyDType::kBool, {2, 3}, {1, 0, 0, 1, 1, 0}),
   };
   for (const NpyArray& array : arrays) {
     const std::string bytes = serialize_npy(array);
@@ -92,6 +93,17 @@ TEST(Npy, ReadsNumpyHeaders) {
   // Fortran order does not matter for one dimension.
   EXPECT_NO_THROW(parse_npy(
       NumpyBytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", data), "c.npy"));
+}
+
+TEST(Npy, ReadsNumpyBoolArrays) {
+  // numpy.save(path, mask) for a bool mask: one byte per element, 0 or 1.
+  const NpyArray mask =
+      parse_npy(NumpyBytes("{'descr': '|b1', 'fortran_order': False, 'shape': (2, 2), }",
+                           std::string("\x01\x00\x00\x01", 4)),
+                "mask.npy");
+  EXPECT_EQ(mask.dtype, NpyDType::kBool);
+  EXPECT_THAT(mask.shape, ElementsAre(2, 2));
+  EXPECT_THAT(mask.data, ElementsAre(1, 0, 0, 1));
 }
 
 TEST(Npy, ErrorsNameTheFileAndTheProblem) {
