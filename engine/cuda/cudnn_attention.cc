@@ -13,8 +13,10 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <unordered_map>
 
@@ -156,18 +158,72 @@ Operands operands(Graph& graph, const Attention& a) {
   return o;
 }
 
-// Builds `call.graph` for the GPU `context` runs on; returns why not where cuDNN cannot.
-std::string build(CudnnCall& call, CudaContext& context, const KernelArgs& args) {
+// What a graph depends on: the attention's shapes, scale and bias, and the direction.
+std::string graph_key(const Attention& a, const std::string& direction) {
+  std::ostringstream key;
+  key << direction << ' ' << a.batch << ' ' << a.t << ' ' << a.tk << ' ' << a.d << ' ' << a.dv
+      << ' ' << std::hexfloat << a.scale << ' ' << bias_batches(a);
+  return key.str();
+}
+
+// Gives `call` the built graph `key` names on the GPU `context` runs on, described by `describe`
+// and built when first needed: a model's layers share one (building one can take cuDNN a second,
+// compiling its kernels). Returns why not where cuDNN cannot build it. Built graphs, like the
+// handles, live as long as the process.
+std::string build(CudnnCall& call, CudaContext& context, const KernelArgs& args,
+                  const std::string& key, const std::function<std::shared_ptr<Graph>()>& describe) {
   call.op = args.op();
   call.handle = shared_handle(context.device());
   if (call.handle == nullptr) return "cuDNN could not create a handle";
-  fe::error_t status = call.graph->build(call.handle->handle, {fe::HeurMode_t::A});
-  if (status.is_bad()) return "no cuDNN engine: " + status.get_message();
+  static std::mutex mutex;
+  static auto* built = new std::unordered_map<std::string, std::shared_ptr<Graph>>;
+  std::lock_guard<std::mutex> lock(mutex);
+  const std::string device_key = std::to_string(context.device()) + ' ' + key;
+  auto found = built->find(device_key);
+  if (found == built->end()) {
+    std::shared_ptr<Graph> graph = describe();
+    fe::error_t status = graph->build(call.handle->handle, {fe::HeurMode_t::A});
+    if (status.is_bad()) return "no cuDNN engine: " + status.get_message();
+    found = built->emplace(device_key, std::move(graph)).first;
+  }
+  call.graph = found->second;
   int64_t workspace = 0;
-  status = call.graph->get_workspace_size(workspace);
+  fe::error_t status = call.graph->get_workspace_size(workspace);
   if (status.is_bad()) return status.get_message();
   call.workspace = device_array<char>(static_cast<size_t>(workspace));
   return "";
+}
+
+// The forward: Y and, when training, each row's log Σ exp(S).
+std::shared_ptr<Graph> forward_graph(const Attention& a, bool training) {
+  auto graph = new_graph();
+  const Operands o = operands(*graph, a);
+  auto options = fe::graph::SDPA_attributes().set_name("attention").set_attn_scale(a.scale);
+  options.set_generate_stats(training);
+  if (o.bias) options.set_bias(o.bias);
+  auto [out, stats] = graph->sdpa(o.q, o.k, o.v, options);
+  output(out, kY, a.batch, a.t, a.dv);
+  if (training) {
+    output(stats, kStats, a.batch, a.t, 1);
+    stats->set_data_type(fe::DataType_t::FLOAT);
+  }
+  return graph;
+}
+
+// The backward: dQ, dK and dV from dY, Y and the rows' log Σ exp(S).
+std::shared_ptr<Graph> backward_graph(const Attention& a) {
+  auto graph = new_graph();
+  const Operands o = operands(*graph, a);
+  const TensorPtr y = input(*graph, kY, "Y", a.batch, a.t, a.dv);
+  const TensorPtr dy = input(*graph, kDy, "dY", a.batch, a.t, a.dv);
+  auto options =
+      fe::graph::SDPA_backward_attributes().set_name("attention_grad").set_attn_scale(a.scale);
+  if (o.bias) options.set_bias(o.bias);
+  auto [dq, dk, dv] = graph->sdpa_backward(o.q, o.k, o.v, y, dy, row_statistic(*graph, a), options);
+  output(dq, kDq, a.batch, a.t, a.d);
+  output(dk, kDk, a.batch, a.tk, a.d);
+  output(dv, kDv, a.batch, a.tk, a.dv);
+  return graph;
 }
 
 // Says once per process why an attention cuDNN might have run did not go there (the cuBLASLt
@@ -224,18 +280,10 @@ std::unique_ptr<PreparedKernel> cudnn_attention(const KernelArgs& args, CudaCont
     return decline(args, "an operand is not 16-byte aligned");
   }
   auto call = std::make_shared<CudnnCall>();
-  call->graph = new_graph();
-  const Operands o = operands(*call->graph, a);
-  auto options = fe::graph::SDPA_attributes().set_name("attention").set_attn_scale(a.scale);
-  options.set_generate_stats(training);
-  if (o.bias) options.set_bias(o.bias);
-  auto [out, stats] = call->graph->sdpa(o.q, o.k, o.v, options);
-  output(out, kY, a.batch, a.t, a.dv);
-  if (training) {
-    output(stats, kStats, a.batch, a.t, 1);
-    stats->set_data_type(fe::DataType_t::FLOAT);
-  }
-  if (const std::string why = build(*call, context, args); !why.empty()) return decline(args, why);
+  const std::string why =
+      build(*call, context, args, graph_key(a, training ? "forward training" : "forward"),
+            [&] { return forward_graph(a, training); });
+  if (!why.empty()) return decline(args, why);
   auto l = std::make_shared<Layout>(layout(a));
   call->pack = {{kQ, args.input(0).data}, {kK, l->k.get()}, {kV, args.input(2).data}, {kY, y}};
   if (l->bias) call->pack[kBias] = l->bias.get();
@@ -264,20 +312,9 @@ std::unique_ptr<PreparedKernel> cudnn_attention_grad(const KernelArgs& args, Cud
     return decline(args, "an operand is not 16-byte aligned");
   }
   auto call = std::make_shared<CudnnCall>();
-  call->graph = new_graph();
-  Graph& graph = *call->graph;
-  const Operands o = operands(graph, a);
-  const TensorPtr y = input(graph, kY, "Y", a.batch, a.t, a.dv);
-  const TensorPtr dy = input(graph, kDy, "dY", a.batch, a.t, a.dv);
-  auto options =
-      fe::graph::SDPA_backward_attributes().set_name("attention_grad").set_attn_scale(a.scale);
-  if (o.bias) options.set_bias(o.bias);
-  auto [dq_t, dk_t, dv_t] =
-      graph.sdpa_backward(o.q, o.k, o.v, y, dy, row_statistic(graph, a), options);
-  output(dq_t, kDq, a.batch, a.t, a.d);
-  output(dk_t, kDk, a.batch, a.tk, a.d);
-  output(dv_t, kDv, a.batch, a.tk, a.dv);
-  if (const std::string why = build(*call, context, args); !why.empty()) return decline(args, why);
+  const std::string why =
+      build(*call, context, args, graph_key(a, "backward"), [&] { return backward_graph(a); });
+  if (!why.empty()) return decline(args, why);
   auto l = std::make_shared<Layout>(layout(a));
   // cuDNN writes every gradient: the omitted ones, and dK before it becomes dKt, go to scratch.
   const auto dk = device_array<uint16_t>(static_cast<size_t>(a.batch * a.tk * a.d));
