@@ -8,6 +8,7 @@
 #include "engine/cpu/batched_gemm.h"
 #include "engine/cpu/bias_gelu_operands.h"
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/op_checks.h"
 #include "engine/cpu/strided_loop.h"
 #include "formats/error.h"
 
@@ -113,29 +114,9 @@ const float* bias_of(const KernelArgs& args) {
   return bias.as<const float>();
 }
 
-// piper.MatMul's activation: "" or "gelu_tanh" (Y = GELU(product + Bias), tanh approximation),
-// whose optional output 1 (PreActivation, Y's shape) receives product + Bias for the backward.
-bool gelu_activation(const KernelArgs& args) {
-  const std::string activation = args.attributes().get_string("activation", "");
-  if (activation.empty()) {
-    args.expect_outputs(1, 1);
-    return false;
-  }
-  if (activation != "gelu_tanh") {
-    args.fail("activation \"" + activation + "\" is not one of \"\" and \"gelu_tanh\"");
-  }
-  args.expect_outputs(1, 2);
-  if (args.has_output(1)) {
-    args.expect_dtype(args.output(1), plan::FLOAT32, "PreActivation (output 1)");
-    args.expect_same_shape(args.output(0), "Y (output 0)", args.output(1),
-                           "PreActivation (output 1)");
-  }
-  return true;
-}
-
 std::unique_ptr<PreparedKernel> matmul_factory(const KernelArgs& args, bool piper_op) {
   args.expect_inputs(2, piper_op ? 3 : 2);
-  const bool gelu = piper_op && gelu_activation(args);
+  const bool gelu = piper_op && check_matmul_activation(args);
   if (!piper_op) args.expect_outputs(1, 1);
   check_float(args);
   const bool trans_a = piper_op && args.attributes().get_int("transA", 0) != 0;
@@ -201,6 +182,24 @@ std::unique_ptr<PreparedKernel> gemm_factory(const KernelArgs& args) {
 }
 
 }  // namespace
+
+bool check_matmul_activation(const KernelArgs& args) {
+  const std::string activation = args.attributes().get_string("activation", "");
+  if (activation.empty()) {
+    args.expect_outputs(1, 1);
+    return false;
+  }
+  if (activation != "gelu_tanh") {
+    args.fail("activation \"" + activation + "\" is not one of \"\" and \"gelu_tanh\"");
+  }
+  args.expect_outputs(1, 2);
+  if (args.has_output(1)) {
+    args.expect_dtype(args.output(1), args.output(0).dtype, "PreActivation (output 1) (Y's dtype)");
+    args.expect_same_shape(args.output(0), "Y (output 0)", args.output(1),
+                           "PreActivation (output 1)");
+  }
+  return true;
+}
 
 void register_gemm_kernels(KernelTable& table) {
   table["Gemm"] = gemm_factory;

@@ -1,5 +1,6 @@
-// The checks of the CPU kernels (dropout.cc, indexing.cc, layout_ops.cc, math.cc, reduce.cc,
-// sequence_ops.cc) that the CUDA kernels of the same ops share, so that errors read alike.
+// The checks of the CPU kernels (dropout.cc, gemm.cc, indexing.cc, layout_ops.cc, math.cc,
+// reduce.cc, sequence_ops.cc) that the CUDA kernels of the same ops share, so that errors read
+// alike.
 // The checks throw naming the op.
 #pragma once
 
@@ -10,6 +11,11 @@
 #include "engine/cpu/selection_order.h"
 
 namespace piper::engine::cpu {
+
+// piper.MatMul's attribute `activation`: "" (one output) or "gelu_tanh", Y = GELU(product
+// [+ Bias]) by the tanh approximation, whose optional output 1, PreActivation (Y's dtype and
+// shape), receives product [+ Bias]. Returns whether Y gets the GELU.
+bool check_matmul_activation(const KernelArgs& args);
 
 // Pow(A, B) -> Y: A float32 or int64, B float32 or int64, Y of A's dtype, broadcasting.
 void check_pow(const KernelArgs& args);

@@ -4,6 +4,7 @@
 // attribute tf32 = 1) or bfloat16.
 // Batches (numpy broadcasting) become strided batched products, one per run of
 // batches whose operands sit at constant distances.
+#include "engine/cpu/op_checks.h"
 #include "engine/cpu/strided_loop.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/fused.h"
@@ -263,26 +264,6 @@ std::unique_ptr<PreparedKernel> product(const KernelArgs& args, CudaContext& con
                                       y);
 }
 
-// piper.MatMul's activation attribute: "" or "gelu_tanh" (Y = GELU(product [+ Bias]) by the
-// tanh approximation, with the optional output 1, PreActivation, receiving product [+ Bias]).
-bool gelu_activation(const KernelArgs& args) {
-  const std::string activation = args.attributes().get_string("activation", "");
-  if (activation.empty()) {
-    args.expect_outputs(1, 1);
-    return false;
-  }
-  if (activation != "gelu_tanh") {
-    args.fail("activation \"" + activation + "\" is not one of \"\" and \"gelu_tanh\"");
-  }
-  args.expect_outputs(1, 2);
-  if (args.has_output(1)) {
-    args.expect_dtype(args.output(1), args.output(0).dtype, "PreActivation (output 1) (Y's dtype)");
-    args.expect_same_shape(args.output(0), "Y (output 0)", args.output(1),
-                           "PreActivation (output 1)");
-  }
-  return true;
-}
-
 // GELU by cuBLASLt's epilogue (the tanh approximation, as the attribute asks), which also
 // writes PreActivation; where cuBLASLt has no such algorithm, the product (and bias) into Y,
 // copied into PreActivation, then Piper's GELU kernel over Y.
@@ -309,7 +290,7 @@ CudaKernelFactory matmul_factory(bool piper_op) {
   return
       [piper_op](const KernelArgs& args, CudaContext& context) -> std::unique_ptr<PreparedKernel> {
         args.expect_inputs(2, piper_op ? 3 : 2);
-        const bool gelu = piper_op && gelu_activation(args);
+        const bool gelu = piper_op && cpu::check_matmul_activation(args);
         if (!piper_op) args.expect_outputs(1, 1);
         check_floats(args);
         const bool trans_a = piper_op && args.attributes().get_int("transA", 0) != 0;
