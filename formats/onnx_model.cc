@@ -74,6 +74,11 @@ std::vector<uint8_t> initializer_bytes(const onnx::TensorProto& tensor) {
       std::memcpy(bytes.data(), tensor.float_data().data(), bytes.size());
       return bytes;
     }
+    case onnx::TensorProto::DOUBLE: {  // scalars PyTorch exports, e.g. torch.clamp's bounds
+      std::vector<uint8_t> bytes(tensor.double_data_size() * sizeof(double));
+      std::memcpy(bytes.data(), tensor.double_data().data(), bytes.size());
+      return bytes;
+    }
     case onnx::TensorProto::INT64:
       return pack(tensor.int64_data(), 8);
     case onnx::TensorProto::INT32:

@@ -27,6 +27,7 @@ CpuBackend::CpuBackend() {
   register_einsum_kernels(table_);
   register_nll_loss_kernels(table_);
   register_math_kernels(table_);
+  register_activation_kernels(table_);
   register_normalization_kernels(table_);
   register_logical_kernels(table_);
   register_dropout_kernels(table_);

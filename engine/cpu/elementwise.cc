@@ -1,4 +1,4 @@
-// Elementwise kernels: ONNX Add, Sub, Mul, Div, Sum (numpy broadcasting), Neg,
+// Elementwise kernels: ONNX Add, Sub, Mul, Div, PRelu, Sum (numpy broadcasting), Neg,
 // Relu, Tanh, Sigmoid; Piper's ReluGrad, TanhGrad, SigmoidGrad.
 #include <cmath>
 
@@ -34,6 +34,13 @@ struct DivOp {
   template <typename T>
   T operator()(T a, T b) const {
     return a / b;
+  }
+};
+// ONNX PRelu: x, with x < 0 scaled by its (broadcast) slope; NaN propagates.
+struct PReluOp {
+  template <typename T>
+  T operator()(T x, T slope) const {
+    return x < T(0) ? slope * x : x;
   }
 };
 
@@ -111,6 +118,7 @@ void register_elementwise_kernels(KernelTable& table) {
   table["Sub"] = binary_factory<SubOp>(true);
   table["Mul"] = binary_factory<MulOp>(true);
   table["Div"] = binary_factory<DivOp>(false);
+  table["PRelu"] = binary_factory<PReluOp>(false);
   table["Sum"] = nary_fold_factory<SumFold>;
   table["Neg"] = unary_factory<true>([](auto x) { return -x; });
   // NaN propagates, as in ONNX and PyTorch.

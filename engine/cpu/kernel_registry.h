@@ -93,6 +93,7 @@ void register_einsum_kernels(KernelTable& table);         // einsum.cc
 void register_nll_loss_kernels(KernelTable& table);       // nll_loss.cc
 
 void register_math_kernels(KernelTable& table);           // math.cc
+void register_activation_kernels(KernelTable& table);     // activation.cc
 void register_normalization_kernels(KernelTable& table);  // normalization.cc
 void register_logical_kernels(KernelTable& table);        // logical.cc
 void register_dropout_kernels(KernelTable& table);        // dropout.cc

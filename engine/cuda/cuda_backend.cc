@@ -76,6 +76,7 @@ CudaBackend::CudaBackend() {
   register_fused_kernels(table_);
   register_slicing_kernels(table_);
   register_dropout_kernels(table_);
+  register_activation_kernels(table_);
   register_power_kernels(table_);
   register_extremum_grad_kernels(table_);
   register_selection_kernels(table_);

@@ -140,6 +140,10 @@ void arithmetic(Binary op, const StridedIndex& index, V a, V b, V out, cudaStrea
     case Binary::kMin:
       return binary(
           index, a, b, out, [] __device__(T x, T y) { return y != y || y < x ? y : x; }, stream);
+    case Binary::kPRelu:  // NaN propagates
+      return binary(
+          index, a, b, out, [] __device__(T x, T slope) { return x < T(0) ? slope * x : x; },
+          stream);
     default:
       break;
   }

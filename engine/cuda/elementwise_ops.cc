@@ -1,4 +1,4 @@
-// Elementwise ops on CUDA: Add, Sub, Mul, Div, Sum, Max, Min (numpy broadcasting),
+// Elementwise ops on CUDA: Add, Sub, Mul, Div, PRelu, Sum, Max, Min (numpy broadcasting),
 // Neg, Relu, Tanh, Sigmoid, Sqrt, Reciprocal, Exp, Log, Erf and their saved-tensor
 // gradients, Equal, Less, Greater, Not, Where and Cast. Checks follow the CPU kernels
 // (engine/cpu/elementwise.cc, math.cc, logical.cc, layout_ops.cc). The broadcasting
@@ -240,6 +240,7 @@ void register_elementwise_kernels(CudaKernelTable& table) {
   table["Sub"] = binary_factory(Binary::kSub, false);
   table["Mul"] = binary_factory(Binary::kMul, false);
   table["Div"] = binary_factory(Binary::kDiv, true);
+  table["PRelu"] = binary_factory(Binary::kPRelu, true);
   table["Sum"] = fold_factory(Binary::kAdd);
   table["Max"] = fold_factory(Binary::kMax);
   table["Min"] = fold_factory(Binary::kMin);

@@ -33,6 +33,7 @@ void register_optimizer_kernels(CudaKernelTable& table);        // optimizer_ops
 void register_fused_kernels(CudaKernelTable& table);            // fused_ops.cc
 void register_slicing_kernels(CudaKernelTable& table);          // slicing_ops.cc
 void register_dropout_kernels(CudaKernelTable& table);          // dropout_ops.cc
+void register_activation_kernels(CudaKernelTable& table);       // activation_ops.cc
 void register_power_kernels(CudaKernelTable& table);            // power_ops.cc
 void register_extremum_grad_kernels(CudaKernelTable& table);    // extremum_grad_ops.cc
 void register_selection_kernels(CudaKernelTable& table);        // selection_ops.cc

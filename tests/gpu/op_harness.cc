@@ -216,6 +216,7 @@ TEST_P(CudaVsCpu, AgreesWithTheCpuBackend) { ExpectSameOnCudaAndCpu(*cuda_, GetP
 std::string CaseName(const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; }
 
 INSTANTIATE_TEST_SUITE_P(Elementwise, CudaVsCpu, ::testing::ValuesIn(ElementwiseCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Activation, CudaVsCpu, ::testing::ValuesIn(ActivationCases()), CaseName);
 INSTANTIATE_TEST_SUITE_P(Gemm, CudaVsCpu, ::testing::ValuesIn(GemmCases()), CaseName);
 INSTANTIATE_TEST_SUITE_P(Reduce, CudaVsCpu, ::testing::ValuesIn(ReduceCases()), CaseName);
 INSTANTIATE_TEST_SUITE_P(Layout, CudaVsCpu, ::testing::ValuesIn(LayoutCases()), CaseName);
@@ -248,7 +249,8 @@ std::vector<OpCase> AllCases() {
         NormalizationCases(), IndexingCases(),     LossCases(),     OptimizerCases(),
         FusedCases(),         SlicingCases(),      DropoutCases(),  PowerCases(),
         ExtremumGradCases(),  SelectionCases(),    ScanCases(),     GatherElementsCases(),
-        EinsumCases(),        HostFallbackCases(), Bfloat16Cases(), FlashAttentionCases()}) {
+        EinsumCases(),        HostFallbackCases(), Bfloat16Cases(), FlashAttentionCases(),
+        ActivationCases()}) {
     all.insert(all.end(), cases.begin(), cases.end());
   }
   return all;

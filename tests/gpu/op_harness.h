@@ -48,6 +48,7 @@ void ExpectSameOnCudaAndCpu(cuda::CudaBackend& cuda, const OpCase& c);
 
 // The cases of each family.
 std::vector<OpCase> ElementwiseCases();
+std::vector<OpCase> ActivationCases();
 std::vector<OpCase> GemmCases();
 std::vector<OpCase> ReduceCases();
 std::vector<OpCase> LayoutCases();

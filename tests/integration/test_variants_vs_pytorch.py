@@ -2,9 +2,11 @@
 by PyTorch from the same weights on the same data: 3-D inputs (MatMul + Add),
 sigmoid and mean pooling, a weight used twice (tied), a frozen buffer, Flatten,
 an MSE loss built from Sub/Mul/ReduceMean, Div by a learned scale, an
-annotated strategy, and a bool input (a mask) fed from a bool .npy. Every
-step's loss within 1e-4 relative, final weights within 1e-3 relative. PyTorch
-runs here; no reference numbers are stored."""
+annotated strategy, a bool input (a mask) fed from a bool .npy, and the
+activations with attributes (PReLU, LeakyReLU, Softplus, ELU, SELU, CELU,
+Hardsigmoid, Hardswish, ReLU6 and clamp, abs, Mish). Every step's loss within
+1e-4 relative, final weights within 1e-3 relative. PyTorch runs here; no
+reference numbers are stored."""
 import os
 import tempfile
 import unittest
@@ -81,6 +83,28 @@ class MaskedInput(nn.Module):
         return F.cross_entropy(self.head(torch.relu(self.fc(x))), y)
 
 
+class Activations(nn.Module):
+    """Every activation with attributes, on one hidden layer, summed: PRelu (a learned slope
+    per feature), LeakyRelu, Softplus, Elu, Selu, Celu, HardSigmoid, HardSwish, Clip (ReLU6,
+    clamp), Abs, and Mish (Softplus, Tanh and Mul); an MSE loss. Not in MODELS, which
+    test_precision also trains under PyTorch's bfloat16 autocast: PyTorch 1.13 has no CPU
+    bfloat16 kernels for mish or the clamp backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(6, 16)
+        self.prelu = nn.PReLU(16, init=0.3)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x, t):
+        h = self.fc1(x)
+        a = (self.prelu(h) + F.leaky_relu(h, 0.1) + F.softplus(h) + F.elu(h, 0.5)
+             + F.selu(h) + F.celu(h, 2.0) + F.hardsigmoid(3 * h) + F.hardswish(4 * h)
+             + F.relu6(5 * h) + torch.clamp(h, -0.5, 0.25) + torch.abs(h) + F.mish(h))
+        d = self.head(a) - t
+        return (d * d).mean()
+
+
 def inputs_for(name, rng):
     if name == "pooled3d":
         return (rng.standard_normal((SAMPLES, 4, 8)).astype(np.float32),
@@ -107,7 +131,7 @@ class VariantsMatchPyTorch(unittest.TestCase):
 
     def check(self, name, optimizer, make_optimizer, **strategy_extra):
         torch.manual_seed(7)
-        model = MODELS[name]()
+        model = (Activations if name == "activations" else MODELS[name])()
         work = os.path.join(self.tmp.name, name + "_" + optimizer["type"])
         harness.train_exported_model_like_pytorch(
             self, work, model, inputs_for(name, np.random.default_rng(5)), optimizer,
@@ -128,6 +152,10 @@ class VariantsMatchPyTorch(unittest.TestCase):
                    annotations=[{"match": "/fc1/*", "tags": {"LAYER": 0}},
                                 {"match": "/fc2/*", "tags": {"LAYER": 1}}],
                    directives=[{"op": "place", "filter": {"LAYER": 1}, "devices": [0]}])
+
+    def test_activations_sgd(self):
+        self.check("activations", {"type": "sgd", "lr": 0.005},
+                   lambda p: torch.optim.SGD(p, lr=0.005))
 
     def test_bool_input(self):
         torch.manual_seed(7)

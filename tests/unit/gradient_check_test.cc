@@ -577,6 +577,62 @@ void add_fused_cases(std::vector<GradientCase>& all) {
        "LayerNormalization"});
 }
 
+// Activations with attributes and Clip: inputs at least 0.1 from every kink (eps is 1e-2).
+void add_activation_cases(std::vector<GradientCase>& all) {
+  struct Activation {
+    const char* name;
+    const char* op;
+    std::vector<std::pair<const char*, float>> attributes;
+    float low, high, away_from_zero;
+  };
+  for (const Activation& a : {
+           Activation{"Abs", "Abs", {}, -1, 1, 0.1f},
+           Activation{"LeakyRelu", "LeakyRelu", {{"alpha", 0.1f}}, -1, 1, 0.1f},
+           Activation{"Softplus", "Softplus", {}, -3, 3, 0},
+           Activation{"Elu", "Elu", {{"alpha", 0.5f}}, -2, 2, 0.1f},
+           Activation{"Selu", "Selu", {}, -2, 2, 0.1f},
+           Activation{"Celu", "Celu", {{"alpha", 2.0f}}, -2, 2, 0.1f},
+           Activation{"HardSigmoid", "HardSigmoid", {{"alpha", 0.3f}, {"beta", 0.4f}}, -1, 1, 0},
+           Activation{"HardSwish", "HardSwish", {}, -2.5f, 2.5f, 0},
+       }) {
+    all.push_back({a.name,
+                   [a](OnnxBuilder& b) {
+                     param(b, "a", {2, 3}, 20, a.low, a.high, a.away_from_zero);
+                     auto& n = node(b, a.op, {"a"});
+                     for (const auto& [name, value] : a.attributes)
+                       OnnxBuilder::attr(n, name, value);
+                   },
+                   {2, 3},
+                   {"a"}});
+  }
+  all.push_back({"PRelu_broadcast_slope",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {2, 3}, 21, -1, 1, 0.1f);
+                   param(b, "w", {3}, 22, 0.1f, 0.5f);
+                   node(b, "PRelu", {"a", "w"});
+                 },
+                 {2, 3},
+                 {"a", "w"}});
+  // Values on both sides of the bounds and between them; one bound omitted.
+  all.push_back({"Clip",
+                 [](OnnxBuilder& b) {
+                   b.initializer("a", {2, 3}, {-0.9f, -0.2f, 0.1f, 0.3f, 0.8f, -0.7f});
+                   OnnxBuilder::attr(b.node("Constant", {}, {"lo"}), "value_float", -0.5f);
+                   OnnxBuilder::attr(b.node("Constant", {}, {"hi"}), "value_float", 0.5f);
+                   node(b, "Clip", {"a", "lo", "hi"});
+                 },
+                 {2, 3},
+                 {"a"}});
+  all.push_back({"Clip_max_only",
+                 [](OnnxBuilder& b) {
+                   b.initializer("a", {2, 3}, {-0.9f, -0.2f, 0.1f, 0.3f, 0.8f, -0.7f});
+                   OnnxBuilder::attr(b.node("Constant", {}, {"hi"}), "value_float", 0.2f);
+                   node(b, "Clip", {"a", "", "hi"});
+                 },
+                 {2, 3},
+                 {"a"}});
+}
+
 std::vector<GradientCase> cases() {
   std::vector<GradientCase> all;
   for (int64_t ta : {0, 1}) {
@@ -648,6 +704,7 @@ std::vector<GradientCase> cases() {
                  },
                  {2, 3},
                  {"a"}});
+  add_activation_cases(all);
   all.push_back({"Reshape",
                  [](OnnxBuilder& b) {
                    param(b, "a", {2, 6}, 15);

@@ -1,4 +1,5 @@
 // Broadcasting arithmetic and activations.
+#include "formats/error.h"
 #include "planner/autodiff/rules/rules.h"
 
 namespace piper::planner {
@@ -44,19 +45,59 @@ void div_rule(GradientBuilder& g) {
   }
 }
 
+// Y = PRelu(X, slope) = X where X > 0, slope · X elsewhere (slope broadcast to X). With
+// P = dY · [X > 0] (ReluGrad reading X) and N = dY − P: dX = P + N · slope and
+// dSlope = N · X summed down to slope's shape; 0 counts as negative, as in PyTorch.
+void prelu_rule(GradientBuilder& g) {
+  const ir::TensorId dy = g.output_gradient(0);
+  const ir::TensorId x = g.op().inputs[0];
+  const ir::Shape shape = g.input_shape(0);
+  const ir::TensorId positive = g.emit("piper.ReluGrad", {dy, x}, shape);
+  const ir::TensorId negative = g.emit("Sub", {dy, positive}, shape);
+  if (g.wants(0)) {
+    const ir::TensorId scaled = g.emit("Mul", {negative, g.op().inputs[1]}, shape);
+    g.contribute(0, g.emit("Add", {positive, scaled}, shape));
+  }
+  if (g.wants(1)) g.contribute(1, g.sum_to_input(g.emit("Mul", {negative, x}, shape), 1));
+}
+
 void neg_rule(GradientBuilder& g) {
   g.contribute(0, g.emit("Neg", {g.output_gradient(0)}, g.input_shape(0)));
 }
 
-// Activations whose derivative is a function of their output Y.
-template <const char* kGradOp>
+// Activations whose derivative is a function of one saved tensor, their output Y or (with
+// kUsesInput) their input X, and of their attributes, which the gradient op carries.
+template <const char* kGradOp, bool kUsesInput = false>
 void activation_rule(GradientBuilder& g) {
-  g.contribute(0, g.emit(kGradOp, {g.output_gradient(0), g.op().outputs[0]}, g.input_shape(0)));
+  const ir::TensorId saved = kUsesInput ? g.op().inputs[0] : g.op().outputs[0];
+  g.contribute(0,
+               g.emit(kGradOp, {g.output_gradient(0), saved}, g.input_shape(0), g.op().attributes));
 }
 
 constexpr char kReluGrad[] = "piper.ReluGrad";
 constexpr char kTanhGrad[] = "piper.TanhGrad";
 constexpr char kSigmoidGrad[] = "piper.SigmoidGrad";
+constexpr char kAbsGrad[] = "piper.AbsGrad";
+constexpr char kLeakyReluGrad[] = "piper.LeakyReluGrad";
+constexpr char kSoftplusGrad[] = "piper.SoftplusGrad";  // from Y
+constexpr char kEluGrad[] = "piper.EluGrad";
+constexpr char kSeluGrad[] = "piper.SeluGrad";
+constexpr char kCeluGrad[] = "piper.CeluGrad";
+constexpr char kHardSigmoidGrad[] = "piper.HardSigmoidGrad";
+constexpr char kHardSwishGrad[] = "piper.HardSwishGrad";
+
+// Y = Clip(X, min, max): dX = dY where X passed through (X = Y), as PyTorch's clamp. The
+// bounds are constants in exported models; a bound that needs a gradient is refused.
+void clip_rule(GradientBuilder& g) {
+  if (g.wants(1) || g.wants(2)) {
+    throw Error("node '" + g.op().name +
+                "' (Clip): gradients of the min and max inputs are not supported");
+  }
+  if (!g.wants(0)) return;
+  const std::vector<ir::TensorId> inputs = {g.output_gradient(0), g.op().inputs[0],
+                                            g.op().outputs[0]};
+  g.contribute(0, g.emit("piper.ClipGrad", inputs, g.input_shape(0)));
+}
 
 }  // namespace
 
@@ -70,6 +111,16 @@ void add_elementwise_rules(GradientRules& rules) {
   rules["Relu"] = activation_rule<kReluGrad>;
   rules["Tanh"] = activation_rule<kTanhGrad>;
   rules["Sigmoid"] = activation_rule<kSigmoidGrad>;
+  rules["Abs"] = activation_rule<kAbsGrad, true>;
+  rules["LeakyRelu"] = activation_rule<kLeakyReluGrad, true>;
+  rules["Softplus"] = activation_rule<kSoftplusGrad>;
+  rules["Elu"] = activation_rule<kEluGrad, true>;
+  rules["Selu"] = activation_rule<kSeluGrad, true>;
+  rules["Celu"] = activation_rule<kCeluGrad, true>;
+  rules["HardSigmoid"] = activation_rule<kHardSigmoidGrad, true>;
+  rules["HardSwish"] = activation_rule<kHardSwishGrad, true>;
+  rules["Clip"] = clip_rule;
+  rules["PRelu"] = prelu_rule;
 }
 
 }  // namespace piper::planner
