@@ -7,11 +7,7 @@
 
 #include <math.h>
 
-#ifdef __CUDACC__
-#define PIPER_HOST_DEVICE __host__ __device__
-#else
-#define PIPER_HOST_DEVICE
-#endif
+#include "engine/cpu/host_device.h"
 
 namespace piper::engine::cpu {
 
