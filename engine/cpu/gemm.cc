@@ -101,17 +101,11 @@ void check_float(const KernelArgs& args) {
   args.expect_dtype(args.output(0), plan::FLOAT32, "output 0");
 }
 
-// piper.MatMul's optional Bias: a vector over Y's last dimension, copied into every row of Y
-// before the product accumulates into it.
+// piper.MatMul's optional Bias, copied into every row of Y before the product accumulates
+// into it.
 const float* bias_of(const KernelArgs& args) {
-  if (!args.has_input(2)) return nullptr;
-  const TensorView& bias = args.input(2);
-  const TensorView& y = args.output(0);
-  if (bias.rank() != 1 || y.rank() == 0 || bias.shape[0] != y.shape.back()) {
-    args.fail("Bias " + shape_string(bias.shape) + " must be a vector over the last dimension of " +
-              "the output " + shape_string(y.shape));
-  }
-  return bias.as<const float>();
+  const TensorView* bias = check_matmul_bias(args);
+  return bias != nullptr ? bias->as<const float>() : nullptr;
 }
 
 std::unique_ptr<PreparedKernel> matmul_factory(const KernelArgs& args, bool piper_op) {
@@ -182,6 +176,17 @@ std::unique_ptr<PreparedKernel> gemm_factory(const KernelArgs& args) {
 }
 
 }  // namespace
+
+const TensorView* check_matmul_bias(const KernelArgs& args) {
+  if (!args.has_input(2)) return nullptr;
+  const TensorView& bias = args.input(2);
+  const TensorView& y = args.output(0);
+  if (bias.rank() != 1 || y.rank() == 0 || bias.shape[0] != y.shape.back()) {
+    args.fail("Bias " + shape_string(bias.shape) + " must be a vector over the last dimension of " +
+              "the output " + shape_string(y.shape));
+  }
+  return &bias;
+}
 
 bool check_matmul_activation(const KernelArgs& args) {
   const std::string activation = args.attributes().get_string("activation", "");

@@ -12,6 +12,8 @@
 
 namespace piper::engine::cpu {
 
+// piper.MatMul's optional Bias (input 2), a vector over Y's last dimension; null when absent.
+const TensorView* check_matmul_bias(const KernelArgs& args);
 // piper.MatMul's attribute `activation`: "" (one output) or "gelu_tanh", Y = GELU(product
 // [+ Bias]) by the tanh approximation, whose optional output 1, PreActivation (Y's dtype and
 // shape), receives product [+ Bias]. Returns whether Y gets the GELU.

@@ -203,24 +203,12 @@ void check_floats(const KernelArgs& args) {
   }
 }
 
-// piper.MatMul's optional Bias (input 2): a vector over Y's last dimension; null when absent.
-const TensorView* bias_vector(const KernelArgs& args) {
-  if (!args.has_input(2)) return nullptr;
-  const TensorView& bias = args.input(2);
-  const TensorView& y = args.output(0);
-  if (bias.rank() != 1 || y.rank() == 0 || bias.shape[0] != y.shape.back()) {
-    args.fail("Bias " + shape_string(bias.shape) + " must be a vector over the last dimension of " +
-              "the output " + shape_string(y.shape));
-  }
-  return &bias;
-}
-
 // The product with `epilogue` in cuBLASLt, or null where cuBLASLt has no algorithm for it (the
 // shapes, alignments or dtypes) or K = 0.
 std::unique_ptr<PreparedKernel> product_with_epilogue(const KernelArgs& args, CudaContext& context,
                                                       const MatmulShape& s,
                                                       const Epilogue& epilogue) {
-  const TensorView* bias = bias_vector(args);
+  const TensorView* bias = cpu::check_matmul_bias(args);
   if (s.k == 0 || (bias != nullptr && bias->dtype != args.output(0).dtype)) return nullptr;
   try {
     return std::make_unique<GemmKernel>(context, args, s, 1.0f, 0.0f, args.input(0), args.input(1),
@@ -235,7 +223,7 @@ std::unique_ptr<PreparedKernel> product_with_epilogue(const KernelArgs& args, Cu
 // accumulates into it.
 std::unique_ptr<PreparedKernel> matmul_with_bias(const KernelArgs& args, CudaContext& context,
                                                  const MatmulShape& s) {
-  const TensorView& bias = *bias_vector(args);
+  const TensorView& bias = *cpu::check_matmul_bias(args);
   const TensorView& y = args.output(0);
   if (auto fused = product_with_epilogue(args, context, s, Epilogue{bias.data})) return fused;
   std::shared_ptr<GemmKernel> product;
@@ -269,7 +257,7 @@ std::unique_ptr<PreparedKernel> product(const KernelArgs& args, CudaContext& con
 // copied into PreActivation, then Piper's GELU kernel over Y.
 std::unique_ptr<PreparedKernel> matmul_with_gelu(const KernelArgs& args, CudaContext& context,
                                                  const MatmulShape& s) {
-  const TensorView* bias = bias_vector(args);
+  const TensorView* bias = cpu::check_matmul_bias(args);
   const TensorView& y = args.output(0);
   void* pre = args.has_output(1) ? args.output(1).data : nullptr;
   const Epilogue gelu{bias != nullptr ? bias->data : nullptr, true, pre};

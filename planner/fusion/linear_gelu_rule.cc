@@ -22,11 +22,9 @@ class LinearGeluRule : public FusionRule {
     const ir::OpId product = view.producer(gelu.inputs[0], "piper.MatMul");
     if (product < 0) return std::nullopt;
     const ir::Op& matmul = view.op(product);
-    // A bias already in the product stays there; GELU's goes to the epilogue.
-    if (matmul.inputs.size() + gelu.inputs.size() - 1 > 3 ||
-        ir::attr_int(matmul.attributes, "transA", 0) != 0) {
-      return std::nullopt;
-    }
+    // The product's bias or GELU's goes to the epilogue; it adds one.
+    const bool two_biases = matmul.inputs.size() == 3 && gelu.inputs.size() == 2;
+    if (two_biases || ir::attr_int(matmul.attributes, "transA", 0) != 0) return std::nullopt;
     Fusion fusion;
     fusion.matched = {root, product};
     fusion.fused.type = "piper.MatMul";
