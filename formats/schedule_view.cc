@@ -3,12 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <map>
-#include <regex>
 #include <sstream>
 
 #include "formats/error.h"
+#include "formats/plan_directory.h"
 #include "formats/plan_file.h"
 #include "formats/plan_text.h"
 
@@ -159,32 +157,16 @@ double tick_spacing(double span, int ticks) {
 }  // namespace
 
 std::vector<plan::Plan> read_plan_directory(const std::string& dir) {
-  std::error_code error;
-  if (!std::filesystem::is_directory(dir, error)) {
-    throw Error("'" + dir + "' is not a directory of plans (piper-plan -o DIR writes one)");
-  }
-  std::map<int, std::string> paths;
-  const std::regex pattern(R"(rank(\d{1,6})\.plan)");
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    std::smatch match;
-    const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, match, pattern)) paths[std::stoi(match[1])] = entry.path().string();
-  }
-  if (paths.empty()) throw Error("'" + dir + "' holds no rank<N>.plan files");
+  const std::vector<std::string> paths = rank_plan_paths(dir, "'" + dir + "'");
   std::vector<plan::Plan> plans;
-  for (int rank = 0; rank <= paths.rbegin()->first; ++rank) {
-    const auto found = paths.find(rank);
-    if (found == paths.end()) {
-      throw Error("'" + dir + "' has rank" + std::to_string(paths.rbegin()->first) +
-                  ".plan but no rank" + std::to_string(rank) + ".plan");
-    }
-    plans.push_back(read_plan_file(found->second));
+  for (int rank = 0; rank < static_cast<int>(paths.size()); ++rank) {
+    plans.push_back(read_plan_file(paths[rank]));
     const plan::Header& header = plans.back().header();
     if (static_cast<int>(header.rank()) != rank) {
-      throw Error(found->second + " holds the plan of rank " + std::to_string(header.rank()));
+      throw Error(paths[rank] + " holds the plan of rank " + std::to_string(header.rank()));
     }
     if (header.plan_id() != plans.front().header().plan_id()) {
-      throw Error(found->second + " comes from another planning run than " + paths.at(0) +
+      throw Error(paths[rank] + " comes from another planning run than " + paths.at(0) +
                   " (plan id " + header.plan_id() + ", not " + plans.front().header().plan_id() +
                   "); re-plan into an empty directory");
     }

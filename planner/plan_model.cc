@@ -1,7 +1,5 @@
 #include "planner/plan_model.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -11,7 +9,6 @@
 
 #include "formats/error.h"
 #include "formats/onnx_model.h"
-#include "formats/plan_file.h"
 #include "planner/annotate.h"
 #include "planner/auto_stages.h"
 #include "planner/autodiff/autodiff.h"
@@ -223,30 +220,6 @@ PlanningResult plan_model(const std::string& model_path, const strategy::Strateg
   }
   sim::add_planned_timeline(graph, options.rates, result.plans);
   return result;
-}
-
-void write_plans(const std::vector<plan::Plan>& plans, const std::string& dir) {
-  namespace fs = std::filesystem;
-  const fs::path target = fs::absolute(dir).lexically_normal();
-  const fs::path staging =
-      target.parent_path() / (target.filename().string() + ".tmp." + std::to_string(::getpid()));
-  std::error_code error;
-  fs::remove_all(staging, error);
-  fs::create_directories(staging, error);
-  if (error) throw Error("cannot create '" + staging.string() + "': " + error.message());
-  try {
-    for (const plan::Plan& plan : plans) {
-      formats::write_plan_file(
-          (staging / ("rank" + std::to_string(plan.header().rank()) + ".plan")).string(), plan);
-    }
-    fs::remove_all(target, error);
-    if (error) throw Error("cannot replace '" + target.string() + "': " + error.message());
-    fs::rename(staging, target, error);
-    if (error) throw Error("cannot write '" + target.string() + "': " + error.message());
-  } catch (...) {
-    fs::remove_all(staging, error);
-    throw;
-  }
 }
 
 }  // namespace piper::planner

@@ -42,8 +42,4 @@ strategy::Strategy expand_strategy(const std::string& model_path,
 PlanningResult plan_model(const std::string& model_path, const strategy::Strategy& strategy,
                           const PlanningOptions& options = {});
 
-// Writes DIR/rank{r}.plan for every rank, atomically: into a temporary
-// directory renamed to `dir` once complete; an existing `dir` is replaced.
-void write_plans(const std::vector<plan::Plan>& plans, const std::string& dir);
-
 }  // namespace piper::planner

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "formats/error.h"
+#include "formats/plan_directory.h"
 #include "formats/strategy.h"
 #include "planner/plan_model.h"
 
@@ -81,11 +82,16 @@ int main(int argc, char** argv) {
   std::string model_path, strategy_path, output_dir;
   bool expand = false;
   bool no_fuse = false;
+  bool force = false;
   app.add_option("model", model_path, "ONNX model exported with its loss as the first output")
       ->required();
   app.add_option("strategy", strategy_path, "strategy JSON file (docs/strategy.md)")->required();
   app.add_option("-o,--output", output_dir,
-                 "directory for the plans; replaced atomically, left untouched on failure");
+                 "folder for the plans: a new one appears whole or not at all; an existing one "
+                 "must hold only plans (rank<N>.plan), which are replaced, or take --force");
+  app.add_flag("--force", force,
+               "write into an -o folder that holds other files too, replacing only its "
+               "rank<N>.plan files");
   app.add_flag("--expand", expand,
                "print the strategy with every default and generator expanded (and \"stages\": "
                "\"auto\" resolved into annotations), as JSON, and exit");
@@ -128,7 +134,7 @@ int main(int argc, char** argv) {
     if (output_dir.empty()) throw piper::Error("no output directory: pass -o DIR");
     options.fuse = !no_fuse;
     const auto result = piper::planner::plan_model(model_path, strategy, options);
-    piper::planner::write_plans(result.plans, output_dir);
+    piper::formats::write_plan_directory(result.plans, output_dir, force);
     print_summary(result, output_dir, options.rates);
   } catch (const std::exception& error) {
     std::cerr << "piper-plan: error: " << error.what() << "\n";

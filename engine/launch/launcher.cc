@@ -11,12 +11,11 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <map>
-#include <regex>
 #include <set>
 
 #include "engine/comm/socket.h"
 #include "formats/error.h"
+#include "formats/plan_directory.h"
 
 extern char** environ;
 
@@ -162,30 +161,7 @@ void say(const std::string& message) {
 }  // namespace
 
 std::vector<std::string> find_rank_plans(const std::string& dir) {
-  std::error_code error;
-  if (!std::filesystem::is_directory(dir, error)) {
-    throw Error("--plans '" + dir + "' is not a directory");
-  }
-  std::map<int, std::string> plans;
-  const std::regex pattern(R"(rank(\d{1,6})\.plan)");
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    std::smatch match;
-    const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, match, pattern)) {
-      plans[std::stoi(match[1])] = entry.path().string();
-    }
-  }
-  if (plans.empty()) throw Error("--plans '" + dir + "' holds no rank<N>.plan files");
-  std::vector<std::string> paths;
-  for (int rank = 0; rank <= plans.rbegin()->first; ++rank) {
-    const auto found = plans.find(rank);
-    if (found == plans.end()) {
-      throw Error("--plans '" + dir + "' has rank" + std::to_string(plans.rbegin()->first) +
-                  ".plan but no rank" + std::to_string(rank) + ".plan");
-    }
-    paths.push_back(found->second);
-  }
-  return paths;
+  return formats::rank_plan_paths(dir, "--plans '" + dir + "'");
 }
 
 std::string default_piper_run() {

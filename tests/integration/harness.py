@@ -58,14 +58,14 @@ class Result:
                 f"stdout:\n{self.stdout}\nstderr:\n{self.stderr}")
 
 
-def run(argv, timeout=120):
+def run(argv, timeout=120, cwd=None):
     completed = subprocess.run([str(a) for a in argv], capture_output=True, text=True,
-                               timeout=timeout)
+                               timeout=timeout, cwd=cwd)
     return Result([str(a) for a in argv], completed)
 
 
-def run_ok(argv, timeout=120):
-    result = run(argv, timeout)
+def run_ok(argv, timeout=120, cwd=None):
+    result = run(argv, timeout, cwd)
     if result.returncode != 0:
         raise AssertionError("command failed\n" + result.describe())
     return result

@@ -273,6 +273,75 @@ class PlanErrors(ErrorTest):
             self.assertEqual(f.read(), before, "a failed piper-plan changed an existing plan")
 
 
+class PlanOutput(ErrorTest):
+    """piper-plan -o never deletes what it did not write (issue 14, point 1)."""
+
+    def plan(self, out, strategy="single.json", *flags, cwd=None):
+        return harness.run([Tools.plan, mlp_model(), Tools.sample("strategies", strategy),
+                            "-o", out, *flags], cwd=cwd)
+
+    def user_folder(self):
+        folder = self.path("work")
+        os.makedirs(os.path.join(folder, "notes"))
+        for name in ("keep.txt", os.path.join("notes", "draft.txt")):
+            with open(os.path.join(folder, name), "w") as f:
+                f.write("the user's " + name)
+        return folder
+
+    def assert_user_files_intact(self, folder):
+        for name in ("keep.txt", os.path.join("notes", "draft.txt")):
+            with open(os.path.join(folder, name)) as f:
+                self.assertEqual(f.read(), "the user's " + name, f"{name} changed")
+
+    def test_dot_in_a_user_folder_is_refused_and_loses_nothing(self):
+        folder = self.user_folder()
+        result = self.plan(".", cwd=folder)
+        self.assertEqual(result.returncode, 1, result.describe())
+        for needle in ("piper-plan: error:", folder, "'keep.txt'", "'notes'", "--force"):
+            self.assertIn(needle, result.stderr, result.describe())
+        self.assert_user_files_intact(folder)
+        self.assertEqual(sorted(os.listdir(folder)), ["keep.txt", "notes"])
+
+    def test_force_replaces_only_plan_files(self):
+        folder = self.user_folder()
+        harness.run_ok([Tools.plan, mlp_model(), Tools.sample("strategies", "zero2.json"),
+                        "-o", ".", "--force"], cwd=folder)
+        self.assertEqual(sorted(os.listdir(folder)),
+                         ["keep.txt", "notes"] + [f"rank{r}.plan" for r in range(4)])
+        # A one-rank plan over a four-rank one: the stale rank files are Piper's and go too.
+        result = self.plan(folder + "/", "single.json", "--force")
+        self.assertEqual(result.returncode, 0, result.describe())
+        self.assertEqual(sorted(os.listdir(folder)), ["keep.txt", "notes", "rank0.plan"])
+        self.assert_user_files_intact(folder)
+        harness.run_ok([Tools.run, "--plan", os.path.join(folder, "rank0.plan"), "--steps", 1])
+
+    def test_trailing_slash_creates_the_folder(self):
+        out = self.path("new", "plans") + "/"
+        result = self.plan(out)
+        self.assertEqual(result.returncode, 0, result.describe())
+        self.assertEqual(os.listdir(out), ["rank0.plan"])
+        self.assertEqual(sorted(os.listdir(self.path("new"))), ["plans"], "staging left behind")
+
+    def test_a_plan_folder_is_replaced_without_force(self):
+        out = self.path("plans")
+        harness.run_ok([Tools.plan, mlp_model(), Tools.sample("strategies", "zero2.json"),
+                        "-o", out])
+        result = self.plan(out)
+        self.assertEqual(result.returncode, 0, result.describe())
+        self.assertEqual(os.listdir(out), ["rank0.plan"])
+        self.assertEqual(sorted(os.listdir(self.tmp)), ["plans"], "staging left behind")
+
+    def test_output_that_is_a_file(self):
+        out = self.path("plans")
+        with open(out, "w") as f:
+            f.write("not a folder")
+        result = self.plan(out)
+        self.assertEqual(result.returncode, 1, result.describe())
+        self.assertIn("exists and is not a folder", result.stderr)
+        with open(out) as f:
+            self.assertEqual(f.read(), "not a folder")
+
+
 class RunErrors(ErrorTest):
     """piper-run with a damaged plan or bad --data; no metrics or saved model appear."""
 

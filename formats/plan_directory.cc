@@ -1,0 +1,160 @@
+#include "formats/plan_directory.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <regex>
+
+#include "formats/error.h"
+#include "formats/plan_file.h"
+
+namespace piper::formats {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Staging folders carry this prefix; one left by a killed piper-plan is Piper's to remove.
+constexpr std::string_view kStagingPrefix = ".piper-plan.";
+
+std::optional<int> rank_of_plan_file(const std::string& name) {
+  static const std::regex pattern(R"(rank(\d{1,6})\.plan)");
+  std::smatch match;
+  if (!std::regex_match(name, match, pattern)) return std::nullopt;
+  return std::stoi(match[1]);
+}
+
+std::string plan_file_name(int rank) { return "rank" + std::to_string(rank) + ".plan"; }
+
+bool is_staging_folder(const std::string& name) { return name.rfind(kStagingPrefix, 0) == 0; }
+
+std::string staging_name(const std::string& stem) {
+  return std::string(kStagingPrefix) + stem + std::to_string(::getpid());
+}
+
+void write_plans_into(const std::vector<plan::Plan>& plans, const fs::path& folder) {
+  for (const plan::Plan& plan : plans) {
+    write_plan_file((folder / plan_file_name(static_cast<int>(plan.header().rank()))).string(),
+                    plan);
+  }
+}
+
+// Runs `write` into a fresh staging folder, removing the folder (Piper's files only) if it
+// throws.
+template <typename Write>
+void staged(const fs::path& staging, Write write) {
+  fs::create_directory(staging);
+  try {
+    write();
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(staging, ignored);
+    throw;
+  }
+}
+
+// `target` does not exist: the whole folder appears by one rename.
+void write_new_directory(const std::vector<plan::Plan>& plans, const fs::path& target) {
+  fs::create_directories(target.parent_path());
+  const fs::path staging = target.parent_path() / staging_name(target.filename().string() + ".");
+  staged(staging, [&] {
+    write_plans_into(plans, staging);
+    fs::rename(staging, target);
+  });
+}
+
+std::string describe_foreign(std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  constexpr size_t kNamed = 5;
+  std::string text;
+  for (size_t i = 0; i < std::min(names.size(), kNamed); ++i) {
+    text += (i ? ", '" : "'") + names[i] + "'";
+  }
+  if (names.size() > kNamed) text += " and " + std::to_string(names.size() - kNamed) + " more";
+  return text;
+}
+
+// `target` is a folder: each plan file is replaced in place, nothing else is touched.
+void write_into_directory(const std::vector<plan::Plan>& plans, const fs::path& target,
+                          bool force) {
+  std::vector<std::string> foreign;
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(target)) {
+    const std::string name = entry.path().filename().string();
+    if (const auto rank = rank_of_plan_file(name)) {
+      if (*rank >= static_cast<int>(plans.size())) stale.push_back(entry.path());
+    } else if (is_staging_folder(name)) {
+      stale.push_back(entry.path());
+    } else {
+      foreign.push_back(name);
+    }
+  }
+  if (!foreign.empty() && !force) {
+    throw Error("-o '" + target.string() + "' is not empty and not a folder of plans: it holds " +
+                describe_foreign(foreign) +
+                ", which piper-plan did not write; plan into a new or empty folder, or pass "
+                "--force to replace only its rank<N>.plan files");
+  }
+  const fs::path staging = target / staging_name("");
+  staged(staging, [&] {
+    write_plans_into(plans, staging);
+    for (const plan::Plan& plan : plans) {
+      const std::string name = plan_file_name(static_cast<int>(plan.header().rank()));
+      fs::rename(staging / name, target / name);
+    }
+  });
+  fs::remove_all(staging);
+  for (const fs::path& path : stale) fs::remove_all(path);
+}
+
+}  // namespace
+
+std::vector<std::string> rank_plan_paths(const std::string& dir, const std::string& what) {
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) {
+    throw Error(what + " is not a directory of plans (piper-plan -o DIR writes one)");
+  }
+  std::map<int, std::string> paths;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (const auto rank = rank_of_plan_file(entry.path().filename().string())) {
+      paths[*rank] = entry.path().string();
+    }
+  }
+  if (paths.empty()) throw Error(what + " holds no rank<N>.plan files");
+  std::vector<std::string> ordered;
+  for (int rank = 0; rank <= paths.rbegin()->first; ++rank) {
+    const auto found = paths.find(rank);
+    if (found == paths.end()) {
+      throw Error(what + " has " + plan_file_name(paths.rbegin()->first) + " but no " +
+                  plan_file_name(rank));
+    }
+    ordered.push_back(found->second);
+  }
+  return ordered;
+}
+
+void write_plan_directory(const std::vector<plan::Plan>& plans, const std::string& dir,
+                          bool force) {
+  try {
+    // Canonical, so that "." and "plans/" name the folder itself and staging lands beside or
+    // inside it, never in a folder that is then replaced.
+    fs::path target = fs::weakly_canonical(fs::absolute(dir));
+    if (target.filename().empty()) target = target.parent_path();
+    std::error_code error;
+    const fs::file_status status = fs::status(target, error);
+    if (!fs::exists(status)) {
+      write_new_directory(plans, target);
+    } else if (fs::is_directory(status)) {
+      write_into_directory(plans, target, force);
+    } else {
+      throw Error("-o '" + target.string() + "' exists and is not a folder");
+    }
+  } catch (const fs::filesystem_error& error) {
+    throw Error("cannot write the plans into '" + dir + "': " + error.code().message() + " (" +
+                error.path1().string() + ")");
+  }
+}
+
+}  // namespace piper::formats

@@ -1,0 +1,24 @@
+// A plan folder: the rank<N>.plan files one piper-plan run writes (docs/plan-format.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "schemas/plan.pb.h"
+
+namespace piper::formats {
+
+// The paths of rank0.plan ... rank<N-1>.plan in `dir`, in rank order. Throws piper::Error,
+// with `what` ("--plans 'DIR'") as the subject, when `dir` is not a directory, holds no plan,
+// or misses a rank below the highest.
+std::vector<std::string> rank_plan_paths(const std::string& dir, const std::string& what);
+
+// Writes one rank<r>.plan per plan into `dir` and never deletes what Piper did not write.
+// A new `dir` (and its parents) is created whole or not at all: the plans are staged in a
+// sibling folder that is renamed into place. An existing `dir` must hold nothing but plan
+// files, or `force` must be set; each plan then replaces its file atomically and rank files
+// beyond the new world size (of an earlier, larger plan) are removed. Throws piper::Error
+// naming `dir`, and what in it is not Piper's, leaving `dir` as it was.
+void write_plan_directory(const std::vector<plan::Plan>& plans, const std::string& dir, bool force);
+
+}  // namespace piper::formats
