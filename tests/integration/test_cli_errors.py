@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import struct
+import sys
 import tempfile
 import unittest
 
@@ -340,6 +341,33 @@ class PlanOutput(ErrorTest):
         self.assertIn("exists and is not a folder", result.stderr)
         with open(out) as f:
             self.assertEqual(f.read(), "not a folder")
+
+
+class HarnessSkips(ErrorTest):
+    """A skipped test fails its script unless the reason is a GPU's absence (issue 14, point 10)."""
+
+    def run_script(self, reason):
+        script = self.path("test_skipping.py")
+        with open(script, "w") as f:
+            f.write("import sys, unittest\n"
+                    f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
+                    "import harness\n"
+                    "class Case(unittest.TestCase):\n"
+                    "    def test_skips(self):\n"
+                    f"        self.skipTest({reason!r})\n"
+                    "harness.main()\n")
+        return harness.run([sys.executable, script, "--piper-plan", Tools.plan,
+                            "--piper-run", Tools.run, "--piper-dump", Tools.dump,
+                            "--source-dir", Tools.source_dir])
+
+    def test_a_skip_for_another_reason_fails(self):
+        result = self.run_script("planning failed")
+        self.assertEqual(result.returncode, 1, result.describe())
+        self.assertIn("only a GPU's absence may skip a test", result.stderr)
+
+    def test_a_skip_without_a_gpu_passes(self):
+        result = self.run_script("no usable CUDA GPU")
+        self.assertEqual(result.returncode, 0, result.describe())
 
 
 class RunErrors(ErrorTest):

@@ -104,7 +104,7 @@ class LaunchTest(unittest.TestCase):
         shutil.rmtree(cls.tmp)
 
     @classmethod
-    def plan(cls, name, directives, check=True):
+    def plan(cls, name, directives):
         work = os.path.join(cls.tmp, name)
         os.makedirs(work, exist_ok=True)
         strategy = harness.write_json(os.path.join(work, "strategy.json"),
@@ -113,9 +113,7 @@ class LaunchTest(unittest.TestCase):
         result = harness.run([Tools.plan, Tools.sample("mlp", "model.onnx"), strategy,
                               "-o", plans])
         if result.returncode != 0:
-            if check:
-                raise AssertionError("planning failed\n" + result.describe())
-            return None
+            raise AssertionError("planning failed\n" + result.describe())
         return plans
 
     def dir_with(self, name, files):
@@ -209,14 +207,12 @@ class WorldSizeOne(LaunchTest):
 
 
 class MultiRank(LaunchTest):
-    """Needs the planner's zero directive; skipped while it emits no multi-rank plans."""
+    """Two data-parallel ranks; a planning failure fails these tests."""
 
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.dp2 = cls.plan("dp2", [{"op": "zero", "stage": 0, "devices": [0, 1]}], check=False)
-        if cls.dp2 is None:
-            raise unittest.SkipTest("piper-plan emits no multi-rank plans yet (zero directive)")
+        cls.dp2 = cls.plan("dp2", [{"op": "zero", "stage": 0, "devices": [0, 1]}])
 
     def launch(self, *flags):
         return Job([launch_path(), "--plans", self.dp2, "--data", self.data, *flags])
