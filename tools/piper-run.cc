@@ -37,8 +37,8 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingDirectory);
   app.add_option("--metrics", options.metrics_path,
                  "Write per-step metrics as JSON lines (step, loss, seconds, samples_per_s, "
-                 "peak_bytes, peak_rss_bytes) to this file; written as FILE.tmp and renamed when "
-                 "the run ends. "
+                 "peak_bytes, peak_rss_bytes) to this file, a line appended and flushed as each "
+                 "step ends (a failed run keeps the steps it finished). "
                  "Of several ranks only rank 0 writes it, unless the path holds %r");
   app.add_option("--save-onnx", options.save_onnx_path,
                  "After training, write the model (the plan's header.model_path) with the trained "

@@ -487,6 +487,16 @@ class RunErrors(ErrorTest):
         self.assertRegex(result.output, r"64", result.describe())
         self.assertRegex(result.output, r"60", result.describe())
 
+    def test_unwritable_outputs_fail_before_the_first_step(self):
+        plan = self.plan_file(self.plan_bytes)
+        missing = self.path("no_such_folder")
+        for flag, path, needle in (("--save-onnx", os.path.join(missing, "m.onnx"), missing),
+                                   ("--metrics", os.path.join(missing, "m.jsonl"), missing),
+                                   ("--trace", self.tmp, "is a folder")):
+            result = self.assert_fails([Tools.run, "--plan", plan, "--steps", 100000000, flag,
+                                        path], flag, needle)
+            self.assertNotIn("step 1 ", result.stdout, "it trained before checking " + flag)
+
     def test_labels_out_of_range(self):
         # Fails during the first step: still no metrics or saved model.
         y = self.good_y()
