@@ -5,6 +5,7 @@
 
 #include "engine/cpu/blas.h"
 #include "engine/runtime/run.h"
+#include "tools/command_line.h"
 
 int main(int argc, char** argv) {
   // OpenBLAS chooses its kernels as it loads and falls back to slow ones on CPUs newer than
@@ -71,7 +72,9 @@ int main(int argc, char** argv) {
                  "through host memory, so that ranks can share a GPU) or nccl (GPU memory, "
                  "--device cuda). Default: gloo for cpu, nccl for cuda")
       ->check(CLI::IsMember({"gloo", "nccl"}));
-  CLI11_PARSE(app, argc, argv);
+  if (const auto exit_code = piper::tools::parse_command_line(app, argc, argv, "piper-run")) {
+    return *exit_code;
+  }
   try {
     piper::engine::run_training(options, std::cout);
   } catch (const std::exception& error) {
