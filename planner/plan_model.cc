@@ -7,6 +7,8 @@
 #include <set>
 #include <sstream>
 
+#include "formats/atomic_file.h"
+#include "formats/checksum.h"
 #include "formats/error.h"
 #include "formats/onnx_model.h"
 #include "planner/annotate.h"
@@ -211,6 +213,7 @@ PlanningResult plan_model(const std::string& model_path, const strategy::Strateg
   LowerContext lower_context;
   lower_context.plan_id = new_plan_id();
   lower_context.model_path = std::filesystem::absolute(model_path).lexically_normal().string();
+  lower_context.model_checksum = formats::fnv1a64(formats::read_file(model_path));
   lower_context.global_batch = strategy.global_batch;
   lower_context.optimizer = strategy.optimizer;
   result.num_tasks = graph.num_tasks();

@@ -11,7 +11,7 @@ import unittest
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import harness
 from harness import Tools
@@ -371,12 +371,60 @@ class CommandLine(ErrorTest):
         for name, tool in self.tools().items():
             result = harness.run([tool, "--version"])
             self.assertEqual(result.returncode, 0, result.describe())
-            self.assertRegex(result.stdout, rf"^{name} \d+\.\d+\.\d+ \(commit \S+\), plan format 1$")
+            self.assertRegex(result.stdout, rf"^{name} \d+\.\d+\.\d+\+\S+, plan format 1$")
 
     def test_launch_help_lists_what_it_forwards(self):
         result = harness.run_ok([self.tools()["piper-launch"], "--help"])
         for flag in ("--steps", "--data", "--metrics", "--save-onnx", "--timeout", "--device"):
             self.assertIn(flag, result.stdout)
+
+
+class NonFinite(ErrorTest):
+    """A NaN or infinity stops training at that step with exit 3 and saves nothing (issue 14,
+    point 3)."""
+
+    def plan(self, optimizer):
+        plans = self.path("plans")
+        strategy = harness.write_json(self.path("s.json"),
+                                      harness.strategy(GLOBAL_BATCH, optimizer))
+        harness.run_ok([Tools.plan, mlp_model(), strategy, "-o", plans])
+        return os.path.join(plans, "rank0.plan")
+
+    def train(self, plan, *flags):
+        return harness.run([Tools.run, "--plan", plan, "--steps", 50, "--metrics",
+                            self.path("m.jsonl"), "--save-onnx", self.path("model.onnx"),
+                            *flags])
+
+    def test_a_huge_learning_rate_stops_at_the_step_keeping_the_previous_model(self):
+        with open(self.path("model.onnx"), "wb") as f:
+            f.write(b"the previous model")
+        result = self.train(self.plan({"type": "adamw", "lr": 1e30}))
+        self.assertEqual(result.returncode, 3, result.describe())
+        match = re.search(r"piper-run: error: step (\d+): the loss is (NaN|infinite) on rank 0",
+                          result.stderr)
+        self.assertTrue(match, result.describe())
+        with open(self.path("model.onnx"), "rb") as f:
+            self.assertEqual(f.read(), b"the previous model", "a non-finite model was saved")
+        records = harness.read_metrics(self.path("m.jsonl"))
+        self.assertEqual(len(records), int(match.group(1)), records)
+        self.assertIsNone(records[-1]["loss"])
+
+    def test_check_finite_names_the_first_kernel_of_nan_data(self):
+        data = self.path("data")
+        os.mkdir(data)
+        x = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+        x[3, 5] = np.nan
+        np.save(os.path.join(data, "x.npy"), x)
+        np.save(os.path.join(data, "y.npy"), (np.arange(64) % 10).astype(np.int64))
+        plan = self.plan(SGD)
+        result = self.train(plan, "--data", data)
+        self.assertEqual(result.returncode, 3, result.describe())
+        self.assertIn("step 1: the loss is NaN", result.stderr)
+        result = self.train(plan, "--data", data, "--check-finite")
+        self.assertEqual(result.returncode, 3, result.describe())
+        self.assertRegex(result.stderr, r"instruction \d+ \(\S+ '/fc1/[^']*'\): step 1: wrote NaN "
+                                        r"into tensor \d+ '[^']+'", result.describe())
+        self.assertFalse(os.path.exists(self.path("model.onnx")))
 
 
 class HarnessSkips(ErrorTest):
@@ -532,6 +580,20 @@ class RunErrors(ErrorTest):
             result = self.assert_fails([Tools.run, "--plan", plan, "--steps", 100000000, flag,
                                         path], flag, needle)
             self.assertNotIn("step 1 ", result.stdout, "it trained before checking " + flag)
+
+    def test_a_model_changed_after_planning_is_refused(self):
+        model = self.path("model.onnx")
+        shutil.copy(mlp_model(), model)
+        plans = self.path("plans")
+        harness.run_ok([Tools.plan, model, harness.write_json(
+            self.path("s.json"), harness.strategy(GLOBAL_BATCH, SGD)), "-o", plans])
+        changed = onnx.load(model)
+        weight = changed.graph.initializer[0]
+        values = numpy_helper.to_array(weight) + 1
+        weight.CopyFrom(numpy_helper.from_array(values, weight.name))
+        onnx.save(changed, model)
+        self.run_fails(os.path.join(plans, "rank0.plan"), model, "changed after planning",
+                       "re-plan")
 
     def test_labels_out_of_range(self):
         # Fails during the first step: still no metrics or saved model.
