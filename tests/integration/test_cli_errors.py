@@ -23,6 +23,30 @@ def mlp_model():
     return Tools.sample("mlp", "model.onnx")
 
 
+INT64_MAX = 2**63 - 1
+
+
+def ints(name, values):
+    return helper.make_tensor(name, TensorProto.INT64, [len(values)], values)
+
+
+def reshaped_x_model(nodes, initializers, x_dims=("batch", 4)):
+    """x -> Reshape(x, target) * w -> ReduceSum -> loss, where `nodes` compute target
+    (from x's Shape and `initializers`)."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [1], [0.5])
+    nodes = nodes + [
+        helper.make_node("Reshape", ["x", "target"], ["reshaped"], name="/Reshape"),
+        helper.make_node("Mul", ["reshaped", "w"], ["scaled"], name="/Mul"),
+        helper.make_node("ReduceSum", ["scaled"], ["loss"], name="/ReduceSum", keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes, "folding",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_dims))],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+        initializer=initializers + [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 class ErrorTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="piper_errors_")
@@ -173,6 +197,88 @@ class PlanErrors(ErrorTest):
             {"op": "split", "dim_name": "MB", "num_microbatches": 2}])
         self.plan_fails(path, self.strategy_value(value), "summed.onnx",
                         f"the loss node '{loss.name}' sums over the batch", "bad_strategy.json")
+
+    # ---- malformed shape arithmetic: an error naming the node, never a crash
+
+    def save(self, model, name):
+        path = self.path(name)
+        onnx.save(model, path)
+        return path
+
+    def test_concat_axis_out_of_range(self):
+        model = reshaped_x_model(
+            [helper.make_node("Concat", ["a", "b"], ["target"], name="/bad/Concat", axis=5)],
+            [ints("a", [-1]), ints("b", [4])])
+        self.plan_fails(self.save(model, "concat.onnx"), self.good_strategy(), "concat.onnx",
+                        "/bad/Concat", "axis")
+
+    def test_gather_index_out_of_range(self):
+        model = reshaped_x_model([
+            helper.make_node("Shape", ["x"], ["shape"], name="/Shape"),
+            helper.make_node("Gather", ["shape", "index"], ["dim"], name="/bad/Gather"),
+            helper.make_node("Concat", ["minus_one", "dim"], ["target"], name="/Concat", axis=0),
+        ], [ints("index", [5]), ints("minus_one", [-1])])
+        self.plan_fails(self.save(model, "gather.onnx"), self.good_strategy(),
+                        "node '/bad/Gather' (Gather): index 5 is out of range for axis 0 of size 2")
+
+    def test_impossible_reshape(self):
+        model = reshaped_x_model([
+            helper.make_node("Reshape", ["six", "bad_shape"], ["reshaped_six"],
+                             name="/bad/Reshape"),
+            helper.make_node("Shape", ["reshaped_six"], ["target"], name="/Shape"),
+        ], [ints("six", [1, 2, 3, 4, 5, 6]), ints("bad_shape", [4, -1])])
+        self.plan_fails(self.save(model, "reshape.onnx"), self.good_strategy(), "/bad/Reshape")
+
+    def test_dimension_overflowing_int64(self):
+        model = reshaped_x_model([
+            helper.make_node("Shape", ["x"], ["shape"], name="/Shape"),
+            helper.make_node("ConstantOfShape", ["shape"], ["huge"], name="/huge/ConstantOfShape"),
+            helper.make_node("Shape", ["huge"], ["target"], name="/Shape_huge"),
+        ], [], x_dims=("batch", 2**62))
+        self.plan_fails(self.save(model, "huge.onnx"), self.good_strategy(),
+                        "/huge/ConstantOfShape", "more elements than int64 counts")
+
+    def test_empty_shape_arithmetic_plans(self):
+        # shape(x)[2:] is empty; adding to it folds to an empty vector, not a crash.
+        model = reshaped_x_model([
+            helper.make_node("Shape", ["x"], ["shape"], name="/Shape"),
+            helper.make_node("Slice", ["shape", "two", "end"], ["none"], name="/Slice"),
+            helper.make_node("Add", ["none", "one"], ["still_none"], name="/Add"),
+            helper.make_node("Concat", ["shape", "still_none"], ["target"], name="/Concat",
+                             axis=0),
+        ], [ints("two", [2]), ints("end", [INT64_MAX]), ints("one", [1])])
+        harness.run_ok([Tools.plan, self.save(model, "empty.onnx"), self.good_strategy(), "-o",
+                        self.path("plans")])
+
+    def test_open_ended_slice_plans_and_runs_right(self):
+        # x[:, 1:] as PyTorch writes it (ends = INT64_MAX), summed: the loss is the sum of
+        # the last three columns, times w.
+        w = helper.make_tensor("w", TensorProto.FLOAT, [1], [0.5])
+        nodes = [
+            helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["tail"], name="/Slice"),
+            helper.make_node("Mul", ["tail", "w"], ["scaled"], name="/Mul"),
+            helper.make_node("ReduceMean", ["scaled"], ["loss"], name="/ReduceMean",
+                             keepdims=0),
+        ]
+        graph = helper.make_graph(
+            nodes, "open_slice",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+            [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+            initializer=[ints("starts", [1]), ints("ends", [INT64_MAX]), ints("axes", [1]), w])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        path = self.save(model, "open_slice.onnx")
+        plans = self.path("plans")
+        harness.run_ok([Tools.plan, path, self.good_strategy(), "-o", plans])
+        x = np.arange(GLOBAL_BATCH * 4, dtype=np.float32).reshape(GLOBAL_BATCH, 4)
+        data = self.path("data")
+        os.makedirs(data)
+        np.save(os.path.join(data, "x.npy"), x)
+        metrics = self.path("metrics.jsonl")
+        harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan"), "--data", data,
+                        "--steps", "1", "--metrics", metrics])
+        loss = harness.read_metrics(metrics)[0]["loss"]
+        expected = float(np.mean(x[:, 1:] * 0.5))
+        self.assertAlmostEqual(loss, expected, delta=1e-5 * abs(expected))
 
     # ---- the strategy
 
