@@ -134,27 +134,32 @@ class PlanErrors(ErrorTest):
         self.plan_fails(path, self.good_strategy(), "invalid.onnx")
 
     def test_unsupported_op(self):
-        # x -> MatMul -> Hardmax -> SoftmaxCrossEntropyLoss(y): valid ONNX, but Hardmax has
-        # no Piper implementation.
-        w = helper.make_tensor("w", TensorProto.FLOAT, [4, 3],
-                               np.linspace(-1, 1, 12).astype(np.float32).tolist())
+        # Valid ONNX with two unsupported op types, one used twice: one message lists both,
+        # each with its count, first node and advice (random values: pass them in).
+        w = helper.make_tensor("w", TensorProto.FLOAT, [2, 2], [0.5, -1.0, 2.0, 1.5])
         nodes = [
-            helper.make_node("MatMul", ["x", "w"], ["h"], name="/proj/MatMul"),
-            helper.make_node("Hardmax", ["h"], ["logits"], name="/act/Hardmax_odd"),
-            helper.make_node("SoftmaxCrossEntropyLoss", ["logits", "y"], ["loss"],
-                             name="/loss", reduction="mean"),
+            helper.make_node("Reshape", ["x", "square"], ["m"], name="/square/Reshape"),
+            helper.make_node("Mul", ["m", "w"], ["mw"], name="/scale/Mul"),
+            helper.make_node("Det", ["mw"], ["d1"], name="/det/first"),
+            helper.make_node("Det", ["mw"], ["d2"], name="/det/second"),
+            helper.make_node("RandomUniformLike", ["d1"], ["noise"], name="/noise"),
+            helper.make_node("Add", ["d1", "d2"], ["d"], name="/Add"),
+            helper.make_node("Mul", ["d", "noise"], ["dn"], name="/Mul"),
+            helper.make_node("ReduceMean", ["dn"], ["loss"], name="/loss", keepdims=0),
         ]
         graph = helper.make_graph(
-            nodes, "hardmax",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4]),
-             helper.make_tensor_value_info("y", TensorProto.INT64, ["batch"])],
+            nodes, "det",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
             [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
-            initializer=[w])
+            initializer=[w, ints("square", [-1, 2, 2])])
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
         onnx.checker.check_model(model, full_check=True)
-        path = self.path("hardmax.onnx")
+        path = self.path("det.onnx")
         onnx.save(model, path)
-        self.plan_fails(path, self.good_strategy(), "Hardmax", "/act/Hardmax_odd")
+        self.plan_fails(path, self.good_strategy(), "det.onnx", "2 op types are not supported",
+                        "Det (2 nodes, first '/det/first')",
+                        "RandomUniformLike (1 node, first '/noise'): random values",
+                        "pass them in as a model input", "supported op types: ")
 
     def test_batch_baked_into_model(self):
         # The sample with its batch dimension fixed at 8 cannot be planned for 32.
