@@ -5,7 +5,9 @@
 #include <iostream>
 
 #include "formats/error.h"
+#include "formats/onnx_model.h"
 #include "formats/strategy.h"
+#include "planner/import/model_listing.h"
 #include "planner/plan_model.h"
 
 namespace {
@@ -81,9 +83,15 @@ int main(int argc, char** argv) {
   std::string model_path, strategy_path, output_dir;
   bool expand = false;
   bool no_fuse = false;
+  bool list = false;
   app.add_option("model", model_path, "ONNX model exported with its loss as the first output")
       ->required();
-  app.add_option("strategy", strategy_path, "strategy JSON file (docs/strategy.md)")->required();
+  app.add_option("strategy", strategy_path,
+                 "strategy JSON file (docs/strategy.md); required unless --list");
+  app.add_flag("--list", list,
+               "print every node (name, op type) and initializer (name, shape, dtype) of MODEL: "
+               "the names \"annotations\" and \"frozen\" globs match; then exit (no strategy "
+               "needed)");
   app.add_option("-o,--output", output_dir,
                  "directory for the plans; replaced atomically, left untouched on failure");
   app.add_flag("--expand", expand,
@@ -118,6 +126,12 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   try {
+    if (list) {
+      std::cout << piper::planner::list_model(piper::formats::load_onnx_model(model_path),
+                                              model_path);
+      return 0;
+    }
+    if (strategy_path.empty()) throw piper::Error("no strategy: pass STRATEGY.json (or --list)");
     const piper::strategy::Strategy strategy = piper::strategy::load_strategy(strategy_path);
     if (expand) {
       std::cout

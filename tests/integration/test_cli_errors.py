@@ -285,6 +285,13 @@ class PlanErrors(ErrorTest):
         expected = float(np.mean(x[:, 1:] * 0.5))
         self.assertAlmostEqual(loss, expected, delta=1e-5 * abs(expected))
 
+    def test_list_needs_no_strategy(self):
+        # --list prints the names globs match and exits 0; without it the strategy is needed.
+        result = harness.run_ok([Tools.plan, "--list", mlp_model()])
+        self.assertRegex(result.stdout, r"\n  /fc1/Gemm +Gemm\n")
+        self.assertRegex(result.stdout, r"\n  fc1.weight +\[64, 32\] +float32\n")
+        self.assert_fails([Tools.plan, mlp_model()], "no strategy", "--list")
+
     # ---- the strategy
 
     def test_missing_strategy(self):
