@@ -1,6 +1,7 @@
 // piper-plan MODEL.onnx STRATEGY.json -o DIR: plans training and writes one
 // plan per rank.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -37,6 +38,18 @@ std::string human_seconds(double seconds) {
   return text;
 }
 
+// "frozen '*mask*': 2 initializers (blocks.0.attn.mask, blocks.1.attn.mask)", the first few.
+void print_frozen(const piper::planner::FrozenMatch& match) {
+  constexpr size_t kShown = 4;
+  const auto& names = match.initializers;
+  std::cout << "  frozen '" << match.glob << "': " << names.size() << " initializer"
+            << (names.size() == 1 ? "" : "s") << " (";
+  for (size_t i = 0; i < std::min(names.size(), kShown); ++i) {
+    std::cout << (i ? ", " : "") << names[i];
+  }
+  std::cout << (names.size() > kShown ? ", ...)\n" : ")\n");
+}
+
 void print_summary(const piper::planner::PlanningResult& result, const std::string& dir,
                    const piper::planner::sim::DeviceRates& rates) {
   std::cout << "planned " << result.plans.size() << " rank(s), " << result.num_ops << " ops in "
@@ -46,6 +59,7 @@ void print_summary(const piper::planner::PlanningResult& result, const std::stri
     for (const auto& [rule, count] : result.fusions) std::cout << " " << rule << " " << count;
     std::cout << "\n";
   }
+  for (const auto& match : result.frozen) print_frozen(match);
   if (result.bf16_casts > 0) {
     std::cout << "  precision bf16: " << result.bf16_casts
               << " casts (matrix products in bfloat16; normalization, softmax, losses and "

@@ -294,6 +294,18 @@ class PlanErrors(ErrorTest):
 
     # ---- the strategy
 
+    def test_frozen_glob_matching_nothing(self):
+        value = harness.strategy(GLOBAL_BATCH, SGD, frozen=["fc1.*", "embed.*"])
+        self.plan_fails(mlp_model(), self.strategy_value(value), "bad_strategy.json",
+                        "$.frozen[1]", "'embed.*' matches no initializer", "--list")
+
+    def test_frozen_globs_listed_in_the_summary(self):
+        value = harness.strategy(GLOBAL_BATCH, SGD, frozen=["*.bias"])
+        result = harness.run_ok([Tools.plan, mlp_model(), self.strategy_value(value), "-o",
+                                 self.path("plans")])
+        self.assertIn("frozen '*.bias': 3 initializers (fc1.bias, fc2.bias, fc3.bias)",
+                      result.stdout)
+
     def test_missing_strategy(self):
         self.plan_fails(mlp_model(), self.path("no_such_strategy.json"), "no_such_strategy.json")
 
