@@ -2,6 +2,7 @@
 // are computed in their own type: int64 exactly (wrapping as the engine's kernels do), float32
 // in float32 arithmetic, so a folded value equals what the engine and PyTorch would compute.
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "formats/error.h"
@@ -208,12 +209,15 @@ bool foldable_type(int64_t type) {
          type == TensorProto::INT32 || type == TensorProto::UINT8 || type == TensorProto::BOOL;
 }
 
-// A real cast to an integer truncates; a value no int64 holds (NaN, infinity) is refused,
-// as C++ leaves it undefined.
-int64_t truncate_real(double x) {
+// A real cast to an integer truncates toward zero; NaN and values the integer type cannot
+// hold give its most negative value, as x86, numpy, PyTorch and the engine's Cast do (T5's
+// position buckets cast log(0) = -inf and then discard it).
+int64_t truncate_real(double x, int32_t to) {
+  const bool narrow32 = to == TensorProto::INT32 || to == TensorProto::UINT8;
+  const double limit = narrow32 ? 2147483648.0 : 9223372036854775808.0;  // 2^31, 2^63
   const double whole = std::trunc(x);
-  if (!(whole >= -9223372036854775808.0 && whole < 9223372036854775808.0)) {
-    throw Error("casts " + std::to_string(x) + ", which no int64 holds, to an integer");
+  if (!(whole >= -limit && whole < limit)) {
+    return narrow32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min();
   }
   return static_cast<int64_t>(whole);
 }
@@ -229,7 +233,7 @@ std::optional<ConstantValue> fold_cast(const onnx::NodeProto& node, const Inputs
     if (out.data_type == TensorProto::BOOL) {
       out.ints.push_back(a.is_integer() ? a.ints[i] != 0 : a.reals[i] != 0);
     } else if (out.is_integer()) {
-      const int64_t value = a.is_integer() ? a.ints[i] : truncate_real(a.reals[i]);
+      const int64_t value = a.is_integer() ? a.ints[i] : truncate_real(a.reals[i], out.data_type);
       out.ints.push_back(narrow(value, out.data_type));
     } else {
       const double value = a.is_integer() ? static_cast<double>(a.ints[i]) : a.reals[i];
