@@ -1,6 +1,8 @@
 // Folding of constant and shape subgraphs in an ONNX model whose input shapes
 // are fixed: Shape, Constant and the Gather/Unsqueeze/Concat/arithmetic chains
-// that exporters emit for dynamic batch sizes become initializers.
+// that exporters emit for dynamic batch sizes, and whatever else depends only on
+// constants (position buckets, masks), become initializers. The rules, one per
+// op, are in fold_rules.h.
 #pragma once
 
 #include <onnx/onnx_pb.h>
