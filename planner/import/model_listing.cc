@@ -37,6 +37,18 @@ std::string node_name(const onnx::NodeProto& node, int index) {
   return node.name().empty() ? node.op_type() + "_" + std::to_string(index) : node.name();
 }
 
+// The batch to import with: one fixed in the model (which import refuses to change), else 1.
+int64_t listing_batch(const onnx::GraphProto& graph) {
+  std::set<std::string> initializers;
+  for (const auto& init : graph.initializer()) initializers.insert(init.name());
+  for (const auto& input : graph.input()) {
+    if (initializers.count(input.name())) continue;
+    const auto& shape = input.type().tensor_type().shape();
+    if (shape.dim_size() > 0 && shape.dim(0).has_dim_value()) return shape.dim(0).dim_value();
+  }
+  return 1;
+}
+
 std::string padded(const std::string& text, size_t width) {
   return text + std::string(width > text.size() ? width - text.size() : 0, ' ');
 }
@@ -48,7 +60,7 @@ std::string list_model(const onnx::ModelProto& model, const std::string& model_n
   std::optional<std::set<std::string>> planned;  // names of the nodes planning keeps
   std::string import_error;
   try {
-    const ir::OpGraph ops = import_model(model, {}, model_name);
+    const ir::OpGraph ops = import_model(model, {.batch = listing_batch(graph)}, model_name);
     planned.emplace();
     for (const ir::Op& op : ops.ops()) planned->insert(op.name);
   } catch (const Error& error) {

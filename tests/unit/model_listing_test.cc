@@ -34,6 +34,15 @@ TEST(ModelListing, ListsNodesInitializersAndWhatPlanningFolds) {
   EXPECT_THAT(listing, Not(HasSubstr("planning this model fails")));
 }
 
+TEST(ModelListing, ImportsAFixedBatchAsTheModelFixesIt) {
+  testing::OnnxBuilder b;
+  b.input("x", {8, 2}).output("loss", {});
+  b.initializer("w", {2}, {1, 1});
+  b.node("Mul", {"x", "w"}, {"y"}, "/Mul");
+  b.node("ReduceSum", {"y"}, {"loss"}, "/loss");
+  EXPECT_THAT(list_model(b.model(), "m.onnx"), Not(HasSubstr("planning this model fails")));
+}
+
 TEST(ModelListing, ListsAModelThatCannotBePlannedAndSaysWhy) {
   testing::OnnxBuilder b;
   b.input("x", {-1, 2}).output("y", {-1, 2});
