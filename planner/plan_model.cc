@@ -19,6 +19,7 @@
 #include "planner/directives/expand.h"
 #include "planner/directives/transfers.h"
 #include "planner/fusion/fusion.h"
+#include "planner/import/frozen.h"
 #include "planner/import/import.h"
 #include "planner/ir/verify.h"
 #include "planner/lower/lower.h"
@@ -163,8 +164,9 @@ void check_loss_averages(const ir::OpGraph& graph, const strategy::Strategy& str
 
 ir::OpGraph training_graph(const std::string& model_path, const strategy::Strategy& strategy,
                            const PlanningOptions& options, PlanningResult& result) {
-  ir::OpGraph graph =
-      import_model(formats::load_onnx_model(model_path), import_options(strategy), model_path);
+  onnx::ModelProto model = formats::load_onnx_model(model_path);
+  result.frozen = match_frozen(model, strategy.frozen, strategy.source);
+  ir::OpGraph graph = import_model(std::move(model), import_options(strategy), model_path);
   check_supported_ops(graph, model_path);
   check_loss_averages(graph, strategy, model_path);
   annotate(graph, strategy.annotations, strategy.source);

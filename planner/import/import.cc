@@ -79,11 +79,11 @@ ir::Attributes convert_attributes(const onnx::NodeProto& node, const std::string
         // A one-element tensor (ConstantOfShape's value) becomes a scalar attribute: an int
         // for integer and bool tensors, a float otherwise; the op's output carries the dtype.
         ConstantValue value;
-        if (from_tensor_proto(attr.t(), value) && value.values.size() == 1) {
+        if (from_tensor_proto(attr.t(), value) && value.stored() == 1) {
           if (value.is_integer()) {
-            attributes[attr.name()] = static_cast<int64_t>(value.values[0]);
+            attributes[attr.name()] = value.ints[0];
           } else {
-            attributes[attr.name()] = value.values[0];
+            attributes[attr.name()] = value.reals[0];
           }
           break;
         }
@@ -149,11 +149,8 @@ class GraphBuilder {
       tensor.dtype = ir::DType::kInt64;
       tensor.shape.assign(init.dims().begin(), init.dims().end());
       tensor.role = ir::Role::kConstant;
-      tensor.data.resize(value.values.size() * sizeof(int64_t));
-      for (size_t i = 0; i < value.values.size(); ++i) {
-        const auto element = static_cast<int64_t>(value.values[i]);
-        std::memcpy(tensor.data.data() + i * sizeof(int64_t), &element, sizeof(int64_t));
-      }
+      tensor.data.resize(value.ints.size() * sizeof(int64_t));
+      std::memcpy(tensor.data.data(), value.ints.data(), tensor.data.size());
       return;
     }
     const auto dtype = to_dtype(init.data_type());
