@@ -5,8 +5,8 @@ an MSE loss built from Sub/Mul/ReduceMean, Div by a learned scale, an
 annotated strategy, a bool input (a mask) fed from a bool .npy, and the
 activations with attributes (PReLU, LeakyReLU, Softplus, ELU, SELU, CELU,
 Hardsigmoid, Hardswish, ReLU6 and clamp, abs, Mish), and rotary embeddings
-(cos, sin) with Softsign, sin, atan and undifferentiated floor, sign and int64
-abs and sign. Every step's loss within 1e-4 relative, final weights within 1e-3
+(cos, sin) with Softsign, sin, atan and undifferentiated floor, sign, isinf,
+isnan and int64 abs and sign. Every step's loss within 1e-4 relative, final weights within 1e-3
 relative. PyTorch runs here; no reference numbers are stored."""
 import os
 import tempfile
@@ -110,8 +110,8 @@ class RotaryMath(nn.Module):
     """Rotary position embeddings as Llama computes them each call (torch.cos and torch.sin of
     positions times a frozen buffer of frequencies) on a projection of [B, 6, 8] inputs; a
     mixing over positions weighted by the int64 abs and sign of their offsets (T5's relative
-    positions); Softsign, sin and atan of the result; floor of the positions and sign of the
-    input in branches no gradient reaches; mean over positions, a head and an MSE loss. Not
+    positions); Softsign, sin and atan of the result; floor of the positions, and sign, isinf
+    (exported through a Cast to double) and isnan of the input in branches no gradient reaches; mean over positions, a head and an MSE loss. Not
     in MODELS (test_precision's bfloat16 autocast), for the same reason as Activations."""
 
     def __init__(self):
@@ -134,6 +134,7 @@ class RotaryMath(nn.Module):
         h = torch.matmul(torch.softmax(bias, dim=-1), h)
         a = self.softsign(h) + torch.sin(3 * h) + 0.5 * torch.atan(2 * h) + 0.1 * torch.sign(x)
         a = a / (torch.floor(positions / 2) + 1)[:, None]
+        a = a + torch.isinf(x).float() + torch.isnan(x).float()  # zero for finite data
         d = self.head(a.mean(dim=1)) - t
         return (d * d).mean()
 
