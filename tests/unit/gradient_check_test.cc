@@ -633,6 +633,60 @@ void add_activation_cases(std::vector<GradientCase>& all) {
                  {"a"}});
 }
 
+// The trigonometric and hyperbolic ops, Softsign and ThresholdedRelu on their smooth domains;
+// Floor, Ceil, Round and Sign (zero gradient) times their input, so that the zero adds to a
+// nonzero gradient, from values 0.1 or more from every jump (eps is 1e-2); int64 Abs in an
+// undifferentiated branch, as T5's relative positions.
+void add_unary_math_cases(std::vector<GradientCase>& all) {
+  struct Unary {
+    const char* op;
+    float low, high;
+  };
+  for (const Unary& u :
+       {Unary{"Sin", -3, 3}, Unary{"Cos", -3, 3}, Unary{"Tan", -1.2f, 1.2f}, Unary{"Sinh", -2, 2},
+        Unary{"Cosh", -2, 2}, Unary{"Asin", -0.8f, 0.8f}, Unary{"Acos", -0.8f, 0.8f},
+        Unary{"Atan", -2, 2}, Unary{"Asinh", -2, 2}, Unary{"Acosh", 1.2f, 3},
+        Unary{"Atanh", -0.8f, 0.8f}, Unary{"Softsign", -2, 2}}) {
+    all.push_back({u.op,
+                   [u](OnnxBuilder& b) {
+                     param(b, "a", {2, 3}, 23, u.low, u.high);
+                     node(b, u.op, {"a"});
+                   },
+                   {2, 3},
+                   {"a"}});
+  }
+  all.push_back({"ThresholdedRelu",
+                 [](OnnxBuilder& b) {
+                   b.initializer("a", {2, 3}, {-0.9f, 0.1f, 0.2f, 0.4f, 0.8f, 1.5f});
+                   OnnxBuilder::attr(node(b, "ThresholdedRelu", {"a"}), "alpha", 0.3f);
+                 },
+                 {2, 3},
+                 {"a"}});
+  for (const char* op : {"Floor", "Ceil", "Round", "Sign"}) {
+    all.push_back({std::string(op) + "_times_input",
+                   [op](OnnxBuilder& b) {
+                     b.initializer("a", {2, 3}, {-1.8f, -0.7f, -0.2f, 0.3f, 1.2f, 2.6f});
+                     b.node(op, {"a"}, {"stepped"});
+                     node(b, "Mul", {"stepped", "a"});
+                   },
+                   {2, 3},
+                   {"a"}});
+  }
+  all.push_back({"Abs_int64_positions",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {2, 3}, 24);
+                   b.int_initializer("positions", {3}, {-2, 0, 3});
+                   b.node("Abs", {"positions"}, {"distance"});
+                   OnnxBuilder::attr(b.node("Cast", {"distance"}, {"scale"}), "to",
+                                     int64_t{onnx::TensorProto::FLOAT});
+                   node(b, "Mul", {"a", "scale"});
+                 },
+                 {2, 3},
+                 {"a"},
+                 false,
+                 "Abs"});
+}
+
 std::vector<GradientCase> cases() {
   std::vector<GradientCase> all;
   for (int64_t ta : {0, 1}) {
@@ -705,6 +759,7 @@ std::vector<GradientCase> cases() {
                  {2, 3},
                  {"a"}});
   add_activation_cases(all);
+  add_unary_math_cases(all);
   all.push_back({"Reshape",
                  [](OnnxBuilder& b) {
                    param(b, "a", {2, 6}, 15);
