@@ -138,10 +138,13 @@ ElementsGeometry elements_geometry(const KernelArgs& args, int64_t axis, const S
   return g;
 }
 
+// Calls f(indices offset, data offset) for every index. Lines (the positions off the axis)
+// spread over threads; each line's indices run in order, and different lines address different
+// data elements, so scatters into the data are race-free and keep their order.
 template <typename F>
 void for_each_element(const ElementsGeometry& g, int64_t index_stride, F&& f) {
   const int64_t si = g.loop.inner_stride(0), sd = g.loop.inner_stride(1);
-  g.loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+  g.loop.parallel_for_each_row([&](const int64_t* offsets, int64_t n) {
     for (int64_t r = 0; r < n; ++r) {
       const int64_t ibase = offsets[0] + r * si, dbase = offsets[1] + r * sd;
       for (int64_t j = 0; j < g.count; ++j) {

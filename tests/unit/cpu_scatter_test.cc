@@ -3,6 +3,7 @@
 // examples run in tests/conformance).
 #include <gmock/gmock.h>
 
+#include "engine/cpu/parallel.h"
 #include "engine_test_util.h"
 #include "formats/error.h"
 
@@ -117,6 +118,35 @@ TEST(CpuScatter, ScatterElementsAddAccumulatesRepeatedIndices) {
   const int y = r.Output({1, 3});
   r.Run("ScatterElements", {data, idx, updates}, {y}, {Int("axis", 1), Str("reduction", "add")});
   EXPECT_THAT(r.Floats(y), ElementsAre(9, 1, 3));
+}
+
+// Large enough for several threads: lines spread over them, each line's updates in order, so
+// the result is the sequential one (repeated indices: the last update, or the sum).
+TEST(CpuScatter, ScatterElementsOnSeveralThreadsKeepsTheOrderOfEachLine) {
+  const int saved = cpu::num_threads();
+  cpu::set_num_threads(3);
+  const int64_t columns = 3 * cpu::kParallelGrain;
+  std::vector<float> data(static_cast<size_t>(2 * columns)), updates(data.size() * 2);
+  std::vector<int64_t> indices(updates.size());
+  for (size_t e = 0; e < updates.size(); ++e) {
+    updates[e] = static_cast<float>(e % 97);
+    indices[e] = static_cast<int64_t>((e * 7919) % 3 == 0 ? 1 : 0);  // rows repeat
+  }
+  for (const char* reduction : {"none", "add"}) {
+    KernelRunner r;
+    const int x = r.Input({2, columns}, data);
+    const int idx = r.IntInput({4, columns}, indices);
+    const int u = r.Input({4, columns}, updates);
+    const int y = r.Output({2, columns});
+    r.Run("ScatterElements", {x, idx, u}, {y}, {Int("axis", 0), Str("reduction", reduction)});
+    std::vector<float> expected = data;
+    for (size_t e = 0; e < updates.size(); ++e) {
+      float& element = expected[static_cast<size_t>(indices[e]) * columns + e % columns];
+      element = std::string(reduction) == "add" ? element + updates[e] : updates[e];
+    }
+    EXPECT_EQ(r.Floats(y), expected) << reduction;
+  }
+  cpu::set_num_threads(saved);
 }
 
 TEST(CpuScatter, GatherNDWithBatchDims) {
