@@ -14,6 +14,7 @@
 #include "planner/annotate.h"
 #include "planner/auto_stages.h"
 #include "planner/autodiff/autodiff.h"
+#include "planner/autodiff/op_dtypes.h"
 #include "planner/autodiff/optimizer.h"
 #include "planner/directives/directive.h"
 #include "planner/directives/expand.h"
@@ -168,6 +169,7 @@ ir::OpGraph training_graph(const std::string& model_path, const strategy::Strate
   result.frozen = match_frozen(model, strategy.frozen, strategy.source);
   ir::OpGraph graph = import_model(std::move(model), import_options(strategy), model_path);
   check_supported_ops(graph, model_path);
+  check_op_dtypes(graph, model_path);
   check_loss_averages(graph, strategy, model_path);
   annotate(graph, strategy.annotations, strategy.source);
   if (options.fuse) result.fusions = fuse(graph, default_fusion_rules());

@@ -95,6 +95,10 @@ double flops_per_element(const std::string& type) {
                                               "Slice",
                                               "Gather",
                                               "GatherElements",
+                                              "GatherND",
+                                              "ScatterND",
+                                              "ScatterElements",
+                                              "Tile",
                                               "Cast",
                                               "Range",
                                               "OneHot",
@@ -103,7 +107,8 @@ double flops_per_element(const std::string& type) {
                                               "piper.BroadcastTo",
                                               "piper.SliceGrad",
                                               "piper.GatherGrad",
-                                              "piper.GatherElementsGrad"};
+                                              "piper.GatherElementsGrad",
+                                              "piper.GatherNDGrad"};
   static const std::map<std::string, double> kCosts = {
       {"Tanh", 8},
       {"Erf", 8},

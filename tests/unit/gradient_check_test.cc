@@ -685,6 +685,71 @@ void add_unary_math_cases(std::vector<GradientCase>& all) {
                  {"a"},
                  false,
                  "Abs"});
+
+// Tile, the scatters and GatherND. Indices of reduction-none scatters are distinct (an update
+// a later one overwrites has no effect on the loss, but gets the gradient PyTorch gives it).
+void add_scatter_cases(std::vector<GradientCase>& all) {
+  all.push_back({"Tile",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {2, 1, 3}, 40);
+                   b.int_initializer("repeats", {3}, {2, 3, 1});
+                   node(b, "Tile", {"a", "repeats"});
+                 },
+                 {4, 3, 3},
+                 {"a"}});
+  all.push_back({"ScatterND",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {4, 3}, 41);
+                   b.int_initializer("idx", {2, 1}, {3, 0});
+                   param(b, "u", {2, 3}, 42);
+                   node(b, "ScatterND", {"a", "idx", "u"});
+                 },
+                 {4, 3},
+                 {"a", "u"}});
+  all.push_back({"ScatterND_add_repeated",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {3, 4}, 43);
+                   b.int_initializer("idx", {3, 2}, {0, 1, 2, -1, 0, 1});
+                   param(b, "u", {3}, 44);
+                   string_attr(node(b, "ScatterND", {"a", "idx", "u"}), "reduction", "add");
+                 },
+                 {3, 4},
+                 {"a", "u"}});
+  all.push_back({"ScatterElements",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {2, 4}, 45);
+                   b.int_initializer("idx", {2, 2}, {3, 0, -3, 2});
+                   param(b, "u", {2, 2}, 46);
+                   auto& n = node(b, "ScatterElements", {"a", "idx", "u"});
+                   OnnxBuilder::attr(n, "axis", int64_t{1});
+                 },
+                 {2, 4},
+                 {"a", "u"}});
+  all.push_back({"ScatterElements_add_repeated",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {3, 2}, 47);
+                   b.int_initializer("idx", {4, 2}, {0, 2, 0, 1, 2, 2, 1, 0});
+                   param(b, "u", {4, 2}, 48);
+                   string_attr(node(b, "ScatterElements", {"a", "idx", "u"}), "reduction", "add");
+                 },
+                 {3, 2},
+                 {"a", "u"}});
+  all.push_back({"GatherND_repeated",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {3, 4, 2}, 49);
+                   b.int_initializer("idx", {3, 2}, {0, 1, 2, -1, 0, 1});
+                   node(b, "GatherND", {"a", "idx"});
+                 },
+                 {3, 2},
+                 {"a"}});
+  all.push_back({"GatherND_batch_dims",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {2, 3, 4}, 50);
+                   b.int_initializer("idx", {2, 2, 1}, {0, 2, 1, 1});
+                   OnnxBuilder::attr(node(b, "GatherND", {"a", "idx"}), "batch_dims", int64_t{1});
+                 },
+                 {2, 2, 4},
+                 {"a"}});
 }
 
 std::vector<GradientCase> cases() {
@@ -840,6 +905,7 @@ std::vector<GradientCase> cases() {
                  {},
                  {"scores"}});
   add_indexing_and_layout_cases(all);
+  add_scatter_cases(all);
   add_einsum_cases(all);
   add_math_and_normalization_cases(all);
   add_fused_cases(all);
