@@ -1,6 +1,7 @@
-// Reductions: thread (o, c) folds chunk c of output o's group; with one chunk it writes
-// y[o], else a partial that combine_kernel folds. Adjacent threads take adjacent outputs,
-// so reads coalesce when the kept dimensions are innermost (bias gradients, SumTo).
+// Reductions (engine/cpu/reduce_math.h): thread (o, c) folds chunk c of output o's group; with
+// one chunk it writes y[o], else a partial that combine_kernel folds and finishes. Adjacent threads
+// take adjacent outputs, so reads coalesce when the kept dimensions are innermost (bias gradients,
+// SumTo).
 #include <algorithm>
 
 #include "engine/cuda/device.cuh"
@@ -9,12 +10,18 @@
 namespace piper::engine::cuda {
 namespace {
 
-__device__ double fold_step(Fold fold, double acc, double v) {
-  if (fold == Fold::kSum) return acc + v;
-  return v != v || v > acc ? v : acc;
+// LogSumExp's shift of output o: its group's maximum, which the first pass wrote to y.
+__device__ double shift_of(const ReducePlan& plan, FloatView y, int64_t o) {
+  if (plan.reduction.map != cpu::ReduceMap::kExpShifted) return 0.0;
+  return cpu::reduce_shift(static_cast<double>(y.load(o)));
+}
+
+__device__ float finished(const ReducePlan& plan, double acc, double shift) {
+  return static_cast<float>(cpu::reduce_finish(plan.reduction.finish, acc, plan.scale, shift));
 }
 
 __global__ void reduce_kernel(ReducePlan plan, FloatView x, FloatView y, double* partials) {
+  const cpu::ReduceFormula r = plan.reduction;
   const int64_t outputs = plan.outputs.total;
   const int64_t group = plan.group.total;
   const int64_t length = (group + plan.chunks - 1) / plan.chunks;
@@ -24,14 +31,16 @@ __global__ void reduce_kernel(ReducePlan plan, FloatView x, FloatView y, double*
   PIPER_GRID_STRIDE_LOOP(o, outputs) {
     int64_t base = 0;
     plan.outputs.offsets(o, &base);
-    double acc = plan.fold == Fold::kSum ? 0.0 : -INFINITY;
-    for (int64_t r = begin; r < end; ++r) {
+    const double shift = shift_of(plan, y, o);
+    double acc = cpu::reduce_identity(r.fold);
+    for (int64_t i = begin; i < end; ++i) {
       int64_t offset = 0;
-      plan.group.offsets(r, &offset);
-      acc = fold_step(plan.fold, acc, static_cast<double>(x.load(base + offset)));
+      plan.group.offsets(i, &offset);
+      const double v = cpu::reduce_map(r.map, static_cast<double>(x.load(base + offset)), shift);
+      acc = cpu::reduce_combine(r.fold, acc, v);
     }
     if (plan.chunks == 1) {
-      y.store(o, static_cast<float>(plan.fold == Fold::kSum ? acc * plan.scale : acc));
+      y.store(o, finished(plan, acc, shift));
     } else {
       partials[chunk * outputs + o] = acc;
     }
@@ -41,10 +50,19 @@ __global__ void reduce_kernel(ReducePlan plan, FloatView x, FloatView y, double*
 __global__ void combine_kernel(ReducePlan plan, const double* partials, FloatView y) {
   const int64_t outputs = plan.outputs.total;
   PIPER_GRID_STRIDE_LOOP(o, outputs) {
-    double acc = plan.fold == Fold::kSum ? 0.0 : -INFINITY;
+    double acc = cpu::reduce_identity(plan.reduction.fold);
     for (int c = 0; c < plan.chunks; ++c)
-      acc = fold_step(plan.fold, acc, partials[c * outputs + o]);
-    y.store(o, static_cast<float>(plan.fold == Fold::kSum ? acc * plan.scale : acc));
+      acc = cpu::reduce_combine(plan.reduction.fold, acc, partials[c * outputs + o]);
+    y.store(o, finished(plan, acc, shift_of(plan, y, o)));
+  }
+}
+
+__global__ void reduce_prod_grad_kernel(StridedIndex index, const float* dy, const float* x,
+                                        const float* zeros, const float* product, float* dx) {
+  int64_t o[3];
+  PIPER_GRID_STRIDE_LOOP(i, index.total) {
+    index.offsets(i, o);
+    dx[o[0]] = cpu::reduce_prod_grad(dy[o[2]], x[o[1]], zeros[o[2]], product[o[2]]);
   }
 }
 
@@ -61,6 +79,11 @@ int reduce_chunks(int64_t outputs, int64_t group) {
 void launch_reduce(const ReducePlan& plan, FloatView x, FloatView y, double* partials,
                    cudaStream_t stream) {
   if (plan.outputs.total == 0) return;
+  if (plan.reduction.map == cpu::ReduceMap::kExpShifted) {
+    ReducePlan maxima = plan;
+    maxima.reduction = cpu::kShiftFormula;
+    launch_reduce(maxima, x, y, partials, stream);
+  }
   const dim3 grid(blocks_for(plan.outputs.total), static_cast<unsigned int>(plan.chunks));
   reduce_kernel<<<grid, kThreads, 0, stream>>>(plan, x, y, partials);
   PIPER_CUDA_LAUNCH_CHECK("reduce_kernel");
@@ -68,6 +91,15 @@ void launch_reduce(const ReducePlan& plan, FloatView x, FloatView y, double* par
     combine_kernel<<<blocks_for(plan.outputs.total), kThreads, 0, stream>>>(plan, partials, y);
     PIPER_CUDA_LAUNCH_CHECK("combine_kernel");
   }
+}
+
+void launch_reduce_prod_grad(const StridedIndex& index, const float* dy, const float* x,
+                             const float* zeros, const float* product, float* dx,
+                             cudaStream_t stream) {
+  if (index.total == 0) return;
+  reduce_prod_grad_kernel<<<blocks_for(index.total), kThreads, 0, stream>>>(index, dy, x, zeros,
+                                                                            product, dx);
+  PIPER_CUDA_LAUNCH_CHECK("reduce_prod_grad_kernel");
 }
 
 }  // namespace piper::engine::cuda

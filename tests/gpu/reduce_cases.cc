@@ -1,5 +1,6 @@
 // Reductions: inner, outer and middle axes, everything, few outputs over many inputs
-// (chunked partial sums), keepdims, axes as attribute and as input, BroadcastTo.
+// (chunked partial folds), keepdims, axes as attribute and as input, LogSumExp's shifts past
+// exp's range, BroadcastTo, ReduceProd's gradient with zeros.
 #include <limits>
 
 #include "tests/gpu/cases.h"
@@ -8,6 +9,7 @@ namespace piper::engine::testing {
 
 std::vector<OpCase> ReduceCases() {
   const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
   return {
       {"ReduceSum_last",
        "ReduceSum",
@@ -40,6 +42,51 @@ std::vector<OpCase> ReduceCases() {
        {Int("keepdims", 0)},
        {F({3, 40, 2}), Values({1}, plan::INT64, {1})},
        {F({3, 2})}},
+      {"ReduceMin_nan",
+       "ReduceMin",
+       {Ints("axes", {1})},
+       {Values({2, 3}, plan::FLOAT32, {1, nan, 2, -1, -2, -3})},
+       {F({2, 1})}},
+      {"ReduceMin_chunked", "ReduceMin", {Int("keepdims", 0)}, {F({4, 5000})}, {F({})}},
+      {"ReduceProd",
+       "ReduceProd",
+       {Ints("axes", {0, 2})},
+       {F({3, 4, 5}, 0.5, 1.5)},
+       {F({1, 4, 1})}},
+      {"ReduceL1_input_axes",
+       "ReduceL1",
+       {Int("keepdims", 0)},
+       {F({3, 40, 2}), Values({1}, plan::INT64, {1})},
+       {F({3, 2})}},
+      {"ReduceL2", "ReduceL2", {Ints("axes", {-1})}, {F({64, 9})}, {F({64, 1})}},
+      {"ReduceL2_columns", "ReduceL2", {Ints("axes", {0})}, {F({300, 7})}, {F({1, 7})}},
+      {"ReduceSumSquare_noop",
+       "ReduceSumSquare",
+       {Int("noop_with_empty_axes", 1)},
+       {F({4, 3}), Values({0}, plan::INT64, {})},
+       {F({4, 3})}},
+      {"ReduceLogSum", "ReduceLogSum", {Ints("axes", {1})}, {F({5, 6, 2}, 0.1, 3)}, {F({5, 1, 2})}},
+      {"ReduceLogSumExp_large",
+       "ReduceLogSumExp",
+       {Ints("axes", {1})},
+       {F({8, 70}, 500, 900)},
+       {F({8, 1})}},
+      {"ReduceLogSumExp_infinities",
+       "ReduceLogSumExp",
+       {Ints("axes", {1}), Int("keepdims", 0)},
+       {Values({3, 2}, plan::FLOAT32, {-inf, -inf, inf, 1, nan, 0})},
+       {F({3})}},
+      {"ReduceLogSumExp_chunked", "ReduceLogSumExp", {}, {F({3, 9000}, -5, 5)}, {F({1, 1})}},
+      {"ReduceProdGrad_zeros",
+       "piper.ReduceProdGrad",
+       {Ints("axes", {1})},
+       {F({3, 1}), Values({3, 3}, plan::FLOAT32, {0.5, -1.5, 2, 0, 1.5, -0.8, 0, 0.7, 0})},
+       {F({3, 3})}},
+      {"ReduceProdGrad_outer",
+       "piper.ReduceProdGrad",
+       {Ints("axes", {0})},
+       {F({1, 6}), F({40, 6}, 0.9, 1.1)},
+       {F({40, 6})}},
       {"SumTo_bias_gradient", "piper.SumTo", {}, {F({4096, 33})}, {F({33})}},
       {"SumTo_inner", "piper.SumTo", {}, {F({3, 5, 8})}, {F({3, 1, 1})}},
       {"SumTo_scalar", "piper.SumTo", {}, {F({10, 10})}, {F({})}},

@@ -110,27 +110,27 @@ class PlanErrors(ErrorTest):
         self.plan_fails(path, self.good_strategy(), "invalid.onnx")
 
     def test_unsupported_op(self):
-        # x -> MatMul -> Hardmax -> SoftmaxCrossEntropyLoss(y): valid ONNX, but Hardmax has
+        # x -> MatMul -> Shrink -> SoftmaxCrossEntropyLoss(y): valid ONNX, but Shrink has
         # no Piper implementation.
         w = helper.make_tensor("w", TensorProto.FLOAT, [4, 3],
                                np.linspace(-1, 1, 12).astype(np.float32).tolist())
         nodes = [
             helper.make_node("MatMul", ["x", "w"], ["h"], name="/proj/MatMul"),
-            helper.make_node("Hardmax", ["h"], ["logits"], name="/act/Hardmax_odd"),
+            helper.make_node("Shrink", ["h"], ["logits"], name="/act/Shrink_odd"),
             helper.make_node("SoftmaxCrossEntropyLoss", ["logits", "y"], ["loss"],
                              name="/loss", reduction="mean"),
         ]
         graph = helper.make_graph(
-            nodes, "hardmax",
+            nodes, "shrink",
             [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4]),
              helper.make_tensor_value_info("y", TensorProto.INT64, ["batch"])],
             [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
             initializer=[w])
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
         onnx.checker.check_model(model, full_check=True)
-        path = self.path("hardmax.onnx")
+        path = self.path("shrink.onnx")
         onnx.save(model, path)
-        self.plan_fails(path, self.good_strategy(), "Hardmax", "/act/Hardmax_odd")
+        self.plan_fails(path, self.good_strategy(), "Shrink", "/act/Shrink_odd")
 
     def test_batch_baked_into_model(self):
         # The sample with its batch dimension fixed at 8 cannot be planned for 32.

@@ -1,4 +1,4 @@
-// CPU comparisons, Not and Cast.
+// CPU comparisons, logic ops, Mod, Not, Cast and CastLike.
 #include <gmock/gmock.h>
 
 #include <cmath>
@@ -26,6 +26,27 @@ TEST(CpuLogical, ComparisonsBroadcastFloat) {
   EXPECT_THAT(k.Bools(eq), ElementsAre(0, 1, 0, 0, 0, 1));
   EXPECT_THAT(k.Bools(lt), ElementsAre(0, 0, 1, 0, 0, 0));
   EXPECT_THAT(k.Bools(gt), ElementsAre(1, 0, 0, 1, 1, 0));
+}
+
+// Mod's two signs, numpy's 0 for integer divisors 0 and -1 (C would trap on INT64_MIN % -1).
+TEST(CpuLogical, ModSignsAndZeroDivisors) {
+  KernelRunner k;
+  const int a = k.IntInput({6}, {7, -7, 7, -7, 5, std::numeric_limits<int64_t>::min()});
+  const int b = k.IntInput({6}, {3, 3, -3, -3, 0, -1});
+  const int floored = k.Output({6}, plan::INT64);
+  const int truncated = k.Output({6}, plan::INT64);
+  k.Run("Mod", {a, b}, {floored});
+  k.Run("Mod", {a, b}, {truncated}, {Int("fmod", 1)});
+  EXPECT_THAT(k.Int64s(floored), ElementsAre(1, 2, -2, -1, 0, 0));
+  EXPECT_THAT(k.Int64s(truncated), ElementsAre(1, -1, 1, -1, 0, 0));
+  const int x = k.Input({3}, {5.5f, -5.5f, 1});
+  const int d = k.Input({3}, {2, 2, 0});
+  const int fy = k.Output({3});
+  k.Run("Mod", {x, d}, {fy});
+  const std::vector<float> got = k.Floats(fy);
+  EXPECT_FLOAT_EQ(got[0], 1.5f);
+  EXPECT_FLOAT_EQ(got[1], 0.5f);
+  EXPECT_TRUE(std::isnan(got[2]));
 }
 
 TEST(CpuLogical, ComparisonsOfInt64AndBool) {
