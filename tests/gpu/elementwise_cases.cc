@@ -93,7 +93,6 @@ std::vector<OpCase> ElementwiseCases() {
       {"Cast_same", "Cast", {Int("to", 1)}, {F({9})}, {F({9})}},
       {"CastLike_float_to_int64", "CastLike", {}, {F({6}, -9, 9), I({}, 0, 1)}, {I({6}, 0, 1)}},
       {"CastLike_bool_to_float", "CastLike", {}, {B({5}), F({2})}, {F({5})}},
-      {"CastLike_to_bfloat16", "CastLike", {}, {F({5}), BF({})}, {BF({5})}},
   };
   return cases;
 }
