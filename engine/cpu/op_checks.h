@@ -8,6 +8,7 @@
 
 #include "engine/cpu/dropout_stream.h"
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/reduce_math.h"
 #include "engine/cpu/selection_order.h"
 
 namespace piper::engine::cpu {
@@ -32,6 +33,9 @@ int64_t check_max_min_grad(const KernelArgs& args);
 // noop_with_empty_axes (each element reduced alone): returns X's shape with 1 at the reduced
 // axes and sets `count` to the elements reduced into each output.
 Shape check_reduction(const KernelArgs& args, const std::vector<int64_t>& axes, int64_t* count);
+// The dtype a Reduce* op with formula `r` computes in: X's and Y's, float32, or int64 where
+// takes_int64(r).
+plan::DType check_reduction_dtypes(const KernelArgs& args, const ReduceFormula& r);
 // piper.ReduceMaxGrad(dY, X, Y) -> dX: returns the shape of X with the reduced axes 1, over
 // which dY and Y are contiguous.
 Shape check_reduce_max_grad(const KernelArgs& args);

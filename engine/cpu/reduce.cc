@@ -98,7 +98,7 @@ void column_sums(const float* px, int64_t rows, int64_t columns, std::vector<dou
       std::fill(block, block + columns, 0.0);
       for (int64_t r = b * block_rows; r < std::min(rows, (b + 1) * block_rows); ++r) {
         const float* in = px + r * columns;
-        for (int64_t c = 0; c < columns; ++c) block[c] += reduce_map(kMap, in[c], 0.0);
+        for (int64_t c = 0; c < columns; ++c) block[c] += reduce_map<double>(kMap, in[c], 0.0);
       }
     }
   });
@@ -109,27 +109,27 @@ void column_sums(const float* px, int64_t rows, int64_t columns, std::vector<dou
   }
 }
 
-// acc[o] = fold over o's group of map(x) (acc holding the fold's identity), slab by slab; the
-// shift of output o is shift[o] (kExpShifted only).
-template <ReduceFold kFold, ReduceMap kMap>
-void fold_slabs(const std::vector<StridedLoop>& slabs, const float* px, double* acc,
-                const double* shift) {
+// acc[o] = fold over o's group of map(x) (acc holding the fold's identity), slab by slab, in
+// Acc (double for float32 x, int64_t for int64); the shift of output o is shift[o]
+// (kExpShifted only).
+template <ReduceFold kFold, ReduceMap kMap, typename T, typename Acc>
+void fold_slabs(const std::vector<StridedLoop>& slabs, const T* px, Acc* acc, const Acc* shift) {
   for_each_slab(slabs, [&](const StridedLoop& loop) {
     const int64_t s = loop.inner_stride(1);
     loop.for_each_row([&](const int64_t* offsets, int64_t n) {
-      const float* in = px + offsets[0];
-      double* out = acc + offsets[1];
-      const double* m = kMap == ReduceMap::kExpShifted ? shift + offsets[1] : nullptr;
+      const T* in = px + offsets[0];
+      Acc* out = acc + offsets[1];
+      const Acc* m = kMap == ReduceMap::kExpShifted ? shift + offsets[1] : nullptr;
       if (s == 0) {
-        const double mi = m ? m[0] : 0.0;
-        double folded = out[0];
+        const Acc mi = m ? m[0] : Acc(0);
+        Acc folded = out[0];
         for (int64_t i = 0; i < n; ++i)
-          folded = reduce_combine(kFold, folded, reduce_map(kMap, in[i], mi));
+          folded = reduce_combine(kFold, folded, reduce_map<Acc>(kMap, in[i], mi));
         out[0] = folded;
       } else {
         for (int64_t i = 0; i < n; ++i) {
-          out[i * s] =
-              reduce_combine(kFold, out[i * s], reduce_map(kMap, in[i], m ? m[i * s] : 0.0));
+          const Acc v = reduce_map<Acc>(kMap, in[i], m ? m[i * s] : Acc(0));
+          out[i * s] = reduce_combine(kFold, out[i * s], v);
         }
       }
     });
@@ -137,8 +137,9 @@ void fold_slabs(const std::vector<StridedLoop>& slabs, const float* px, double* 
 }
 
 // fold_slabs for a reduction known at run time only.
-void fold_slabs(const ReduceFormula& r, const std::vector<StridedLoop>& slabs, const float* px,
-                double* acc, const double* shift) {
+template <typename T, typename Acc>
+void fold_slabs(const ReduceFormula& r, const std::vector<StridedLoop>& slabs, const T* px,
+                Acc* acc, const Acc* shift) {
   using Fold = ReduceFold;
   using Map = ReduceMap;
   switch (r.fold) {
@@ -167,13 +168,25 @@ void fold_slabs(const ReduceFormula& r, const std::vector<StridedLoop>& slabs, c
 }
 
 // acc = the fold of `r` over each group (unfinished).
-void fold_groups(const ReduceFormula& r, const std::vector<StridedLoop>& slabs, const float* px,
-                 std::vector<double>& acc, const double* shift) {
-  const double identity = reduce_identity(r.fold);
+template <typename T, typename Acc>
+void fold_groups(const ReduceFormula& r, const std::vector<StridedLoop>& slabs, const T* px,
+                 std::vector<Acc>& acc, const Acc* shift) {
+  const Acc identity = reduce_identity<Acc>(r.fold);
   parallel_for(static_cast<int64_t>(acc.size()), kParallelGrain, [&](int64_t begin, int64_t end) {
     std::fill(acc.begin() + begin, acc.begin() + end, identity);
   });
   fold_slabs(r, slabs, px, acc.data(), shift);
+}
+
+// y = the reduction `r` (takes_int64) of the int64 x over the groups `kept` gives, in int64.
+std::unique_ptr<PreparedKernel> make_int64_reduction(const TensorView& x, const Shape& kept,
+                                                     const TensorView& y, ReduceFormula r) {
+  return make_kernel([slabs = reduction_slabs(x.shape, kept), r, px = x.as<const int64_t>(),
+                      acc = std::vector<int64_t>(static_cast<size_t>(num_elements(kept))),
+                      py = y.as<int64_t>()](const StepContext&) mutable {
+    fold_groups(r, slabs, px, acc, static_cast<const int64_t*>(nullptr));
+    std::copy(acc.begin(), acc.end(), py);
+  });
 }
 
 // y = the reduction `r` of x over the dimensions where `kept` is 1 and x's is not, with `kept`
@@ -213,10 +226,10 @@ std::unique_ptr<PreparedKernel> make_reduction(const TensorView& x, const Shape&
       }
     } else {
       if (shifted) {
-        fold_groups(kShiftFormula, slabs, px, shift, nullptr);
+        fold_groups(kShiftFormula, slabs, px, shift, static_cast<const double*>(nullptr));
         for (double& v : shift) v = reduce_shift(v);
       }
-      fold_groups(r, slabs, px, acc, shift.data());
+      fold_groups(r, slabs, px, acc, static_cast<const double*>(shift.data()));
     }
     parallel_for(m, kParallelGrain, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
@@ -240,7 +253,7 @@ std::vector<int64_t> axes_input(const KernelArgs& args) {
   return {t.as<const int64_t>(), t.as<const int64_t>() + t.elements()};
 }
 
-// ONNX's Reduce* ops (reduce_math.h), float32: axes from the optional input (opset 18, and
+// ONNX's Reduce* ops (reduce_math.h), float32 or int64: axes from the optional input (opset 18, and
 // ReduceSum's since 13) or else the attribute (opset 13 to 17); keepdims;
 // noop_with_empty_axes reduces each element alone (ReduceSumSquare squares it, as ONNX's
 // reference does).
@@ -250,11 +263,10 @@ KernelFactory reduce_factory(ReduceFormula r) {
     args.expect_outputs(1, 1);
     const TensorView& x = args.input(0);
     const TensorView& y = args.output(0);
-    args.expect_dtype(x, plan::FLOAT32, "input 0");
-    args.expect_dtype(y, plan::FLOAT32, "output 0");
     const auto axes = args.has_input(1) ? axes_input(args) : args.attributes().get_ints("axes", {});
     int64_t count = 1;
     const Shape kept = check_reduction(args, axes, &count);
+    if (check_reduction_dtypes(args, r) == plan::INT64) return make_int64_reduction(x, kept, y, r);
     return make_reduction(x, kept, y, r, count);
   };
 }
@@ -368,10 +380,10 @@ std::unique_ptr<PreparedKernel> reduce_prod_grad_factory(const KernelArgs& args)
                       zeros = std::vector<float>(acc.size()),
                       product = std::vector<float>(acc.size()), pdy = dy.as<const float>(),
                       px = x.as<const float>(), pdx = dx.as<float>()](const StepContext&) mutable {
-    fold_groups(kZeroCount, slabs, px, acc, nullptr);
+    fold_groups(kZeroCount, slabs, px, acc, static_cast<const double*>(nullptr));
     std::transform(acc.begin(), acc.end(), zeros.begin(),
                    [](double v) { return static_cast<float>(v); });
-    fold_groups(kNonzeroProduct, slabs, px, acc, nullptr);
+    fold_groups(kNonzeroProduct, slabs, px, acc, static_cast<const double*>(nullptr));
     std::transform(acc.begin(), acc.end(), product.begin(),
                    [](double v) { return static_cast<float>(v); });
     for_each_slab(slabs, [&](const StridedLoop& loop) {
@@ -456,6 +468,15 @@ Shape check_reduce_grad(const KernelArgs& args, bool reads_y) {
 }
 
 }  // namespace
+
+plan::DType check_reduction_dtypes(const KernelArgs& args, const ReduceFormula& r) {
+  const TensorView& x = args.input(0);
+  args.expect_dtype(args.output(0), x.dtype, "output 0 (input 0's dtype)");
+  if (x.dtype == plan::INT64 && takes_int64(r)) return plan::INT64;
+  args.expect_dtype(x, plan::FLOAT32,
+                    takes_int64(r) ? "input 0 (float32 or int64)" : "input 0 (float32 only)");
+  return plan::FLOAT32;
+}
 
 Shape check_reduce_max_grad(const KernelArgs& args) { return check_reduce_grad(args, true); }
 

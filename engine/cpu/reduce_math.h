@@ -10,10 +10,15 @@
 //   ReduceLogSum           x          sum          log
 //   ReduceLogSumExp        e^(x − m)  sum          log, + m
 // with m the group's maximum (0 where it is not finite), found by a first max fold, so that no
-// exponential overflows. An empty group gives the fold's identity, finished.
+// exponential overflows. An empty group gives the fold's identity, finished. int64 tensors
+// fold exactly in int64 (wrapping on overflow) where the result is an integer: Sum, Max, Min,
+// Prod, L1, SumSquare.
 #pragma once
 
 #include <math.h>
+#include <stdint.h>
+
+#include <type_traits>
 
 #include "engine/cpu/host_device.h"
 
@@ -55,44 +60,74 @@ inline constexpr ReduceFormula kShiftFormula = {ReduceFold::kMax};
 inline constexpr ReduceFormula kZeroCount = {ReduceFold::kSum, ReduceMap::kIsZero};
 inline constexpr ReduceFormula kNonzeroProduct = {ReduceFold::kProd, ReduceMap::kNonzero};
 
-PIPER_HOST_DEVICE inline double reduce_identity(ReduceFold fold) {
-  switch (fold) {
-    case ReduceFold::kSum:
-      return 0.0;
-    case ReduceFold::kProd:
-      return 1.0;
-    case ReduceFold::kMax:
-      return -INFINITY;
-    case ReduceFold::kMin:
-      return INFINITY;
-  }
-  return 0.0;
+// Whether int64 tensors take the reduction (into int64).
+constexpr bool takes_int64(const ReduceFormula& r) {
+  return r.finish == ReduceFinish::kScale && !r.mean &&
+         (r.map == ReduceMap::kIdentity || r.map == ReduceMap::kAbs || r.map == ReduceMap::kSquare);
 }
 
-PIPER_HOST_DEVICE inline double reduce_map(ReduceMap map, double x, double shift) {
+// a + b and a · b; int64 wraps on overflow, as numpy and PyTorch do (C++ leaves it undefined).
+template <typename T>
+PIPER_HOST_DEVICE T wrapping_add(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return a + b;
+  } else {
+    return static_cast<T>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+  }
+}
+template <typename T>
+PIPER_HOST_DEVICE T wrapping_mul(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return a * b;
+  } else {
+    return static_cast<T>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+  }
+}
+
+// T: double (float tensors) or int64_t.
+template <typename T>
+PIPER_HOST_DEVICE T reduce_identity(ReduceFold fold) {
+  constexpr bool kFloat = std::is_floating_point_v<T>;
+  switch (fold) {
+    case ReduceFold::kSum:
+      return T(0);
+    case ReduceFold::kProd:
+      return T(1);
+    case ReduceFold::kMax:
+      return kFloat ? T(-INFINITY) : T(INT64_MIN);
+    case ReduceFold::kMin:
+      return kFloat ? T(INFINITY) : T(INT64_MAX);
+  }
+  return T(0);
+}
+
+template <typename T>
+PIPER_HOST_DEVICE T reduce_map(ReduceMap map, T x, T shift) {
   switch (map) {
     case ReduceMap::kIdentity:
       return x;
     case ReduceMap::kAbs:
-      return fabs(x);
+      return x < T(0) ? wrapping_mul(x, T(-1)) : x;
     case ReduceMap::kSquare:
-      return x * x;
+      return wrapping_mul(x, x);
     case ReduceMap::kExpShifted:
-      return exp(x - shift);
+      if constexpr (std::is_floating_point_v<T>) return exp(x - shift);
+      return x;
     case ReduceMap::kIsZero:
-      return x == 0.0 ? 1.0 : 0.0;
+      return x == T(0) ? T(1) : T(0);
     case ReduceMap::kNonzero:
-      return x == 0.0 ? 1.0 : x;
+      return x == T(0) ? T(1) : x;
   }
   return x;
 }
 
-PIPER_HOST_DEVICE inline double reduce_combine(ReduceFold fold, double acc, double v) {
+template <typename T>
+PIPER_HOST_DEVICE T reduce_combine(ReduceFold fold, T acc, T v) {
   switch (fold) {
     case ReduceFold::kSum:
-      return acc + v;
+      return wrapping_add(acc, v);
     case ReduceFold::kProd:
-      return acc * v;
+      return wrapping_mul(acc, v);
     case ReduceFold::kMax:
       return v != v || v > acc ? v : acc;
     case ReduceFold::kMin:

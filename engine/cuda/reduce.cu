@@ -10,17 +10,28 @@
 namespace piper::engine::cuda {
 namespace {
 
+// An int64 tensor, loaded and stored as it is.
+struct Int64View {
+  int64_t* data;
+  __device__ int64_t load(int64_t i) const { return data[i]; }
+  __device__ void store(int64_t i, int64_t v) const { data[i] = v; }
+};
+
 // LogSumExp's shift of output o: its group's maximum, which the first pass wrote to y.
 __device__ double shift_of(const ReducePlan& plan, FloatView y, int64_t o) {
   if (plan.reduction.map != cpu::ReduceMap::kExpShifted) return 0.0;
   return cpu::reduce_shift(static_cast<double>(y.load(o)));
 }
+__device__ int64_t shift_of(const ReducePlan&, Int64View, int64_t) { return 0; }
 
 __device__ float finished(const ReducePlan& plan, double acc, double shift) {
   return static_cast<float>(cpu::reduce_finish(plan.reduction.finish, acc, plan.scale, shift));
 }
+__device__ int64_t finished(const ReducePlan&, int64_t acc, int64_t) { return acc; }
 
-__global__ void reduce_kernel(ReducePlan plan, FloatView x, FloatView y, double* partials) {
+// Acc: double for float views, int64_t for Int64View.
+template <typename Acc, typename View>
+__global__ void reduce_kernel(ReducePlan plan, View x, View y, Acc* partials) {
   const cpu::ReduceFormula r = plan.reduction;
   const int64_t outputs = plan.outputs.total;
   const int64_t group = plan.group.total;
@@ -31,12 +42,12 @@ __global__ void reduce_kernel(ReducePlan plan, FloatView x, FloatView y, double*
   PIPER_GRID_STRIDE_LOOP(o, outputs) {
     int64_t base = 0;
     plan.outputs.offsets(o, &base);
-    const double shift = shift_of(plan, y, o);
-    double acc = cpu::reduce_identity(r.fold);
+    const Acc shift = shift_of(plan, y, o);
+    Acc acc = cpu::reduce_identity<Acc>(r.fold);
     for (int64_t i = begin; i < end; ++i) {
       int64_t offset = 0;
       plan.group.offsets(i, &offset);
-      const double v = cpu::reduce_map(r.map, static_cast<double>(x.load(base + offset)), shift);
+      const Acc v = cpu::reduce_map<Acc>(r.map, static_cast<Acc>(x.load(base + offset)), shift);
       acc = cpu::reduce_combine(r.fold, acc, v);
     }
     if (plan.chunks == 1) {
@@ -47,13 +58,25 @@ __global__ void reduce_kernel(ReducePlan plan, FloatView x, FloatView y, double*
   }
 }
 
-__global__ void combine_kernel(ReducePlan plan, const double* partials, FloatView y) {
+template <typename Acc, typename View>
+__global__ void combine_kernel(ReducePlan plan, const Acc* partials, View y) {
   const int64_t outputs = plan.outputs.total;
   PIPER_GRID_STRIDE_LOOP(o, outputs) {
-    double acc = cpu::reduce_identity(plan.reduction.fold);
+    Acc acc = cpu::reduce_identity<Acc>(plan.reduction.fold);
     for (int c = 0; c < plan.chunks; ++c)
       acc = cpu::reduce_combine(plan.reduction.fold, acc, partials[c * outputs + o]);
     y.store(o, finished(plan, acc, shift_of(plan, y, o)));
+  }
+}
+
+template <typename Acc, typename View>
+void reduce(const ReducePlan& plan, View x, View y, Acc* partials, cudaStream_t stream) {
+  const dim3 grid(blocks_for(plan.outputs.total), static_cast<unsigned int>(plan.chunks));
+  reduce_kernel<<<grid, kThreads, 0, stream>>>(plan, x, y, partials);
+  PIPER_CUDA_LAUNCH_CHECK("reduce_kernel");
+  if (plan.chunks > 1) {
+    combine_kernel<<<blocks_for(plan.outputs.total), kThreads, 0, stream>>>(plan, partials, y);
+    PIPER_CUDA_LAUNCH_CHECK("combine_kernel");
   }
 }
 
@@ -84,13 +107,13 @@ void launch_reduce(const ReducePlan& plan, FloatView x, FloatView y, double* par
     maxima.reduction = cpu::kShiftFormula;
     launch_reduce(maxima, x, y, partials, stream);
   }
-  const dim3 grid(blocks_for(plan.outputs.total), static_cast<unsigned int>(plan.chunks));
-  reduce_kernel<<<grid, kThreads, 0, stream>>>(plan, x, y, partials);
-  PIPER_CUDA_LAUNCH_CHECK("reduce_kernel");
-  if (plan.chunks > 1) {
-    combine_kernel<<<blocks_for(plan.outputs.total), kThreads, 0, stream>>>(plan, partials, y);
-    PIPER_CUDA_LAUNCH_CHECK("combine_kernel");
-  }
+  reduce(plan, x, y, partials, stream);
+}
+
+void launch_reduce_int64(const ReducePlan& plan, const int64_t* x, int64_t* y, int64_t* partials,
+                         cudaStream_t stream) {
+  if (plan.outputs.total == 0) return;
+  reduce(plan, Int64View{const_cast<int64_t*>(x)}, Int64View{y}, partials, stream);
 }
 
 void launch_reduce_prod_grad(const StridedIndex& index, const float* dy, const float* x,

@@ -29,6 +29,11 @@ int reduce_chunks(int64_t outputs, int64_t group);
 void launch_reduce(const ReducePlan& plan, FloatView x, FloatView y, double* partials,
                    cudaStream_t stream);
 
+// The same for int64 x and y (cpu::takes_int64 formulas), folding in int64; partials hold
+// chunks * outputs int64s.
+void launch_reduce_int64(const ReducePlan& plan, const int64_t* x, int64_t* y, int64_t* partials,
+                         cudaStream_t stream);
+
 // dx[o0] = cpu::reduce_prod_grad(dy[o2], x[o1], zeros[o2], product[o2]) over `index`
 // (operands dx, x, and the group of each element for dy, zeros and product).
 void launch_reduce_prod_grad(const StridedIndex& index, const float* dy, const float* x,

@@ -35,6 +35,20 @@ std::unique_ptr<PreparedKernel> make_reduction(CudaContext& context, cpu::Reduce
       });
 }
 
+// The same for int64 x and y.
+std::unique_ptr<PreparedKernel> make_int64_reduction(CudaContext& context,
+                                                     cpu::ReduceFormula reduction,
+                                                     const TensorView& x, const Shape& kept,
+                                                     const TensorView& y) {
+  const ReducePlan plan = reduce_plan(reduction, x.shape, kept, 1.0);
+  const std::shared_ptr<int64_t> partials = device_array<int64_t>(
+      plan.chunks > 1 ? static_cast<size_t>(plan.chunks * plan.outputs.total) : 0);
+  return make_kernel([&context, plan, partials, px = x.as<const int64_t>(),
+                      py = y.as<int64_t>()](const StepContext&) {
+    launch_reduce_int64(plan, px, py, partials.get(), context.stream());
+  });
+}
+
 // The optional axes input: a plan constant, read from device memory once.
 std::vector<int64_t> axes_input(const KernelArgs& args, CudaContext& context) {
   if (!args.has_input(1)) return {};
@@ -48,22 +62,20 @@ std::vector<int64_t> axes_input(const KernelArgs& args, CudaContext& context) {
 
 // ONNX's Reduce* ops as the CPU's (engine/cpu/reduce.cc): axes from the optional input or else
 // the attribute, keepdims, noop_with_empty_axes.
-CudaKernelFactory reduce_factory(cpu::ReduceFormula reduction) {
-  return
-      [reduction](const KernelArgs& args, CudaContext& context) -> std::unique_ptr<PreparedKernel> {
-        args.expect_inputs(1, 2);
-        args.expect_outputs(1, 1);
-        const TensorView& x = args.input(0);
-        const TensorView& y = args.output(0);
-        args.expect_dtype(x, plan::FLOAT32, "input 0");
-        args.expect_dtype(y, plan::FLOAT32, "output 0");
-        const std::vector<int64_t> axes =
-            args.has_input(1) ? axes_input(args, context) : args.attributes().get_ints("axes", {});
-        int64_t count = 1;
-        const Shape kept = cpu::check_reduction(args, axes, &count);
-        return make_reduction(context, reduction, x, kept, y,
-                              reduction.mean ? 1.0 / static_cast<double>(count) : 1.0);
-      };
+CudaKernelFactory reduce_factory(cpu::ReduceFormula r) {
+  return [r](const KernelArgs& args, CudaContext& context) -> std::unique_ptr<PreparedKernel> {
+    args.expect_inputs(1, 2);
+    args.expect_outputs(1, 1);
+    const TensorView& x = args.input(0);
+    const TensorView& y = args.output(0);
+    const bool int64 = cpu::check_reduction_dtypes(args, r) == plan::INT64;
+    const std::vector<int64_t> axes =
+        args.has_input(1) ? axes_input(args, context) : args.attributes().get_ints("axes", {});
+    int64_t count = 1;
+    const Shape kept = cpu::check_reduction(args, axes, &count);
+    if (int64) return make_int64_reduction(context, r, x, kept, y);
+    return make_reduction(context, r, x, kept, y, r.mean ? 1.0 / static_cast<double>(count) : 1.0);
+  };
 }
 
 // piper.SumTo: X summed down to Y's shape; each float32 or bfloat16 (summed in double).

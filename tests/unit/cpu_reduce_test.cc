@@ -230,6 +230,41 @@ TEST(CpuReduce, EmptyGroupsGiveTheIdentity) {
   EXPECT_THAT(r.Floats(l2), ElementsAre(0, 0));
 }
 
+// int64 reductions fold exactly in int64 (past double's 2^53, wrapping on overflow); those
+// with a float result refuse int64.
+TEST(CpuReduce, Int64ReductionsAreExact) {
+  KernelRunner r;
+  const int64_t big = (int64_t{1} << 53) + 1;
+  const int x = r.IntInput({2, 3}, {big, 1, -5, 3, -4, 2});
+  const int sum = r.Output({2}, plan::INT64);
+  const int max = r.Output({1, 3}, plan::INT64);
+  const int min = r.Output({2}, plan::INT64);
+  const int prod = r.Output({2}, plan::INT64);
+  const int l1 = r.Output({2}, plan::INT64);
+  const int squares = r.Output({}, plan::INT64);
+  r.Run("ReduceSum", {x, r.IntInput({1}, {1})}, {sum}, {Int("keepdims", 0)});
+  r.Run("ReduceMax", {x}, {max}, {Ints("axes", {0})});
+  r.Run("ReduceMin", {x}, {min}, {Ints("axes", {1}), Int("keepdims", 0)});
+  r.Run("ReduceProd", {x}, {prod}, {Ints("axes", {1}), Int("keepdims", 0)});
+  r.Run("ReduceL1", {x}, {l1}, {Ints("axes", {1}), Int("keepdims", 0)});
+  r.Run("ReduceSumSquare", {x}, {squares}, {Int("keepdims", 0)});
+  EXPECT_THAT(r.Int64s(sum), ElementsAre(big - 4, 1));
+  EXPECT_THAT(r.Int64s(max), ElementsAre(big, 1, 2));
+  EXPECT_THAT(r.Int64s(min), ElementsAre(-5, -4));
+  EXPECT_THAT(r.Int64s(prod), ElementsAre(-5 * big, -24));
+  EXPECT_THAT(r.Int64s(l1), ElementsAre(big + 6, 9));
+  // big² wraps, as in numpy and PyTorch.
+  const auto wrapped = static_cast<uint64_t>(big) * static_cast<uint64_t>(big) + 55;
+  EXPECT_THAT(r.Int64s(squares), ElementsAre(static_cast<int64_t>(wrapped)));
+  const int l2 = r.Output({}, plan::INT64);
+  try {
+    r.Run("ReduceL2", {x}, {l2}, {Int("keepdims", 0)});
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("ReduceL2: input 0 (float32 only) has dtype int64"));
+  }
+}
+
 // The product of the others: P / x without zeros, P at a lone zero, 0 with two zeros.
 TEST(CpuReduce, ReduceProdGradHandlesZeros) {
   KernelRunner r;
