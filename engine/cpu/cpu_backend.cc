@@ -32,6 +32,7 @@ CpuBackend::CpuBackend() {
   register_normalization_kernels(table_);
   register_logical_kernels(table_);
   register_dropout_kernels(table_);
+  register_hardmax_kernels(table_);
   register_fused_attention_kernels(table_);
   register_fused_bias_gelu_kernels(table_);
 }
@@ -81,7 +82,8 @@ std::unique_ptr<PreparedKernel> CpuBackend::prepare(const plan::Kernel& kernel,
     throw Error("op type '" + kernel.op_type() +
                 "' is not supported by the cpu backend; supported ops: " + supported);
   }
-  if (kernel.op_type() != "Cast" && has_bfloat16(inputs, outputs)) {
+  const bool casts = kernel.op_type() == "Cast" || kernel.op_type() == "CastLike";
+  if (!casts && has_bfloat16(inputs, outputs)) {
     return prepare_widened(found->second, kernel, std::move(inputs), std::move(outputs));
   }
   const KernelArgs args(kernel, std::move(inputs), std::move(outputs));

@@ -1,7 +1,8 @@
-// Elementwise kernels: ONNX Add, Sub, Mul, Div, PRelu, Sum (numpy broadcasting), Neg,
-// Relu, Tanh, Sigmoid; Piper's ReluGrad, TanhGrad, SigmoidGrad.
+// Elementwise kernels: ONNX Add, Sub, Mul, Div, Mod, PRelu, Sum, Mean (numpy broadcasting),
+// Neg, Relu, Tanh, Sigmoid; Piper's ReluGrad, TanhGrad, SigmoidGrad.
 #include <cmath>
 
+#include "engine/cpu/binary_math.h"
 #include "engine/cpu/elementwise_map.h"
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/nary_fold.h"
@@ -34,6 +35,14 @@ struct DivOp {
   template <typename T>
   T operator()(T a, T b) const {
     return a / b;
+  }
+};
+// ONNX Mod with fmod = kFmod (binary_math.h).
+template <bool kFmod>
+struct ModOp {
+  template <typename T>
+  T operator()(T a, T b) const {
+    return mod(a, b, kFmod);
   }
 };
 // ONNX PRelu: x, with x < 0 scaled by its (broadcast) slope; NaN propagates.
@@ -103,6 +112,12 @@ KernelFactory binary_factory(bool allow_int64) {
   };
 }
 
+// Mod: float32 or int64; the attribute fmod picks the remainder's sign.
+std::unique_ptr<PreparedKernel> mod_factory(const KernelArgs& args) {
+  if (args.attributes().get_int("fmod", 0) != 0) return binary_factory<ModOp<true>>(true)(args);
+  return binary_factory<ModOp<false>>(true)(args);
+}
+
 // ONNX Sum: y = x0 + x1 + ... with every input broadcast to y.
 struct SumFold {
   template <typename T>
@@ -111,6 +126,12 @@ struct SumFold {
   }
 };
 
+// ONNX Mean: Sum's fold divided by the number of inputs; float32 only, as ONNX.
+std::unique_ptr<PreparedKernel> mean_factory(const KernelArgs& args) {
+  args.expect_dtype(args.output(0), plan::FLOAT32, "output 0");
+  return prepare_nary_fold<SumFold>(args, 1.0f / static_cast<float>(args.num_inputs()));
+}
+
 }  // namespace
 
 void register_elementwise_kernels(KernelTable& table) {
@@ -118,8 +139,10 @@ void register_elementwise_kernels(KernelTable& table) {
   table["Sub"] = binary_factory<SubOp>(true);
   table["Mul"] = binary_factory<MulOp>(true);
   table["Div"] = binary_factory<DivOp>(false);
+  table["Mod"] = mod_factory;
   table["PRelu"] = binary_factory<PReluOp>(false);
   table["Sum"] = nary_fold_factory<SumFold>;
+  table["Mean"] = mean_factory;
   table["Neg"] = unary_factory<true>([](auto x) { return -x; });
   // NaN propagates, as in ONNX and PyTorch.
   table["Relu"] = unary_factory<false>([](float x) { return x < 0.0f ? 0.0f : x; });

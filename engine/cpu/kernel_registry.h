@@ -98,6 +98,7 @@ void register_activation_kernels(KernelTable& table);     // activation.cc
 void register_normalization_kernels(KernelTable& table);  // normalization.cc
 void register_logical_kernels(KernelTable& table);        // logical.cc
 void register_dropout_kernels(KernelTable& table);        // dropout.cc
+void register_hardmax_kernels(KernelTable& table);        // hardmax.cc
 
 void register_fused_attention_kernels(KernelTable& table);  // fused_attention.cc
 void register_fused_bias_gelu_kernels(KernelTable& table);  // fused_bias_gelu.cc

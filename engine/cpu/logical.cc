@@ -1,5 +1,6 @@
-// Comparisons and logic: ONNX Equal, Less, Greater (numpy broadcasting, bool output), Not,
-// and Cast between float32, bfloat16, int64 and bool. Bools are one byte, 0 or 1.
+// Comparisons and logic: ONNX Equal, Less, Greater, LessOrEqual, GreaterOrEqual, And, Or, Xor
+// (numpy broadcasting, bool output), Not, and Cast and CastLike between float32, bfloat16,
+// int64 and bool. Bools are one byte, 0 or 1.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -30,6 +31,27 @@ struct GreaterOp {
     return a > b;
   }
 };
+struct LessOrEqualOp {
+  template <typename T>
+  bool operator()(T a, T b) const {
+    return a <= b;
+  }
+};
+struct GreaterOrEqualOp {
+  template <typename T>
+  bool operator()(T a, T b) const {
+    return a >= b;
+  }
+};
+struct AndOp {
+  bool operator()(uint8_t a, uint8_t b) const { return a != 0 && b != 0; }
+};
+struct OrOp {
+  bool operator()(uint8_t a, uint8_t b) const { return a != 0 || b != 0; }
+};
+struct XorOp {
+  bool operator()(uint8_t a, uint8_t b) const { return (a != 0) != (b != 0); }
+};
 
 template <typename T, typename Op>
 std::unique_ptr<PreparedKernel> make_compare(const TensorView& a, const TensorView& b,
@@ -54,9 +76,8 @@ std::unique_ptr<PreparedKernel> make_compare(const TensorView& a, const TensorVi
       });
 }
 
-// Comparisons of two float32, int64 (or, with kAllowBool, bool) inputs of one dtype.
-template <typename Op, bool kAllowBool>
-std::unique_ptr<PreparedKernel> compare_factory(const KernelArgs& args) {
+// Checks two inputs of one dtype broadcasting to a bool output.
+void check_compare(const KernelArgs& args) {
   args.expect_inputs(2, 2);
   args.expect_outputs(1, 1);
   const TensorView& a = args.input(0);
@@ -74,6 +95,15 @@ std::unique_ptr<PreparedKernel> compare_factory(const KernelArgs& args) {
     args.fail("inputs broadcast to " + shape_string(shape) + " but the output has shape " +
               shape_string(y.shape));
   }
+}
+
+// Comparisons of two float32, int64 (or, with kAllowBool, bool) inputs of one dtype.
+template <typename Op, bool kAllowBool>
+std::unique_ptr<PreparedKernel> compare_factory(const KernelArgs& args) {
+  check_compare(args);
+  const TensorView& a = args.input(0);
+  const TensorView& b = args.input(1);
+  const TensorView& y = args.output(0);
   switch (a.dtype) {
     case plan::FLOAT32:
       return make_compare<float, Op>(a, b, y);
@@ -86,6 +116,14 @@ std::unique_ptr<PreparedKernel> compare_factory(const KernelArgs& args) {
       args.fail("inputs have dtype " + dtype_name(a.dtype) + ", expected float32, int64" +
                 (kAllowBool ? " or bool" : ""));
   }
+}
+
+// And, Or, Xor: two bool inputs.
+template <typename Op>
+std::unique_ptr<PreparedKernel> logic_factory(const KernelArgs& args) {
+  check_compare(args);
+  args.expect_dtype(args.input(0), plan::BOOL, "input 0");
+  return make_compare<uint8_t, Op>(args.input(0), args.input(1), args.output(0));
 }
 
 std::unique_ptr<PreparedKernel> not_factory(const KernelArgs& args) {
@@ -167,19 +205,11 @@ plan::DType from_onnx(int64_t onnx_type) {
   }
 }
 
-std::unique_ptr<PreparedKernel> cast_factory(const KernelArgs& args) {
-  args.expect_inputs(1, 1);
-  args.expect_outputs(1, 1);
+// X converted to Y's dtype, which the caller checked.
+std::unique_ptr<PreparedKernel> make_cast_to_output(const KernelArgs& args) {
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
   args.expect_same_shape(x, "input 0", y, "output 0");
-  const int64_t to = args.attributes().require_int("to");
-  const plan::DType target = from_onnx(to);
-  if (target == plan::DTYPE_UNSPECIFIED) {
-    args.fail("to = " + std::to_string(to) +
-              " is not a data type Piper supports (1 float32, 7 int64, 9 bool, 16 bfloat16)");
-  }
-  args.expect_dtype(y, target, "output 0 (the dtype `to` names)");
   switch (x.dtype) {
     case plan::FLOAT32:
       return cast_from<float>(args, x, y);
@@ -195,14 +225,41 @@ std::unique_ptr<PreparedKernel> cast_factory(const KernelArgs& args) {
   }
 }
 
+std::unique_ptr<PreparedKernel> cast_factory(const KernelArgs& args) {
+  args.expect_inputs(1, 1);
+  args.expect_outputs(1, 1);
+  const int64_t to = args.attributes().require_int("to");
+  const plan::DType target = from_onnx(to);
+  if (target == plan::DTYPE_UNSPECIFIED) {
+    args.fail("to = " + std::to_string(to) +
+              " is not a data type Piper supports (1 float32, 7 int64, 9 bool, 16 bfloat16)");
+  }
+  args.expect_dtype(args.output(0), target, "output 0 (the dtype `to` names)");
+  return make_cast_to_output(args);
+}
+
+// CastLike(X, like): Cast to the dtype of `like`, whose values are not read.
+std::unique_ptr<PreparedKernel> cast_like_factory(const KernelArgs& args) {
+  args.expect_inputs(2, 2);
+  args.expect_outputs(1, 1);
+  args.expect_dtype(args.output(0), args.input(1).dtype, "output 0 (the dtype of input 1)");
+  return make_cast_to_output(args);
+}
+
 }  // namespace
 
 void register_logical_kernels(KernelTable& table) {
   table["Equal"] = compare_factory<EqualOp, true>;
   table["Less"] = compare_factory<LessOp, false>;
   table["Greater"] = compare_factory<GreaterOp, false>;
+  table["LessOrEqual"] = compare_factory<LessOrEqualOp, false>;
+  table["GreaterOrEqual"] = compare_factory<GreaterOrEqualOp, false>;
+  table["And"] = logic_factory<AndOp>;
+  table["Or"] = logic_factory<OrOp>;
+  table["Xor"] = logic_factory<XorOp>;
   table["Not"] = not_factory;
   table["Cast"] = cast_factory;
+  table["CastLike"] = cast_like_factory;
 }
 
 }  // namespace piper::engine::cpu

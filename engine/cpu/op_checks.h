@@ -9,6 +9,7 @@
 
 #include "engine/cpu/dropout_stream.h"
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/reduce_math.h"
 #include "engine/cpu/scatter_reduction.h"
 #include "engine/cpu/selection_order.h"
 
@@ -30,9 +31,18 @@ void check_pow_grad(const KernelArgs& args, bool base);
 // piper.MaxMinGrad(dY, Y, X0, X1, ...) -> dX: returns the attribute `input`, the forward input
 // dX is the gradient of.
 int64_t check_max_min_grad(const KernelArgs& args);
+// ONNX Reduce*(X[, axes]) -> Y over `axes` (all when empty), with keepdims and
+// noop_with_empty_axes (each element reduced alone): returns X's shape with 1 at the reduced
+// axes and sets `count` to the elements reduced into each output.
+Shape check_reduction(const KernelArgs& args, const std::vector<int64_t>& axes, int64_t* count);
+// The dtype a Reduce* op with formula `r` computes in: X's and Y's, float32, or int64 where
+// takes_int64(r).
+plan::DType check_reduction_dtypes(const KernelArgs& args, const ReduceFormula& r);
 // piper.ReduceMaxGrad(dY, X, Y) -> dX: returns the shape of X with the reduced axes 1, over
 // which dY and Y are contiguous.
 Shape check_reduce_max_grad(const KernelArgs& args);
+// piper.ReduceProdGrad(dY, X) -> dX: the same.
+Shape check_reduce_prod_grad(const KernelArgs& args);
 
 // GatherElements(data, indices) -> Y, or (`grad`) piper.GatherElementsGrad(dY, indices) -> dX
 // (float32): returns the axis.
@@ -84,6 +94,9 @@ NdGeometry check_scatter_nd(const KernelArgs& args);
 // ArgMax / ArgMin(X) -> Y (int64): the lines along the reduced axis, and in `last` whether the
 // last extreme element is selected (select_last_index).
 AxisLines check_arg_extreme(const KernelArgs& args, bool& last);
+
+// Hardmax(X) -> Y (float32, X's shape): the lines along `axis` (default -1).
+AxisLines check_hardmax(const KernelArgs& args);
 
 // TopK(X, K) -> values, indices: the lines along the axis, K (from the output shape; the K
 // input must hold it at run time) and whether the largest are selected.

@@ -1,5 +1,7 @@
-// Reductions and their adjoints: ONNX ReduceMean, ReduceSum and ReduceMax, piper.SumTo
-// (sum down to a broadcast shape), piper.BroadcastTo and piper.ReduceMaxGrad.
+// Reductions and their adjoints: ONNX ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd,
+// ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum and ReduceLogSumExp (reduce_math.h),
+// piper.SumTo (sum down to a broadcast shape), piper.BroadcastTo, piper.ReduceMaxGrad and
+// piper.ReduceProdGrad.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -8,6 +10,7 @@
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/op_checks.h"
 #include "engine/cpu/parallel.h"
+#include "engine/cpu/reduce_math.h"
 #include "engine/cpu/strided_loop.h"
 #include "formats/error.h"
 
@@ -33,6 +36,23 @@ std::vector<StridedLoop> reduction_slabs(const Shape& x, const Shape& kept) {
     }
   }
   return {StridedLoop(x, strides)};
+}
+
+// Normalizes ONNX axes (negative count from the end), checking range and duplicates.
+std::set<int64_t> normalize_axes(const KernelArgs& args, const std::vector<int64_t>& axes,
+                                 int64_t rank) {
+  std::set<int64_t> normalized;
+  for (int64_t axis : axes) {
+    const int64_t a = axis < 0 ? axis + rank : axis;
+    if (a < 0 || a >= rank) {
+      args.fail("axis " + std::to_string(axis) + " is out of range for rank " +
+                std::to_string(rank));
+    }
+    if (!normalized.insert(a).second) {
+      args.fail("axis " + std::to_string(axis) + " appears twice");
+    }
+  }
+  return normalized;
 }
 
 // Runs body(slab) for every slab on parallel.h's threads.
@@ -64,126 +84,160 @@ int64_t kept_columns(const Shape& x, const Shape& kept) {
   return product(x, first, x.size());
 }
 
-// y = scale * column sums of x viewed as [rows, columns], in double: see kMaxRowBlocks.
-std::unique_ptr<PreparedKernel> make_column_sums(const TensorView& x, int64_t columns,
-                                                 const TensorView& y, double scale) {
-  const int64_t rows = x.elements() / columns;
-  const int64_t blocks = std::clamp<int64_t>((rows + 15) / 16, 1, kMaxRowBlocks);
+// sums = the column sums of map(x) over rows [0, rows) of x viewed as [rows, columns], in
+// double, blocks of rows on parallel.h's threads: see kMaxRowBlocks.
+template <ReduceMap kMap>
+void column_sums(const float* px, int64_t rows, int64_t columns, std::vector<double>& partial,
+                 double* sums) {
+  const auto blocks = static_cast<int64_t>(partial.size()) / columns;
   const int64_t block_rows = (rows + blocks - 1) / blocks;
-  std::vector<double> partial(static_cast<size_t>(blocks * columns));
-  return make_kernel([columns, rows, blocks, block_rows, partial, scale, px = x.as<const float>(),
-                      py = y.as<float>()](const StepContext&) mutable {
-    const int64_t grain = (kParallelGrain + block_rows * columns - 1) / (block_rows * columns);
-    parallel_for(blocks, grain, [&](int64_t first, int64_t last) {
-      for (int64_t b = first; b < last; ++b) {
-        double* sums = partial.data() + b * columns;
-        std::fill(sums, sums + columns, 0.0);
-        for (int64_t r = b * block_rows; r < std::min(rows, (b + 1) * block_rows); ++r) {
-          const float* in = px + r * columns;
-          for (int64_t c = 0; c < columns; ++c) sums[c] += in[c];
+  const int64_t grain = (kParallelGrain + block_rows * columns - 1) / (block_rows * columns);
+  parallel_for(blocks, grain, [&](int64_t first, int64_t last) {
+    for (int64_t b = first; b < last; ++b) {
+      double* block = partial.data() + b * columns;
+      std::fill(block, block + columns, 0.0);
+      for (int64_t r = b * block_rows; r < std::min(rows, (b + 1) * block_rows); ++r) {
+        const float* in = px + r * columns;
+        for (int64_t c = 0; c < columns; ++c) block[c] += reduce_map<double>(kMap, in[c], 0.0);
+      }
+    }
+  });
+  for (int64_t c = 0; c < columns; ++c) {
+    double sum = 0.0;
+    for (int64_t b = 0; b < blocks; ++b) sum += partial[static_cast<size_t>(b * columns + c)];
+    sums[c] = sum;
+  }
+}
+
+// acc[o] = fold over o's group of map(x) (acc holding the fold's identity), slab by slab, in
+// Acc (double for float32 x, int64_t for int64); the shift of output o is shift[o]
+// (kExpShifted only).
+template <ReduceFold kFold, ReduceMap kMap, typename T, typename Acc>
+void fold_slabs(const std::vector<StridedLoop>& slabs, const T* px, Acc* acc, const Acc* shift) {
+  for_each_slab(slabs, [&](const StridedLoop& loop) {
+    const int64_t s = loop.inner_stride(1);
+    loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+      const T* in = px + offsets[0];
+      Acc* out = acc + offsets[1];
+      const Acc* m = kMap == ReduceMap::kExpShifted ? shift + offsets[1] : nullptr;
+      if (s == 0) {
+        const Acc mi = m ? m[0] : Acc(0);
+        Acc folded = out[0];
+        for (int64_t i = 0; i < n; ++i)
+          folded = reduce_combine(kFold, folded, reduce_map<Acc>(kMap, in[i], mi));
+        out[0] = folded;
+      } else {
+        for (int64_t i = 0; i < n; ++i) {
+          const Acc v = reduce_map<Acc>(kMap, in[i], m ? m[i * s] : Acc(0));
+          out[i * s] = reduce_combine(kFold, out[i * s], v);
         }
       }
     });
-    for (int64_t c = 0; c < columns; ++c) {
-      double sum = 0.0;
-      for (int64_t b = 0; b < blocks; ++b) sum += partial[static_cast<size_t>(b * columns + c)];
-      py[c] = static_cast<float>(sum * scale);
-    }
   });
 }
 
-// y = scale * (x summed over the dimensions where `kept` is 1 and x's is not), with `kept`
-// (x's shape with 1 at reduced axes) broadcasting to x's shape. Accumulates in double.
+// fold_slabs for a reduction known at run time only.
+template <typename T, typename Acc>
+void fold_slabs(const ReduceFormula& r, const std::vector<StridedLoop>& slabs, const T* px,
+                Acc* acc, const Acc* shift) {
+  using Fold = ReduceFold;
+  using Map = ReduceMap;
+  switch (r.fold) {
+    case Fold::kSum:
+      switch (r.map) {
+        case Map::kAbs:
+          return fold_slabs<Fold::kSum, Map::kAbs>(slabs, px, acc, shift);
+        case Map::kSquare:
+          return fold_slabs<Fold::kSum, Map::kSquare>(slabs, px, acc, shift);
+        case Map::kExpShifted:
+          return fold_slabs<Fold::kSum, Map::kExpShifted>(slabs, px, acc, shift);
+        case Map::kIsZero:
+          return fold_slabs<Fold::kSum, Map::kIsZero>(slabs, px, acc, shift);
+        default:
+          return fold_slabs<Fold::kSum, Map::kIdentity>(slabs, px, acc, shift);
+      }
+    case Fold::kProd:
+      if (r.map == Map::kNonzero)
+        return fold_slabs<Fold::kProd, Map::kNonzero>(slabs, px, acc, shift);
+      return fold_slabs<Fold::kProd, Map::kIdentity>(slabs, px, acc, shift);
+    case Fold::kMax:
+      return fold_slabs<Fold::kMax, Map::kIdentity>(slabs, px, acc, shift);
+    case Fold::kMin:
+      return fold_slabs<Fold::kMin, Map::kIdentity>(slabs, px, acc, shift);
+  }
+}
+
+// acc = the fold of `r` over each group (unfinished).
+template <typename T, typename Acc>
+void fold_groups(const ReduceFormula& r, const std::vector<StridedLoop>& slabs, const T* px,
+                 std::vector<Acc>& acc, const Acc* shift) {
+  const Acc identity = reduce_identity<Acc>(r.fold);
+  parallel_for(static_cast<int64_t>(acc.size()), kParallelGrain, [&](int64_t begin, int64_t end) {
+    std::fill(acc.begin() + begin, acc.begin() + end, identity);
+  });
+  fold_slabs(r, slabs, px, acc.data(), shift);
+}
+
+// y = the reduction `r` (takes_int64) of the int64 x over the groups `kept` gives, in int64.
+std::unique_ptr<PreparedKernel> make_int64_reduction(const TensorView& x, const Shape& kept,
+                                                     const TensorView& y, ReduceFormula r) {
+  return make_kernel([slabs = reduction_slabs(x.shape, kept), r, px = x.as<const int64_t>(),
+                      acc = std::vector<int64_t>(static_cast<size_t>(num_elements(kept))),
+                      py = y.as<int64_t>()](const StepContext&) mutable {
+    fold_groups(r, slabs, px, acc, static_cast<const int64_t*>(nullptr));
+    std::copy(acc.begin(), acc.end(), py);
+  });
+}
+
+// y = the reduction `r` of x over the dimensions where `kept` is 1 and x's is not, with `kept`
+// (x's shape with 1 at reduced axes) broadcasting to x's shape; `count` elements fold into
+// each output. Folds in double (see reduce_math.h).
 std::unique_ptr<PreparedKernel> make_reduction(const TensorView& x, const Shape& kept,
-                                               const TensorView& y, double scale) {
+                                               const TensorView& y, ReduceFormula r,
+                                               int64_t count) {
+  const double scale = r.mean ? 1.0 / static_cast<double>(count) : 1.0;
   const int64_t columns = kept_columns(x.shape, kept);
-  if (columns > 0 && columns <= kMaxColumnSumColumns && x.elements() > 0) {
-    return make_column_sums(x, columns, y, scale);
-  }
+  const bool column_map =
+      r.map == ReduceMap::kIdentity || r.map == ReduceMap::kSquare || r.map == ReduceMap::kAbs;
+  const bool by_columns = r.fold == ReduceFold::kSum && column_map && columns > 0 &&
+                          columns <= kMaxColumnSumColumns && x.elements() > 0;
+  const int64_t rows = by_columns ? x.elements() / columns : 0;
+  const int64_t blocks = std::clamp<int64_t>((rows + 15) / 16, 1, kMaxRowBlocks);
+  std::vector<double> partial(by_columns ? static_cast<size_t>(blocks * columns) : 0);
+  const bool shifted = r.map == ReduceMap::kExpShifted;
   std::vector<double> acc(static_cast<size_t>(num_elements(kept)));
-  return make_kernel([slabs = reduction_slabs(x.shape, kept), acc, scale, px = x.as<const float>(),
-                      py = y.as<float>()](const StepContext&) mutable {
+  std::vector<double> shift(shifted ? acc.size() : 0);
+  return make_kernel([slabs =
+                          by_columns ? std::vector<StridedLoop>{} : reduction_slabs(x.shape, kept),
+                      r, scale, by_columns, shifted, rows, columns, partial, acc, shift,
+                      px = x.as<const float>(), py = y.as<float>()](const StepContext&) mutable {
     const auto m = static_cast<int64_t>(acc.size());
+    if (by_columns) {
+      switch (r.map) {
+        case ReduceMap::kAbs:
+          column_sums<ReduceMap::kAbs>(px, rows, columns, partial, acc.data());
+          break;
+        case ReduceMap::kSquare:
+          column_sums<ReduceMap::kSquare>(px, rows, columns, partial, acc.data());
+          break;
+        default:
+          column_sums<ReduceMap::kIdentity>(px, rows, columns, partial, acc.data());
+          break;
+      }
+    } else {
+      if (shifted) {
+        fold_groups(kShiftFormula, slabs, px, shift, static_cast<const double*>(nullptr));
+        for (double& v : shift) v = reduce_shift(v);
+      }
+      fold_groups(r, slabs, px, acc, static_cast<const double*>(shift.data()));
+    }
     parallel_for(m, kParallelGrain, [&](int64_t begin, int64_t end) {
-      std::fill(acc.begin() + begin, acc.begin() + end, 0.0);
-    });
-    for_each_slab(slabs, [&](const StridedLoop& loop) {
-      const int64_t s = loop.inner_stride(1);
-      loop.for_each_row([&](const int64_t* offsets, int64_t n) {
-        const float* in = px + offsets[0];
-        double* out = acc.data() + offsets[1];
-        if (s == 0) {
-          double sum = 0.0;
-          for (int64_t i = 0; i < n; ++i) sum += in[i];
-          out[0] += sum;
-        } else {
-          for (int64_t i = 0; i < n; ++i) out[i * s] += in[i];
-        }
-      });
-    });
-    parallel_for(m, kParallelGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) py[i] = static_cast<float>(acc[i] * scale);
+      for (int64_t i = begin; i < end; ++i) {
+        const double v = shifted ? shift[static_cast<size_t>(i)] : 0.0;
+        py[i] = static_cast<float>(reduce_finish(r.finish, acc[static_cast<size_t>(i)], scale, v));
+      }
     });
   });
-}
-
-// Normalizes ONNX axes (negative count from the end), checking range and duplicates.
-std::set<int64_t> normalize_axes(const KernelArgs& args, const std::vector<int64_t>& axes,
-                                 int64_t rank) {
-  std::set<int64_t> normalized;
-  for (int64_t axis : axes) {
-    const int64_t a = axis < 0 ? axis + rank : axis;
-    if (a < 0 || a >= rank) {
-      args.fail("axis " + std::to_string(axis) + " is out of range for rank " +
-                std::to_string(rank));
-    }
-    if (!normalized.insert(a).second) {
-      args.fail("axis " + std::to_string(axis) + " appears twice");
-    }
-  }
-  return normalized;
-}
-
-// X's shape with 1 at the reduced axes (all axes when `axes` is empty), checking that the
-// output has the shape keepdims gives; `count` receives the number of elements reduced into one.
-Shape kept_shape(const KernelArgs& args, const TensorView& x, const TensorView& y,
-                 const std::vector<int64_t>& axes, int64_t* count) {
-  std::set<int64_t> reduced = normalize_axes(args, axes, x.rank());
-  if (axes.empty()) {
-    for (int64_t a = 0; a < x.rank(); ++a) reduced.insert(a);
-  }
-  const bool keepdims = args.attributes().get_int("keepdims", 1) != 0;
-  Shape kept = x.shape;
-  Shape expected;
-  *count = 1;
-  for (int64_t a = 0; a < x.rank(); ++a) {
-    if (reduced.count(a)) {
-      *count *= x.shape[a];
-      kept[a] = 1;
-      if (keepdims) expected.push_back(1);
-    } else {
-      expected.push_back(x.shape[a]);
-    }
-  }
-  if (expected != y.shape) {
-    args.fail("reducing " + shape_string(x.shape) + " with keepdims=" + std::to_string(keepdims) +
-              " gives " + shape_string(expected) + " but the output has shape " +
-              shape_string(y.shape));
-  }
-  return kept;
-}
-
-// ReduceMean/ReduceSum over `axes` (all axes when empty) with keepdims.
-std::unique_ptr<PreparedKernel> reduce(const KernelArgs& args, const std::vector<int64_t>& axes,
-                                       bool mean) {
-  const TensorView& x = args.input(0);
-  const TensorView& y = args.output(0);
-  args.expect_dtype(x, plan::FLOAT32, "input 0");
-  args.expect_dtype(y, plan::FLOAT32, "output 0");
-  int64_t count = 1;
-  const Shape kept = kept_shape(args, x, y, axes, &count);
-  const double scale = mean ? 1.0 / static_cast<double>(count) : 1.0;
-  return make_reduction(x, kept, y, scale);
 }
 
 // The optional axes input (a plan constant, already written when kernels are prepared).
@@ -199,29 +253,22 @@ std::vector<int64_t> axes_input(const KernelArgs& args) {
   return {t.as<const int64_t>(), t.as<const int64_t>() + t.elements()};
 }
 
-// Opset 17 ReduceMean takes axes as an attribute; an axes input (opset 18) is accepted too.
-std::unique_ptr<PreparedKernel> reduce_mean_factory(const KernelArgs& args) {
-  args.expect_inputs(1, 2);
-  args.expect_outputs(1, 1);
-  const auto axes = args.has_input(1) ? axes_input(args) : args.attributes().get_ints("axes", {});
-  return reduce(args, axes, true);
-}
-
-// Opset 13+ ReduceSum: axes come as an optional int64 input.
-std::unique_ptr<PreparedKernel> reduce_sum_factory(const KernelArgs& args) {
-  args.expect_inputs(1, 2);
-  args.expect_outputs(1, 1);
-  const std::vector<int64_t> axes = axes_input(args);
-  if (axes.empty() && args.attributes().get_int("noop_with_empty_axes", 0) != 0) {
+// ONNX's Reduce* ops (reduce_math.h), float32 or int64: axes from the optional input (opset 18, and
+// ReduceSum's since 13) or else the attribute (opset 13 to 17); keepdims;
+// noop_with_empty_axes reduces each element alone (ReduceSumSquare squares it, as ONNX's
+// reference does).
+KernelFactory reduce_factory(ReduceFormula r) {
+  return [r](const KernelArgs& args) -> std::unique_ptr<PreparedKernel> {
+    args.expect_inputs(1, 2);
+    args.expect_outputs(1, 1);
     const TensorView& x = args.input(0);
     const TensorView& y = args.output(0);
-    args.expect_same_shape(x, "input 0", y, "output 0 (noop_with_empty_axes)");
-    args.expect_dtype(x, plan::FLOAT32, "input 0");
-    args.expect_dtype(y, plan::FLOAT32, "output 0");
-    return make_kernel([n = x.bytes(), px = x.as<const float>(), py = y.as<float>()](
-                           const StepContext&) { std::copy(px, px + n / sizeof(float), py); });
-  }
-  return reduce(args, axes, false);
+    const auto axes = args.has_input(1) ? axes_input(args) : args.attributes().get_ints("axes", {});
+    int64_t count = 1;
+    const Shape kept = check_reduction(args, axes, &count);
+    if (check_reduction_dtypes(args, r) == plan::INT64) return make_int64_reduction(x, kept, y, r);
+    return make_reduction(x, kept, y, r, count);
+  };
 }
 
 // piper.SumTo: X summed over its broadcast dimensions down to Y's shape.
@@ -236,7 +283,7 @@ std::unique_ptr<PreparedKernel> sum_to_factory(const KernelArgs& args) {
     args.fail("output shape " + shape_string(y.shape) + " does not broadcast to the input shape " +
               shape_string(x.shape) + ", so X cannot be summed down to it");
   }
-  return make_reduction(x, y.shape, y, 1.0);
+  return make_reduction(x, y.shape, y, ReduceFormula{}, 1);
 }
 
 // piper.BroadcastTo: X with size-1 dimensions inserted at `axes` (Y's numbering), broadcast to
@@ -284,48 +331,6 @@ std::unique_ptr<PreparedKernel> broadcast_to_factory(const KernelArgs& args) {
       });
 }
 
-// ReduceMax over `axes` with keepdims (an empty reduction gives -inf, as ONNX); NaN
-// propagates, as in PyTorch's amax. Opset 17 takes axes as an attribute, opset 18 as an input
-// (with noop_with_empty_axes).
-std::unique_ptr<PreparedKernel> reduce_max_factory(const KernelArgs& args) {
-  args.expect_inputs(1, 2);
-  args.expect_outputs(1, 1);
-  const TensorView& x = args.input(0);
-  const TensorView& y = args.output(0);
-  args.expect_dtype(x, plan::FLOAT32, "input 0");
-  args.expect_dtype(y, plan::FLOAT32, "output 0");
-  const auto axes = args.has_input(1) ? axes_input(args) : args.attributes().get_ints("axes", {});
-  if (axes.empty() && args.has_input(1) &&
-      args.attributes().get_int("noop_with_empty_axes", 0) != 0) {
-    args.expect_same_shape(x, "input 0", y, "output 0 (noop_with_empty_axes)");
-    return make_kernel([n = x.elements(), px = x.as<const float>(),
-                        py = y.as<float>()](const StepContext&) { std::copy(px, px + n, py); });
-  }
-  int64_t count = 1;
-  const Shape kept = kept_shape(args, x, y, axes, &count);
-  return make_kernel([slabs = reduction_slabs(x.shape, kept), m = y.elements(),
-                      px = x.as<const float>(), py = y.as<float>()](const StepContext&) {
-    std::fill(py, py + m, -std::numeric_limits<float>::infinity());
-    const auto pick = [](float current, float v) {
-      return v > current || std::isnan(v) ? v : current;
-    };
-    for_each_slab(slabs, [&](const StridedLoop& loop) {
-      const int64_t s = loop.inner_stride(1);
-      loop.for_each_row([&](const int64_t* offsets, int64_t n) {
-        const float* in = px + offsets[0];
-        float* out = py + offsets[1];
-        if (s == 0) {
-          float best = out[0];
-          for (int64_t i = 0; i < n; ++i) best = pick(best, in[i]);
-          out[0] = best;
-        } else {
-          for (int64_t i = 0; i < n; ++i) out[i * s] = pick(out[i * s], in[i]);
-        }
-      });
-    });
-  });
-}
-
 // piper.ReduceMaxGrad(dY, X, Y), attribute `axes` (the reduced axes of X; none when empty):
 // dX = dY · [X = Y] / (the number of elements equal to Y in the reduced group), with dY and Y
 // broadcast back over the reduced axes.
@@ -362,39 +367,128 @@ std::unique_ptr<PreparedKernel> reduce_max_grad_factory(const KernelArgs& args) 
   });
 }
 
+// piper.ReduceProdGrad(dY, X), attribute `axes`: dX = dY · the product of the other elements
+// of X's group (reduce_math.h), from each group's zero count and product of nonzeros, which are
+// rounded to float as the CUDA kernel keeps them.
+std::unique_ptr<PreparedKernel> reduce_prod_grad_factory(const KernelArgs& args) {
+  const Shape kept = check_reduce_prod_grad(args);
+  const TensorView& dy = args.input(0);
+  const TensorView& x = args.input(1);
+  const TensorView& dx = args.output(0);
+  std::vector<double> acc(static_cast<size_t>(num_elements(kept)));
+  return make_kernel([slabs = reduction_slabs(x.shape, kept), acc,
+                      zeros = std::vector<float>(acc.size()),
+                      product = std::vector<float>(acc.size()), pdy = dy.as<const float>(),
+                      px = x.as<const float>(), pdx = dx.as<float>()](const StepContext&) mutable {
+    fold_groups(kZeroCount, slabs, px, acc, static_cast<const double*>(nullptr));
+    std::transform(acc.begin(), acc.end(), zeros.begin(),
+                   [](double v) { return static_cast<float>(v); });
+    fold_groups(kNonzeroProduct, slabs, px, acc, static_cast<const double*>(nullptr));
+    std::transform(acc.begin(), acc.end(), product.begin(),
+                   [](double v) { return static_cast<float>(v); });
+    for_each_slab(slabs, [&](const StridedLoop& loop) {
+      const int64_t s = loop.inner_stride(1);
+      loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+        const int64_t k = offsets[1];
+        for (int64_t i = 0; i < n; ++i) {
+          const size_t g = static_cast<size_t>(k + i * s);
+          pdx[offsets[0] + i] = reduce_prod_grad(pdy[g], px[offsets[0] + i], zeros[g], product[g]);
+        }
+      });
+    });
+  });
+}
+
 }  // namespace
 
-Shape check_reduce_max_grad(const KernelArgs& args) {
-  args.expect_inputs(3, 3);
+Shape check_reduction(const KernelArgs& args, const std::vector<int64_t>& axes, int64_t* count) {
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  *count = 1;
+  if (axes.empty() && args.attributes().get_int("noop_with_empty_axes", 0) != 0) {
+    args.expect_same_shape(x, "input 0", y, "output 0 (noop_with_empty_axes)");
+    return x.shape;
+  }
+  std::set<int64_t> reduced = normalize_axes(args, axes, x.rank());
+  if (axes.empty()) {
+    for (int64_t a = 0; a < x.rank(); ++a) reduced.insert(a);
+  }
+  const bool keepdims = args.attributes().get_int("keepdims", 1) != 0;
+  Shape kept = x.shape;
+  Shape expected;
+  for (int64_t a = 0; a < x.rank(); ++a) {
+    if (reduced.count(a)) {
+      *count *= x.shape[a];
+      kept[a] = 1;
+      if (keepdims) expected.push_back(1);
+    } else {
+      expected.push_back(x.shape[a]);
+    }
+  }
+  if (expected != y.shape) {
+    args.fail("reducing " + shape_string(x.shape) + " with keepdims=" + std::to_string(keepdims) +
+              " gives " + shape_string(expected) + " but the output has shape " +
+              shape_string(y.shape));
+  }
+  return kept;
+}
+
+namespace {
+
+// The gradient of a reduction of X over attribute `axes`, from dY (input 0), X (input 1) and,
+// with `reads_y`, Y (input 2): returns X's shape with 1 at the reduced axes.
+Shape check_reduce_grad(const KernelArgs& args, bool reads_y) {
+  const size_t inputs = reads_y ? 3 : 2;
+  args.expect_inputs(inputs, inputs);
   args.expect_outputs(1, 1);
   const TensorView& dy = args.input(0);
   const TensorView& x = args.input(1);
-  const TensorView& y = args.input(2);
   const TensorView& dx = args.output(0);
   args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
   args.expect_dtype(x, plan::FLOAT32, "X (input 1)");
-  args.expect_dtype(y, plan::FLOAT32, "Y (input 2)");
   args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
   args.expect_same_shape(x, "X (input 1)", dx, "dX (output 0)");
   Shape kept = x.shape;
   for (int64_t a : normalize_axes(args, args.attributes().get_ints("axes", {}), x.rank())) {
     kept[a] = 1;
   }
-  if (dy.elements() != num_elements(kept) || y.elements() != num_elements(kept)) {
-    args.fail("dY " + shape_string(dy.shape) + " and Y " + shape_string(y.shape) +
-              " must hold one element per reduced group of X " + shape_string(x.shape) + " (" +
-              shape_string(kept) + ")");
+  if (dy.elements() != num_elements(kept)) {
+    args.fail("dY " + shape_string(dy.shape) + " must hold one element per reduced group of X " +
+              shape_string(x.shape) + " (" + shape_string(kept) + ")");
+  }
+  if (reads_y) {
+    const TensorView& y = args.input(2);
+    args.expect_dtype(y, plan::FLOAT32, "Y (input 2)");
+    if (y.elements() != num_elements(kept)) {
+      args.fail("Y " + shape_string(y.shape) + " must hold one element per reduced group of X " +
+                shape_string(x.shape) + " (" + shape_string(kept) + ")");
+    }
   }
   return kept;
 }
 
+}  // namespace
+
+plan::DType check_reduction_dtypes(const KernelArgs& args, const ReduceFormula& r) {
+  const TensorView& x = args.input(0);
+  args.expect_dtype(args.output(0), x.dtype, "output 0 (input 0's dtype)");
+  if (x.dtype == plan::INT64 && takes_int64(r)) return plan::INT64;
+  args.expect_dtype(x, plan::FLOAT32,
+                    takes_int64(r) ? "input 0 (float32 or int64)" : "input 0 (float32 only)");
+  return plan::FLOAT32;
+}
+
+Shape check_reduce_max_grad(const KernelArgs& args) { return check_reduce_grad(args, true); }
+
+Shape check_reduce_prod_grad(const KernelArgs& args) { return check_reduce_grad(args, false); }
+
 void register_reduce_kernels(KernelTable& table) {
-  table["ReduceMean"] = reduce_mean_factory;
-  table["ReduceSum"] = reduce_sum_factory;
+  for (const NamedFormula& named : kReduceFormulas)
+    table[named.op] = reduce_factory(named.reduction);
   table["piper.SumTo"] = sum_to_factory;
   table["piper.BroadcastTo"] = broadcast_to_factory;
-  table["ReduceMax"] = reduce_max_factory;
   table["piper.ReduceMaxGrad"] = reduce_max_grad_factory;
+  table["piper.ReduceProdGrad"] = reduce_prod_grad_factory;
 }
 
 }  // namespace piper::engine::cpu

@@ -162,6 +162,7 @@ std::vector<std::string> CudaBackend::device_ops() const {
 std::vector<std::string> CudaBackend::bfloat16_ops() {
   return {"Add",
           "Cast",
+          "CastLike",
           "Concat",
           "Div",
           "Expand",

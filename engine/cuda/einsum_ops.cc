@@ -22,7 +22,6 @@ class DeviceSum {
   DeviceSum() = default;
   DeviceSum(const einsum::View& dst, const einsum::View& src, const einsum::LabelSizes& sizes) {
     const einsum::SumGeometry g = einsum::sum_geometry(dst, src, sizes);
-    plan_.fold = Fold::kSum;
     plan_.outputs = strided_index(g.kept, {g.kept_src});
     plan_.group = strided_index(g.summed, {g.summed_src});
     plan_.chunks = reduce_chunks(plan_.outputs.total, plan_.group.total);

@@ -9,6 +9,7 @@
 
 #include <type_traits>
 
+#include "engine/cpu/binary_math.h"
 #include "engine/cuda/device.cuh"
 #include "engine/cuda/elementwise.h"
 
@@ -144,6 +145,12 @@ void arithmetic(Binary op, const StridedIndex& index, V a, V b, V out, cudaStrea
       return binary(
           index, a, b, out, [] __device__(T x, T slope) { return x < T(0) ? slope * x : x; },
           stream);
+    case Binary::kMod:
+      return binary(
+          index, a, b, out, [] __device__(T x, T y) { return cpu::mod(x, y, false); }, stream);
+    case Binary::kFmod:
+      return binary(
+          index, a, b, out, [] __device__(T x, T y) { return cpu::mod(x, y, true); }, stream);
     default:
       break;
   }
@@ -164,6 +171,22 @@ void comparison(Binary op, const StridedIndex& index, const void* a, const void*
     case Binary::kGreater:
       return binary(
           index, x, y, z, [] __device__(T u, T v) -> uint8_t { return u > v; }, stream);
+    case Binary::kLessOrEqual:
+      return binary(
+          index, x, y, z, [] __device__(T u, T v) -> uint8_t { return u <= v; }, stream);
+    case Binary::kGreaterOrEqual:
+      return binary(
+          index, x, y, z, [] __device__(T u, T v) -> uint8_t { return u >= v; }, stream);
+    case Binary::kAnd:
+      return binary(
+          index, x, y, z, [] __device__(T u, T v) -> uint8_t { return u != 0 && v != 0; }, stream);
+    case Binary::kOr:
+      return binary(
+          index, x, y, z, [] __device__(T u, T v) -> uint8_t { return u != 0 || v != 0; }, stream);
+    case Binary::kXor:
+      return binary(
+          index, x, y, z, [] __device__(T u, T v) -> uint8_t { return (u != 0) != (v != 0); },
+          stream);
     default:
       break;
   }
@@ -289,7 +312,7 @@ void launch_float_binary(Binary op, const StridedIndex& index, FloatView a, Floa
 
 void launch_binary(Binary op, Element type, const StridedIndex& index, const void* a, const void* b,
                    void* out, cudaStream_t stream) {
-  const bool compare = op == Binary::kEqual || op == Binary::kLess || op == Binary::kGreater;
+  const bool compare = op >= Binary::kEqual;  // the comparisons and logic ops follow kEqual
   switch (type) {
     case Element::kFloat32:
       return comparison<float>(op, index, a, b, out, stream);

@@ -26,12 +26,32 @@ enum class SavedGrad { kRelu, kTanh, kSigmoid, kSqrt, kReciprocal, kErf };
 void launch_saved_grad(SavedGrad op, int64_t n, const float* dy, const float* s, float* dx,
                        cudaStream_t stream);
 
-enum class Binary { kAdd, kSub, kMul, kDiv, kMax, kMin, kPRelu, kEqual, kLess, kGreater };
+enum class Binary {
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kMax,
+  kMin,
+  kPRelu,
+  kMod,    // ONNX Mod, fmod = 0 (engine/cpu/binary_math.h)
+  kFmod,   // ONNX Mod, fmod = 1
+  kEqual,  // kEqual and what follows write bool
+  kLess,
+  kGreater,
+  kLessOrEqual,
+  kGreaterOrEqual,
+  kAnd,  // bool only, as kOr and kXor
+  kOr,
+  kXor,
+};
 // out = op(a, b) over `index` (operands out, a, b) for float tensors: kAdd, kSub, kMul, kDiv,
-// kMax, kMin, kPRelu (a the input, b its slope). `out` may be `a` when they share strides.
+// kMax, kMin, kPRelu (a the input, b its slope), kMod, kFmod. `out` may be `a` when they share
+// strides.
 void launch_float_binary(Binary op, const StridedIndex& index, FloatView a, FloatView b,
                          FloatView out, cudaStream_t stream);
-// The same for int64 (no kDiv); comparisons of float32, int64 or bool, writing bool.
+// The same for int64 (no kDiv); comparisons of float32, int64 or bool and the logic ops of
+// bool, writing bool.
 void launch_binary(Binary op, Element type, const StridedIndex& index, const void* a, const void* b,
                    void* out, cudaStream_t stream);
 

@@ -1,6 +1,7 @@
-// Elementwise ops on CUDA: Add, Sub, Mul, Div, PRelu, Sum, Max, Min (numpy broadcasting),
-// Neg, Relu, Tanh, Sigmoid, Sqrt, Reciprocal, Exp, Log, Erf and their saved-tensor
-// gradients, Equal, Less, Greater, Not, Where and Cast. Checks follow the CPU kernels
+// Elementwise ops on CUDA: Add, Sub, Mul, Div, Mod, PRelu, Sum, Mean, Max, Min (numpy
+// broadcasting), Neg, Relu, Tanh, Sigmoid, Sqrt, Reciprocal, Exp, Log, Erf and their
+// saved-tensor gradients, Equal, Less, Greater, LessOrEqual, GreaterOrEqual, And, Or, Xor, Not,
+// Where, Cast and CastLike. Checks follow the CPU kernels
 // (engine/cpu/elementwise.cc, math.cc, logical.cc, layout_ops.cc). The broadcasting
 // arithmetic, Where and Cast take bfloat16 tensors too; the maps and comparisons take
 // float32, the backend widening bfloat16 tensors for them (CudaBackend::prepare).
@@ -62,11 +63,18 @@ CudaKernelFactory binary_factory(Binary op, bool float_only) {
   };
 }
 
-// Sum, Max, Min: y = x0 broadcast, then y = op(y, xk) for each further input. Float inputs may
-// be of either float dtype; a bfloat16 output of several inputs folds them in float32 scratch
+// Mod: Add's checks; the attribute fmod picks the remainder's sign.
+std::unique_ptr<PreparedKernel> mod_factory(const KernelArgs& args, CudaContext& context) {
+  const bool fmod = args.attributes().get_int("fmod", 0) != 0;
+  return binary_factory(fmod ? Binary::kFmod : Binary::kMod, false)(args, context);
+}
+
+// Sum, Max, Min, Mean: y = x0 broadcast, then y = op(y, xk) for each further input; with
+// `mean`, float only, y is then divided by the number of inputs. Float inputs may be of either
+// float dtype; a bfloat16 output of several inputs folds them in float32 scratch
 // (stream-ordered, for the run) and is rounded once, from the last step.
-CudaKernelFactory fold_factory(Binary op) {
-  return [op](const KernelArgs& args, CudaContext& context) -> std::unique_ptr<PreparedKernel> {
+CudaKernelFactory fold_factory(Binary op, bool mean = false) {
+  return [=](const KernelArgs& args, CudaContext& context) -> std::unique_ptr<PreparedKernel> {
     if (args.num_inputs() < 1) args.fail("takes at least one input, the plan gives none");
     args.expect_outputs(1, 1);
     const TensorView& y = args.output(0);
@@ -88,9 +96,12 @@ CudaKernelFactory fold_factory(Binary op) {
                                                : broadcast_index(y.shape, {y.shape, x.shape});
       steps.emplace_back(index, x);
     }
+    if (mean) args.expect_dtype(y, plan::FLOAT32, "output 0");
     if (floats) {
       const bool scratch = y.dtype == plan::BFLOAT16 && steps.size() > 1;
-      return make_kernel([&context, op, steps, scratch, fy = float_view(y),
+      const float scale = mean ? 1.0f / static_cast<float>(steps.size()) : 1.0f;
+      return make_kernel([&context, op, steps, scratch, scale, fy = float_view(y),
+                          same = broadcast_index(y.shape, {y.shape}),
                           bytes = y.elements() * sizeof(float)](const StepContext&) {
         const cudaStream_t stream = context.stream();
         FloatView sum = fy;  // the running fold
@@ -99,12 +110,13 @@ CudaKernelFactory fold_factory(Binary op) {
           PIPER_CUDA_CHECK(cudaMallocAsync(&sum.data, bytes, stream));
         }
         const size_t last = steps.size() - 1;
-        launch_scaled_copy(steps[0].first, float_view(steps[0].second), last == 0 ? fy : sum, 1.0f,
-                           stream);
+        launch_scaled_copy(steps[0].first, float_view(steps[0].second), last == 0 ? fy : sum,
+                           last == 0 ? scale : 1.0f, stream);
         for (size_t k = 1; k <= last; ++k) {
           launch_float_binary(op, steps[k].first, sum, float_view(steps[k].second),
                               k == last ? fy : sum, stream);
         }
+        if (last > 0 && scale != 1.0f) launch_scaled_copy(same, fy, fy, scale, stream);
         if (scratch) PIPER_CUDA_CHECK(cudaFreeAsync(sum.data, stream));
       });
     }
@@ -158,7 +170,8 @@ CudaKernelFactory saved_grad_factory(SavedGrad op, const char* saved) {
   };
 }
 
-// Equal (also bool), Less, Greater: two inputs of one dtype broadcast to a bool output.
+// Equal (also bool), Less, Greater, LessOrEqual, GreaterOrEqual: two inputs of one dtype
+// broadcast to a bool output.
 CudaKernelFactory compare_factory(Binary op, bool allow_bool) {
   return [op, allow_bool](const KernelArgs& args, CudaContext& context) {
     args.expect_inputs(2, 2);
@@ -175,6 +188,14 @@ CudaKernelFactory compare_factory(Binary op, bool allow_bool) {
         [&context, op, type, index, pa = a.data, pb = b.data, py = y.data](const StepContext&) {
           launch_binary(op, type, index, pa, pb, py, context.stream());
         });
+  };
+}
+
+// And, Or, Xor: two bool inputs broadcast to a bool output.
+CudaKernelFactory logic_factory(Binary op) {
+  return [op](const KernelArgs& args, CudaContext& context) {
+    args.expect_dtype(args.input(0), plan::BOOL, "input 0");
+    return compare_factory(op, true)(args, context);
   };
 }
 
@@ -209,12 +230,21 @@ Element cast_element(const KernelArgs& args, const TensorView& view, const std::
   return view.dtype == plan::BFLOAT16 ? Element::kBFloat16 : element_type(args, view, what, true);
 }
 
-std::unique_ptr<PreparedKernel> cast_factory(const KernelArgs& args, CudaContext& context) {
-  args.expect_inputs(1, 1);
-  args.expect_outputs(1, 1);
+// X converted to Y's dtype, which the caller checked.
+std::unique_ptr<PreparedKernel> cast_to_output(const KernelArgs& args, CudaContext& context) {
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
   args.expect_same_shape(x, "input 0", y, "output 0");
+  const Element from = cast_element(args, x, "input");
+  if (x.dtype == y.dtype) return copy_kernel(context, x.data, y.data, y.bytes());
+  return make_kernel(
+      [&context, from, into = cast_element(args, y, "output"), n = y.elements(), px = x.data,
+       py = y.data](const StepContext&) { launch_cast(from, into, n, px, py, context.stream()); });
+}
+
+std::unique_ptr<PreparedKernel> cast_factory(const KernelArgs& args, CudaContext& context) {
+  args.expect_inputs(1, 1);
+  args.expect_outputs(1, 1);
   const int64_t to = args.attributes().require_int("to");
   const plan::DType target = to == 1    ? plan::FLOAT32
                              : to == 7  ? plan::INT64
@@ -225,12 +255,16 @@ std::unique_ptr<PreparedKernel> cast_factory(const KernelArgs& args, CudaContext
     args.fail("to = " + std::to_string(to) +
               " is not a data type Piper supports (1 float32, 7 int64, 9 bool, 16 bfloat16)");
   }
-  args.expect_dtype(y, target, "output 0 (the dtype `to` names)");
-  const Element from = cast_element(args, x, "input");
-  if (x.dtype == y.dtype) return copy_kernel(context, x.data, y.data, y.bytes());
-  return make_kernel(
-      [&context, from, into = cast_element(args, y, "output"), n = y.elements(), px = x.data,
-       py = y.data](const StepContext&) { launch_cast(from, into, n, px, py, context.stream()); });
+  args.expect_dtype(args.output(0), target, "output 0 (the dtype `to` names)");
+  return cast_to_output(args, context);
+}
+
+// CastLike(X, like): Cast to the dtype of `like`, whose values are not read.
+std::unique_ptr<PreparedKernel> cast_like_factory(const KernelArgs& args, CudaContext& context) {
+  args.expect_inputs(2, 2);
+  args.expect_outputs(1, 1);
+  args.expect_dtype(args.output(0), args.input(1).dtype, "output 0 (the dtype of input 1)");
+  return cast_to_output(args, context);
 }
 
 }  // namespace
@@ -241,7 +275,9 @@ void register_elementwise_kernels(CudaKernelTable& table) {
   table["Mul"] = binary_factory(Binary::kMul, false);
   table["Div"] = binary_factory(Binary::kDiv, true);
   table["PRelu"] = binary_factory(Binary::kPRelu, true);
+  table["Mod"] = mod_factory;
   table["Sum"] = fold_factory(Binary::kAdd);
+  table["Mean"] = fold_factory(Binary::kAdd, true);
   table["Max"] = fold_factory(Binary::kMax);
   table["Min"] = fold_factory(Binary::kMin);
   table["Neg"] = unary_factory(Unary::kNeg);
@@ -263,8 +299,14 @@ void register_elementwise_kernels(CudaKernelTable& table) {
   table["Equal"] = compare_factory(Binary::kEqual, true);
   table["Less"] = compare_factory(Binary::kLess, false);
   table["Greater"] = compare_factory(Binary::kGreater, false);
+  table["LessOrEqual"] = compare_factory(Binary::kLessOrEqual, false);
+  table["GreaterOrEqual"] = compare_factory(Binary::kGreaterOrEqual, false);
+  table["And"] = logic_factory(Binary::kAnd);
+  table["Or"] = logic_factory(Binary::kOr);
+  table["Xor"] = logic_factory(Binary::kXor);
   table["Where"] = where_factory;
   table["Cast"] = cast_factory;
+  table["CastLike"] = cast_like_factory;
 }
 
 }  // namespace piper::engine::cuda

@@ -80,7 +80,7 @@ std::unique_ptr<PreparedKernel> bias_gelu_grad_factory(const KernelArgs& args,
   ReducePlan columns;
   if (dbias.data != nullptr) {
     const Shape matrix = {shape.total / shape.n, shape.n};
-    columns = reduce_plan(Fold::kSum, matrix, {1, shape.n}, 1.0);
+    columns = reduce_plan(cpu::ReduceFormula{}, matrix, {1, shape.n}, 1.0);
     // A staged gradient goes to scratch first (doubles hold twice the floats needed).
     const size_t partials = columns.chunks > 1 ? static_cast<size_t>(columns.chunks * shape.n) : 0;
     scratch = device_array<double>(partials + (staged ? static_cast<size_t>(shape.total) : 0));

@@ -1,8 +1,9 @@
-// Reductions on CUDA: ReduceSum, ReduceMean, ReduceMax (keepdims, axes as an
-// attribute or an input), piper.SumTo and its adjoint piper.BroadcastTo. Checks
-// follow engine/cpu/reduce.cc.
+// Reductions on CUDA: ONNX's Reduce* ops (engine/cpu/reduce_math.h; keepdims, axes as an
+// attribute or an input), piper.SumTo and its adjoint piper.BroadcastTo, piper.ReduceProdGrad.
+// Checks follow engine/cpu/reduce.cc.
 #include <set>
 
+#include "engine/cpu/op_checks.h"
 #include "engine/cpu/strided_loop.h"
 #include "engine/cuda/ops.h"
 #include "engine/cuda/reduce.h"
@@ -21,11 +22,11 @@ std::set<int64_t> normalize_axes(const KernelArgs& args, const std::vector<int64
   return normalized;
 }
 
-// Folds x over the dimensions where `kept` (x's rank; broadcasts to x) is 1 and x's is not.
-std::unique_ptr<PreparedKernel> make_reduction(CudaContext& context, Fold fold, const TensorView& x,
-                                               const Shape& kept, const TensorView& y,
-                                               double scale) {
-  const ReducePlan plan = reduce_plan(fold, x.shape, kept, scale);
+// Reduces x over the dimensions where `kept` (x's rank; broadcasts to x) is 1 and x's is not.
+std::unique_ptr<PreparedKernel> make_reduction(CudaContext& context, cpu::ReduceFormula reduction,
+                                               const TensorView& x, const Shape& kept,
+                                               const TensorView& y, double scale) {
+  const ReducePlan plan = reduce_plan(reduction, x.shape, kept, scale);
   const std::shared_ptr<double> partials = device_array<double>(
       plan.chunks > 1 ? static_cast<size_t>(plan.chunks * plan.outputs.total) : 0);
   return make_kernel(
@@ -34,32 +35,18 @@ std::unique_ptr<PreparedKernel> make_reduction(CudaContext& context, Fold fold, 
       });
 }
 
-// X's shape with 1 at the reduced axes (all when `axes` is empty), checked against the output
-// keepdims gives; `count` gets the number of elements folded into one.
-Shape kept_shape(const KernelArgs& args, const TensorView& x, const TensorView& y,
-                 const std::vector<int64_t>& axes, int64_t* count) {
-  std::set<int64_t> reduced = normalize_axes(args, axes, x.rank());
-  if (axes.empty()) {
-    for (int64_t a = 0; a < x.rank(); ++a) reduced.insert(a);
-  }
-  const bool keepdims = args.attributes().get_int("keepdims", 1) != 0;
-  Shape kept = x.shape, expected;
-  *count = 1;
-  for (int64_t a = 0; a < x.rank(); ++a) {
-    if (reduced.count(a)) {
-      *count *= x.shape[a];
-      kept[a] = 1;
-      if (keepdims) expected.push_back(1);
-    } else {
-      expected.push_back(x.shape[a]);
-    }
-  }
-  if (expected != y.shape) {
-    args.fail("reducing " + shape_string(x.shape) + " with keepdims=" + std::to_string(keepdims) +
-              " gives " + shape_string(expected) + " but the output has shape " +
-              shape_string(y.shape));
-  }
-  return kept;
+// The same for int64 x and y.
+std::unique_ptr<PreparedKernel> make_int64_reduction(CudaContext& context,
+                                                     cpu::ReduceFormula reduction,
+                                                     const TensorView& x, const Shape& kept,
+                                                     const TensorView& y) {
+  const ReducePlan plan = reduce_plan(reduction, x.shape, kept, 1.0);
+  const std::shared_ptr<int64_t> partials = device_array<int64_t>(
+      plan.chunks > 1 ? static_cast<size_t>(plan.chunks * plan.outputs.total) : 0);
+  return make_kernel([&context, plan, partials, px = x.as<const int64_t>(),
+                      py = y.as<int64_t>()](const StepContext&) {
+    launch_reduce_int64(plan, px, py, partials.get(), context.stream());
+  });
 }
 
 // The optional axes input: a plan constant, read from device memory once.
@@ -73,35 +60,21 @@ std::vector<int64_t> axes_input(const KernelArgs& args, CudaContext& context) {
   return axes;
 }
 
-// ReduceSum (opset 13+: axes input; noop_with_empty_axes), ReduceMean (opset 17: axes
-// attribute, or an opset 18 input) and ReduceMax (either; noop_with_empty_axes with the input).
-struct ReduceOp {
-  Fold fold = Fold::kSum;
-  bool mean = false;
-  bool axes_attribute = false;
-  bool noop = false;  // whether noop_with_empty_axes applies
-};
-
-CudaKernelFactory reduce_factory(ReduceOp op) {
-  return [op](const KernelArgs& args, CudaContext& context) -> std::unique_ptr<PreparedKernel> {
+// ONNX's Reduce* ops as the CPU's (engine/cpu/reduce.cc): axes from the optional input or else
+// the attribute, keepdims, noop_with_empty_axes.
+CudaKernelFactory reduce_factory(cpu::ReduceFormula r) {
+  return [r](const KernelArgs& args, CudaContext& context) -> std::unique_ptr<PreparedKernel> {
     args.expect_inputs(1, 2);
     args.expect_outputs(1, 1);
     const TensorView& x = args.input(0);
     const TensorView& y = args.output(0);
-    args.expect_dtype(x, plan::FLOAT32, "input 0");
-    args.expect_dtype(y, plan::FLOAT32, "output 0");
-    const bool from_input = !op.axes_attribute || args.has_input(1);
+    const bool int64 = cpu::check_reduction_dtypes(args, r) == plan::INT64;
     const std::vector<int64_t> axes =
-        from_input ? axes_input(args, context) : args.attributes().get_ints("axes", {});
-    if (op.noop && axes.empty() && from_input &&
-        args.attributes().get_int("noop_with_empty_axes", 0) != 0) {
-      args.expect_same_shape(x, "input 0", y, "output 0 (noop_with_empty_axes)");
-      return copy_kernel(context, x.data, y.data, y.bytes());
-    }
+        args.has_input(1) ? axes_input(args, context) : args.attributes().get_ints("axes", {});
     int64_t count = 1;
-    const Shape kept = kept_shape(args, x, y, axes, &count);
-    return make_reduction(context, op.fold, x, kept, y,
-                          op.mean ? 1.0 / static_cast<double>(count) : 1.0);
+    const Shape kept = cpu::check_reduction(args, axes, &count);
+    if (int64) return make_int64_reduction(context, r, x, kept, y);
+    return make_reduction(context, r, x, kept, y, r.mean ? 1.0 / static_cast<double>(count) : 1.0);
   };
 }
 
@@ -119,7 +92,7 @@ std::unique_ptr<PreparedKernel> sum_to_factory(const KernelArgs& args, CudaConte
   }
   Shape kept(x.shape.size() - y.shape.size(), 1);
   kept.insert(kept.end(), y.shape.begin(), y.shape.end());
-  return make_reduction(context, Fold::kSum, x, kept, y, 1.0);
+  return make_reduction(context, cpu::ReduceFormula{}, x, kept, y, 1.0);
 }
 
 // piper.BroadcastTo: X with size-1 axes inserted at `axes` (Y's numbering), broadcast to Y's
@@ -161,14 +134,41 @@ std::unique_ptr<PreparedKernel> broadcast_to_factory(const KernelArgs& args, Cud
       });
 }
 
+// piper.ReduceProdGrad(dY, X): the CPU's (engine/cpu/reduce.cc), each group's zero count and
+// product of nonzeros folded into float scratch first.
+std::unique_ptr<PreparedKernel> reduce_prod_grad_factory(const KernelArgs& args,
+                                                         CudaContext& context) {
+  const Shape kept = cpu::check_reduce_prod_grad(args);
+  const TensorView& x = args.input(1);
+  const ReducePlan zeros = reduce_plan(cpu::kZeroCount, x.shape, kept, 1.0);
+  const ReducePlan product = reduce_plan(cpu::kNonzeroProduct, x.shape, kept, 1.0);
+  const auto groups = static_cast<size_t>(num_elements(kept));
+  const std::shared_ptr<float> scratch = device_array<float>(2 * groups);
+  const std::shared_ptr<double> partials =
+      device_array<double>(zeros.chunks > 1 ? static_cast<size_t>(zeros.chunks) * groups : 0);
+  return make_kernel([&context, zeros, product, groups, scratch, partials,
+                      index = broadcast_index(x.shape, {x.shape, kept}),
+                      pdy = args.input(0).as<const float>(), px = x.as<const float>(),
+                      pdx = args.output(0).as<float>()](const StepContext&) {
+    const cudaStream_t stream = context.stream();
+    float* counts = scratch.get();
+    float* products = scratch.get() + groups;
+    const FloatView fx{const_cast<float*>(px), false};
+    launch_reduce(zeros, fx, FloatView{counts, false}, partials.get(), stream);
+    launch_reduce(product, fx, FloatView{products, false}, partials.get(), stream);
+    launch_reduce_prod_grad(index, pdy, px, counts, products, pdx, stream);
+  });
+}
+
 }  // namespace
 
 void register_reduce_kernels(CudaKernelTable& table) {
-  table["ReduceSum"] = reduce_factory({Fold::kSum, false, false, true});
-  table["ReduceMean"] = reduce_factory({Fold::kSum, true, true, false});
-  table["ReduceMax"] = reduce_factory({Fold::kMax, false, true, true});
+  for (const cpu::NamedFormula& named : cpu::kReduceFormulas) {
+    table[named.op] = reduce_factory(named.reduction);
+  }
   table["piper.SumTo"] = sum_to_factory;
   table["piper.BroadcastTo"] = broadcast_to_factory;
+  table["piper.ReduceProdGrad"] = reduce_prod_grad_factory;
 }
 
 }  // namespace piper::engine::cuda

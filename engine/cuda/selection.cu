@@ -86,7 +86,28 @@ void one_hot(const cpu::AxisLines& lines, const void* indices, const void* value
   PIPER_CUDA_LAUNCH_CHECK("one_hot_kernel");
 }
 
+// One thread per line, scanning it as the CPU kernel does.
+__global__ void hardmax_kernel(cpu::AxisLines lines, const float* x, float* y) {
+  PIPER_GRID_STRIDE_LOOP(line, lines.outer * lines.inner) {
+    const int64_t base = line / lines.inner * lines.n * lines.inner + line % lines.inner;
+    int64_t best = 0;
+    for (int64_t j = 0; j < lines.n; ++j) {
+      y[base + j * lines.inner] = 0.0f;
+      if (cpu::more_extreme<true>(x[base + j * lines.inner], x[base + best * lines.inner])) {
+        best = j;
+      }
+    }
+    if (lines.n > 0) y[base + best * lines.inner] = 1.0f;
+  }
+}
+
 }  // namespace
+
+void launch_hardmax(const cpu::AxisLines& lines, const float* x, float* y, cudaStream_t stream) {
+  if (lines.outer * lines.inner == 0) return;
+  hardmax_kernel<<<blocks_for(lines.outer * lines.inner), kThreads, 0, stream>>>(lines, x, y);
+  PIPER_CUDA_LAUNCH_CHECK("hardmax_kernel");
+}
 
 void launch_arg_extreme(const cpu::AxisLines& lines, bool max, bool last, bool int_x, const void* x,
                         int64_t* y, cudaStream_t stream) {

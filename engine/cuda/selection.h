@@ -1,5 +1,5 @@
-// Launchers of ArgMax, ArgMin, TopK and OneHot (selection.cu), which select as the CPU kernels
-// do (engine/cpu/selection_order.h). `lines` is the input's (for OneHot the output's) lines
+// Launchers of ArgMax, ArgMin, TopK, OneHot and Hardmax (selection.cu), which select as the CPU
+// kernels do (engine/cpu/selection_order.h). `lines` is the input's (for OneHot the output's) lines
 // along the axis. Each issues one kernel to `stream` and checks its launch.
 #pragma once
 
@@ -26,5 +26,9 @@ void launch_top_k(const cpu::AxisLines& lines, int64_t k, bool largest, bool int
 // when `int_indices`, else float32.
 void launch_one_hot(const cpu::AxisLines& lines, bool int_y, bool int_indices, const void* indices,
                     const void* values, void* y, cudaStream_t stream);
+
+// Hardmax: y = 1 at the first largest element of each line of x (as cpu::more_extreme orders
+// them), 0 elsewhere; float32.
+void launch_hardmax(const cpu::AxisLines& lines, const float* x, float* y, cudaStream_t stream);
 
 }  // namespace piper::engine::cuda

@@ -1,6 +1,6 @@
-// ArgMax, ArgMin, TopK and OneHot on CUDA, with the CPU kernels' checks and orders
-// (engine/cpu/indexing.cc, selection_order.h). TopK ranks every element of a line against the
-// others: quadratic in the line's length, meant for short lines (experts, classes).
+// ArgMax, ArgMin, TopK, OneHot and Hardmax on CUDA, with the CPU kernels' checks and orders
+// (engine/cpu/indexing.cc, hardmax.cc, selection_order.h). TopK ranks every element of a line
+// against the others: quadratic in the line's length, meant for short lines (experts, classes).
 #include "engine/cpu/op_checks.h"
 #include "engine/cuda/ops.h"
 #include "engine/cuda/selection.h"
@@ -43,11 +43,20 @@ std::unique_ptr<PreparedKernel> one_hot_factory(const KernelArgs& args, CudaCont
   });
 }
 
+std::unique_ptr<PreparedKernel> hardmax_factory(const KernelArgs& args, CudaContext& context) {
+  const cpu::AxisLines lines = cpu::check_hardmax(args);
+  return make_kernel([&context, lines, px = args.input(0).as<const float>(),
+                      py = args.output(0).as<float>()](const StepContext&) {
+    launch_hardmax(lines, px, py, context.stream());
+  });
+}
+
 }  // namespace
 
 void register_selection_kernels(CudaKernelTable& table) {
   table["ArgMax"] = arg_extreme_factory<true>;
   table["ArgMin"] = arg_extreme_factory<false>;
+  table["Hardmax"] = hardmax_factory;
   table["TopK"] = top_k_factory;
   table["OneHot"] = one_hot_factory;
 }

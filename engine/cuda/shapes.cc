@@ -41,7 +41,8 @@ StridedIndex broadcast_index(const Shape& out, const std::vector<Shape>& inputs)
   return strided_index(out, strides);
 }
 
-ReducePlan reduce_plan(Fold fold, const Shape& x, const Shape& kept, double scale) {
+ReducePlan reduce_plan(cpu::ReduceFormula reduction, const Shape& x, const Shape& kept,
+                       double scale) {
   const std::vector<int64_t> x_strides = cpu::contiguous_strides(x);
   Shape group(x.size(), 1);
   std::vector<int64_t> kept_strides(x.size(), 0);
@@ -53,7 +54,7 @@ ReducePlan reduce_plan(Fold fold, const Shape& x, const Shape& kept, double scal
     }
   }
   ReducePlan plan;
-  plan.fold = fold;
+  plan.reduction = reduction;
   plan.scale = scale;
   plan.outputs = strided_index(kept, {kept_strides});
   plan.group = strided_index(group, {x_strides});

@@ -19,8 +19,9 @@ StridedIndex strided_index(const Shape& shape, const std::vector<std::vector<int
 StridedIndex broadcast_index(const Shape& out, const std::vector<Shape>& inputs);
 
 // Folds a contiguous `x` over the dimensions where `kept` (x's rank, broadcasting to x) is 1
-// and x's is not, into a contiguous output of kept's elements; sums are scaled by `scale`.
-// The plan's partials need chunks * outputs.total doubles when chunks > 1.
-ReducePlan reduce_plan(Fold fold, const Shape& x, const Shape& kept, double scale);
+// and x's is not, into a contiguous output of kept's elements; kScale finishes scale by
+// `scale`. The plan's partials need chunks * outputs.total doubles when chunks > 1.
+ReducePlan reduce_plan(cpu::ReduceFormula reduction, const Shape& x, const Shape& kept,
+                       double scale);
 
 }  // namespace piper::engine::cuda

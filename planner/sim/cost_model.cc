@@ -133,6 +133,7 @@ double flops_per_element(const std::string& type) {
       {"Sqrt", 4},
       {"Pow", 8},
       {"Softmax", 5},
+      {"ReduceLogSumExp", 8},
       {"LogSoftmax", 5},
       {"Dropout", 4},
       {"LayerNormalization", 8},

@@ -39,6 +39,8 @@ std::vector<OpCase> Bfloat16Cases() {
        {Values({4}, plan::BFLOAT16, {0, -0.0, 2, nan})},
        {B({4})}},
       {"Cast_bool_to_bf16", "Cast", {Int("to", 16)}, {B({9})}, {BF({9})}},
+      {"CastLike_float_to_bf16", "CastLike", {}, {F({33}, -4, 4), BF({})}, {BF({33})}},
+      {"CastLike_bf16_to_int64", "CastLike", {}, {BF({6}, -99, 99), I({1}, 0, 1)}, {I({6}, 0, 1)}},
       // Elementwise, with float32 scalars beside bfloat16 tensors.
       {"Add_bf16_broadcast", "Add", {}, {BF({4, 1, 5}), BF({3, 1})}, {BF({4, 3, 5})}},
       {"Sub_bf16", "Sub", {}, {BF({6, 7}), BF({7})}, {BF({6, 7})}},

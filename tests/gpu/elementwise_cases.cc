@@ -1,5 +1,5 @@
 // Elementwise ops: broadcasting, both dtypes where the op takes them, edge values
-// (zeros for Relu's kink, NaN propagation through Max and Min).
+// (zeros for Relu's kink, NaN propagation through Max and Min, zero divisors of Mod).
 #include <limits>
 
 #include "tests/gpu/cases.h"
@@ -18,6 +18,24 @@ std::vector<OpCase> ElementwiseCases() {
       {"Div", "Div", {}, {F({3, 4}), F({4}, 0.5, 2.0)}, {F({3, 4})}},
       {"Sum_three", "Sum", {}, {F({2, 3}), F({3}), F({2, 1})}, {F({2, 3})}},
       {"Sum_one", "Sum", {}, {F({5})}, {F({5})}},
+      {"Mean_three", "Mean", {}, {F({2, 3}), F({3}), F({2, 1})}, {F({2, 3})}},
+      {"Mean_one", "Mean", {}, {F({5})}, {F({5})}},
+      {"Mod_float",
+       "Mod",
+       {},
+       {F({4, 6}, -9, 9), Values({6}, plan::FLOAT32, {1.5, -2.5, 0.7, -0.3, 4, 0})},
+       {F({4, 6})}},
+      {"Mod_float_fmod", "Mod", {Int("fmod", 1)}, {F({4, 6}, -9, 9), F({6}, 0.5, 3)}, {F({4, 6})}},
+      {"Mod_int64",
+       "Mod",
+       {},
+       {I({3, 5}, -20, 20), Values({5}, plan::INT64, {3, -3, 7, -1, 0})},
+       {I({3, 5}, 0, 1)}},
+      {"Mod_int64_fmod",
+       "Mod",
+       {Int("fmod", 1)},
+       {I({3, 5}, -20, 20), Values({5}, plan::INT64, {3, -3, 7, -1, 0})},
+       {I({3, 5}, 0, 1)}},
       {"Max_nan",
        "Max",
        {},
@@ -49,6 +67,15 @@ std::vector<OpCase> ElementwiseCases() {
       {"Equal_bool", "Equal", {}, {B({6}), B({6})}, {B({6})}},
       {"Less", "Less", {}, {F({3, 4}), F({3, 1})}, {B({3, 4})}},
       {"Greater_int64", "Greater", {}, {I({8}, 0, 4), I({}, 0, 4)}, {B({8})}},
+      {"LessOrEqual", "LessOrEqual", {}, {I({3, 4}, 0, 3), I({4}, 0, 3)}, {B({3, 4})}},
+      {"GreaterOrEqual_nan",
+       "GreaterOrEqual",
+       {},
+       {Values({4}, plan::FLOAT32, {1, nan, 0, -1}), Values({4}, plan::FLOAT32, {1, 0, nan, 0})},
+       {B({4})}},
+      {"And_broadcast", "And", {}, {B({3, 4}), B({4})}, {B({3, 4})}},
+      {"Or", "Or", {}, {B({2, 1, 3}), B({4, 1})}, {B({2, 4, 3})}},
+      {"Xor", "Xor", {}, {B({7}), B({7})}, {B({7})}},
       {"Where_broadcast", "Where", {}, {B({4, 1}), F({4, 6}), F({6})}, {F({4, 6})}},
       {"Where_int64", "Where", {}, {B({5}), I({5}, 0, 9), I({}, 0, 9)}, {I({5}, 0, 1)}},
       {"Cast_float_to_int64",
@@ -64,6 +91,8 @@ std::vector<OpCase> ElementwiseCases() {
        {B({4})}},
       {"Cast_bool_to_float", "Cast", {Int("to", 1)}, {B({9})}, {F({9})}},
       {"Cast_same", "Cast", {Int("to", 1)}, {F({9})}, {F({9})}},
+      {"CastLike_float_to_int64", "CastLike", {}, {F({6}, -9, 9), I({}, 0, 1)}, {I({6}, 0, 1)}},
+      {"CastLike_bool_to_float", "CastLike", {}, {B({5}), F({2})}, {F({5})}},
   };
   return cases;
 }

@@ -1,4 +1,4 @@
-// ArgMax, ArgMin, TopK and OneHot: inner and outer axes, ties (first or last index), NaN,
+// ArgMax, ArgMin, TopK, OneHot and Hardmax: inner and outer axes, ties (first or last index), NaN,
 // both dtypes, out-of-range and negative one-hot indices.
 #include <limits>
 
@@ -11,6 +11,12 @@ std::vector<OpCase> SelectionCases() {
   const auto k = [](double value) { return Values({1}, plan::INT64, {value}); };
   return {
       {"ArgMax_inner", "ArgMax", {Int("axis", -1)}, {F({6, 17})}, {I({6, 1}, 0, 1)}},
+      {"Hardmax_default_axis", "Hardmax", {}, {F({6, 17})}, {F({6, 17})}},
+      {"Hardmax_outer_ties_nan",
+       "Hardmax",
+       {Int("axis", 0)},
+       {Values({3, 2}, plan::FLOAT32, {1, 0, 1, nan, 0, 2})},
+       {F({3, 2})}},
       {"ArgMax_ties_last",
        "ArgMax",
        {Int("axis", 0), Int("keepdims", 0), Int("select_last_index", 1)},

@@ -6,8 +6,10 @@ annotated strategy, a bool input (a mask) fed from a bool .npy, and the
 activations with attributes (PReLU, LeakyReLU, Softplus, ELU, SELU, CELU,
 Hardsigmoid, Hardswish, ReLU6 and clamp, abs, Mish), and rotary embeddings
 (cos, sin) with Softsign, sin, atan and undifferentiated floor, sign, isinf,
-isnan and int64 abs and sign. Every step's loss within 1e-4 relative, final weights within 1e-3
-relative. PyTorch runs here; no reference numbers are stored."""
+isnan and int64 abs and sign, and the reductions, remainders and masks of Reductions
+(logsumexp, norms, amin, prod, fmod, an integer %, >=/<= masks combined with &, ^, |). Every
+step's loss within 1e-4 relative, final weights within 1e-3 relative. PyTorch runs here; no
+reference numbers are stored."""
 import os
 import tempfile
 import unittest
@@ -139,6 +141,30 @@ class RotaryMath(nn.Module):
         return (d * d).mean()
 
 
+class Reductions(nn.Module):
+    """ReduceLogSumExp, ReduceL2 and ReduceL1 (norms), ReduceMin (amin) and ReduceProd over
+    groups of a hidden layer; Mod with fmod (torch.fmod) on it; a mask from >= and <= combined
+    with &, ^ and |, and a row mask from an int64 Mod of row positions (Range over the batch);
+    an MSE loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(6, 8)
+        self.head = nn.Linear(18, 3)
+
+    def forward(self, x, t):
+        h = self.fc1(x)
+        g = h.view(-1, 2, 4)
+        pooled = torch.cat([torch.logsumexp(g, dim=-1), g.norm(2, dim=-1), g.norm(1, dim=-1),
+                            torch.amin(g, dim=-1), torch.prod(torch.sigmoid(g) + 0.5, dim=-1)],
+                           dim=-1)
+        mask = ((h >= -0.2) & (h <= 0.5)) ^ (h >= 0.8) | (h <= -1.0)
+        odd = (torch.arange(h.shape[0]) % 2).unsqueeze(1)
+        a = torch.fmod(h, 0.7) * mask.float() + h * odd.float()
+        d = self.head(torch.cat([a, pooled], dim=-1)) - t
+        return (d * d).mean()
+
+
 def inputs_for(name, rng):
     if name == "pooled3d":
         return (rng.standard_normal((SAMPLES, 4, 8)).astype(np.float32),
@@ -154,8 +180,7 @@ def inputs_for(name, rng):
 
 
 MODELS = {"pooled3d": Pooled3d, "tied": TiedWithBuffer, "regression": Regression}
-# Trained here only (see Activations).
-OTHER_MODELS = {"activations": Activations, "rotary": RotaryMath}
+OTHER_MODELS = {"activations": Activations, "rotary": RotaryMath, "reductions": Reductions}
 
 
 class VariantsMatchPyTorch(unittest.TestCase):
@@ -199,6 +224,10 @@ class VariantsMatchPyTorch(unittest.TestCase):
     def test_rotary_and_unary_math_adamw(self):
         self.check("rotary", {"type": "adamw", "lr": 0.01},
                    lambda p: torch.optim.AdamW(p, lr=0.01), frozen=["inv_freq"])
+
+    def test_reductions_and_masks_adamw(self):
+        self.check("reductions", {"type": "adamw", "lr": 0.01},
+                   lambda p: torch.optim.AdamW(p, lr=0.01))
 
     def test_bool_input(self):
         torch.manual_seed(7)

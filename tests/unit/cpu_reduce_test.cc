@@ -1,5 +1,6 @@
-// CPU reductions: ReduceMean, ReduceSum (axes input, keepdims, noop_with_empty_axes),
-// piper.SumTo and piper.BroadcastTo.
+// CPU reductions: ReduceMean, ReduceSum (axes input, keepdims, noop_with_empty_axes), the
+// reductions of reduce_math.h at their edges, piper.SumTo, piper.BroadcastTo and the
+// gradients of ReduceMax and ReduceProd.
 #include <gmock/gmock.h>
 
 #include "engine_test_util.h"
@@ -182,6 +183,96 @@ TEST(CpuReduce, ReduceMaxGradSplitsTies) {
   const int dx0 = r.Output({2, 3});
   r.Run("piper.ReduceMaxGrad", {dy0, x, y0}, {dx0}, {Ints("axes", {0})});
   EXPECT_THAT(r.Floats(dx0), ElementsAre(0, 2, 0, 1, 0, 3));
+}
+
+// Values whose exponentials overflow float and double, and groups of infinities: the shift by
+// the group's maximum keeps log Σ exp finite and exact.
+TEST(CpuReduce, ReduceLogSumExpShiftsByTheMaximum) {
+  KernelRunner r;
+  const int x = r.Input({4, 2}, {1000, 1000, -INFINITY, -INFINITY, INFINITY, 3, -1000, 0});
+  const int y = r.Output({4});
+  r.Run("ReduceLogSumExp", {x}, {y}, {Ints("axes", {1}), Int("keepdims", 0)});
+  const std::vector<float> got = r.Floats(y);
+  EXPECT_FLOAT_EQ(got[0], 1000 + std::log(2.0f));
+  EXPECT_EQ(got[1], -INFINITY);
+  EXPECT_EQ(got[2], INFINITY);
+  EXPECT_FLOAT_EQ(got[3], 0);
+}
+
+// noop_with_empty_axes reduces each element alone: |x| for L1, x² for SumSquare.
+TEST(CpuReduce, NoopReducesEachElementAlone) {
+  KernelRunner r;
+  const int x = r.Input({3}, {-2, 0.5f, 3});
+  const int axes = r.IntInput({0}, {});
+  const int l1 = r.Output({3});
+  const int squares = r.Output({3});
+  r.Run("ReduceL1", {x, axes}, {l1}, {Int("noop_with_empty_axes", 1)});
+  r.Run("ReduceSumSquare", {x, axes}, {squares}, {Int("noop_with_empty_axes", 1)});
+  EXPECT_THAT(r.Floats(l1), ElementsAre(2, 0.5f, 3));
+  EXPECT_THAT(r.Floats(squares), ElementsAre(4, 0.25f, 9));
+}
+
+// Empty groups give each fold's identity, finished.
+TEST(CpuReduce, EmptyGroupsGiveTheIdentity) {
+  KernelRunner r;
+  const int x = r.Input({2, 0}, {});
+  const int min = r.Output({2});
+  const int prod = r.Output({2});
+  const int log_sum = r.Output({2});
+  const int l2 = r.Output({2});
+  for (const auto& [op, y] : {std::pair{"ReduceMin", min}, std::pair{"ReduceProd", prod},
+                              std::pair{"ReduceLogSum", log_sum}, std::pair{"ReduceL2", l2}}) {
+    r.Run(op, {x}, {y}, {Ints("axes", {1}), Int("keepdims", 0)});
+  }
+  EXPECT_THAT(r.Floats(min), ElementsAre(INFINITY, INFINITY));
+  EXPECT_THAT(r.Floats(prod), ElementsAre(1, 1));
+  EXPECT_THAT(r.Floats(log_sum), ElementsAre(-INFINITY, -INFINITY));
+  EXPECT_THAT(r.Floats(l2), ElementsAre(0, 0));
+}
+
+// int64 reductions fold exactly in int64 (past double's 2^53, wrapping on overflow); those
+// with a float result refuse int64.
+TEST(CpuReduce, Int64ReductionsAreExact) {
+  KernelRunner r;
+  const int64_t big = (int64_t{1} << 53) + 1;
+  const int x = r.IntInput({2, 3}, {big, 1, -5, 3, -4, 2});
+  const int sum = r.Output({2}, plan::INT64);
+  const int max = r.Output({1, 3}, plan::INT64);
+  const int min = r.Output({2}, plan::INT64);
+  const int prod = r.Output({2}, plan::INT64);
+  const int l1 = r.Output({2}, plan::INT64);
+  const int squares = r.Output({}, plan::INT64);
+  r.Run("ReduceSum", {x, r.IntInput({1}, {1})}, {sum}, {Int("keepdims", 0)});
+  r.Run("ReduceMax", {x}, {max}, {Ints("axes", {0})});
+  r.Run("ReduceMin", {x}, {min}, {Ints("axes", {1}), Int("keepdims", 0)});
+  r.Run("ReduceProd", {x}, {prod}, {Ints("axes", {1}), Int("keepdims", 0)});
+  r.Run("ReduceL1", {x}, {l1}, {Ints("axes", {1}), Int("keepdims", 0)});
+  r.Run("ReduceSumSquare", {x}, {squares}, {Int("keepdims", 0)});
+  EXPECT_THAT(r.Int64s(sum), ElementsAre(big - 4, 1));
+  EXPECT_THAT(r.Int64s(max), ElementsAre(big, 1, 2));
+  EXPECT_THAT(r.Int64s(min), ElementsAre(-5, -4));
+  EXPECT_THAT(r.Int64s(prod), ElementsAre(-5 * big, -24));
+  EXPECT_THAT(r.Int64s(l1), ElementsAre(big + 6, 9));
+  // big² wraps, as in numpy and PyTorch.
+  const auto wrapped = static_cast<uint64_t>(big) * static_cast<uint64_t>(big) + 55;
+  EXPECT_THAT(r.Int64s(squares), ElementsAre(static_cast<int64_t>(wrapped)));
+  const int l2 = r.Output({}, plan::INT64);
+  try {
+    r.Run("ReduceL2", {x}, {l2}, {Int("keepdims", 0)});
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("ReduceL2: input 0 (float32 only) has dtype int64"));
+  }
+}
+
+// The product of the others: P / x without zeros, P at a lone zero, 0 with two zeros.
+TEST(CpuReduce, ReduceProdGradHandlesZeros) {
+  KernelRunner r;
+  const int x = r.Input({3, 3}, {2, -3, 4, 0, 5, -2, 0, 7, 0});
+  const int dy = r.Input({3, 1}, {1, 2, 3});
+  const int dx = r.Output({3, 3});
+  r.Run("piper.ReduceProdGrad", {dy, x}, {dx}, {Ints("axes", {1})});
+  EXPECT_THAT(r.Floats(dx), ElementsAre(-12, 8, -6, -20, 0, 0, 0, 0, 0));
 }
 
 }  // namespace

@@ -490,6 +490,137 @@ void add_math_and_normalization_cases(std::vector<GradientCase>& all) {
                  {"s"}});
 }
 
+// Mod, Mean and CastLike, and the comparisons and logic ops that carry no gradient.
+void add_binary_and_logical_cases(std::vector<GradientCase>& all) {
+  for (int64_t fmod : {0, 1}) {
+    all.push_back({"Mod_fmod" + std::to_string(fmod) + "_broadcast",
+                   [fmod](OnnxBuilder& b) {
+                     // Mixed signs, every a / w at least 0.1 from an integer, so no nudge
+                     // crosses a jump of the remainder.
+                     b.initializer("a", {2, 3}, {2.3f, -1.7f, 0.45f, -3.1f, 1.25f, -0.4f});
+                     b.initializer("w", {3}, {0.9f, -0.7f, 0.6f});
+                     OnnxBuilder::attr(node(b, "Mod", {"a", "w"}), "fmod", fmod);
+                   },
+                   {2, 3},
+                   {"a", "w"}});
+  }
+  all.push_back({"Mean_three_broadcast",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {2, 3}, 70);
+                   param(b, "w", {3}, 71);
+                   param(b, "c", {2, 1}, 72);
+                   node(b, "Mean", {"a", "w", "c"});
+                 },
+                 {2, 3},
+                 {"a", "w", "c"}});
+  all.push_back({"CastLike_float_to_float",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {2, 3}, 73);
+                   b.float_constant("like", {}, {0.0f});
+                   node(b, "CastLike", {"a", "like"});
+                 },
+                 {2, 3},
+                 {"a"}});
+  // out = a · float(((a >= -0.5) and (a <= 0.5)) xor (a >= 0.2) or not(a <= 0.7)), built
+  // with int64 CastLike and Mod on the side: the gradient flows through the Mul only.
+  all.push_back({"Logic_and_int_Mod_carry_no_gradient",
+                 [](OnnxBuilder& b) {
+                   // At least 0.05 from every threshold, so no nudge crosses one.
+                   b.initializer("a", {2, 3}, {-0.8f, 0.1f, 0.35f, -0.3f, 0.6f, 0.9f});
+                   b.float_constant("lo", {}, {-0.5f});
+                   b.float_constant("hi", {}, {0.5f});
+                   b.float_constant("mid", {}, {0.2f});
+                   b.float_constant("top", {}, {0.7f});
+                   b.node("GreaterOrEqual", {"a", "lo"}, {"ge"});
+                   b.node("LessOrEqual", {"a", "hi"}, {"le"});
+                   b.node("And", {"ge", "le"}, {"inside"});
+                   b.node("GreaterOrEqual", {"a", "mid"}, {"upper"});
+                   b.node("Xor", {"inside", "upper"}, {"x"});
+                   b.node("LessOrEqual", {"a", "top"}, {"below"});
+                   b.node("Not", {"below"}, {"above"});
+                   b.node("Or", {"x", "above"}, {"mask"});
+                   b.int_initializer("seven", {}, {7});
+                   b.node("CastLike", {"mask", "seven"}, {"mi"});
+                   b.int_initializer("two", {}, {2});
+                   b.node("Add", {"mi", "two"}, {"m2"});
+                   b.node("Mod", {"m2", "two"}, {"parity"});  // the mask again
+                   OnnxBuilder::attr(b.node("Cast", {"parity"}, {"m"}), "to", int64_t{1});
+                   b.node("Mul", {"a", "m"}, {"out"});
+                 },
+                 {2, 3},
+                 {"a"}});
+}
+
+// The reductions beyond ReduceSum, ReduceMean and ReduceMax: keepdims 0 and 1, some axes and
+// all (opset 17 takes axes as an attribute; the opset 18 input is the kernels' concern).
+void add_reduction_cases(std::vector<GradientCase>& all) {
+  struct Reduce {
+    const char* op;
+    float low, high, away_from_zero;
+  };
+  for (const Reduce& r : {Reduce{"ReduceL1", -1, 1, 0.1f}, Reduce{"ReduceL2", -1, 1, 0},
+                          Reduce{"ReduceSumSquare", -1, 1, 0}, Reduce{"ReduceLogSum", 0.5f, 2, 0},
+                          Reduce{"ReduceLogSumExp", -3, 3, 0}, Reduce{"ReduceProd", -2, 2, 0.2f}}) {
+    for (int64_t keepdims : {0, 1}) {
+      all.push_back({std::string(r.op) + "_keepdims" + std::to_string(keepdims),
+                     [r, keepdims](OnnxBuilder& b) {
+                       param(b, "a", {2, 3, 4}, 80, r.low, r.high, r.away_from_zero);
+                       auto& n = node(b, r.op, {"a"});
+                       OnnxBuilder::attr(n, "axes", std::vector<int64_t>{0, -1});
+                       OnnxBuilder::attr(n, "keepdims", keepdims);
+                     },
+                     keepdims ? std::vector<int64_t>{1, 3, 1} : std::vector<int64_t>{3},
+                     {"a"}});
+    }
+    all.push_back({std::string(r.op) + "_all_axes",
+                   [r](OnnxBuilder& b) {
+                     param(b, "a", {3, 2}, 81, r.low, r.high, r.away_from_zero);
+                     OnnxBuilder::attr(node(b, r.op, {"a"}), "keepdims", int64_t{0});
+                   },
+                   {},
+                   {"a"}});
+  }
+  // Groups with no zero, one zero and two zeros: the product of the others, zeros included.
+  all.push_back(
+      {"ReduceProd_zeros",
+       [](OnnxBuilder& b) {
+         b.initializer("a", {3, 3}, {0.5f, -1.5f, 2.0f, 0.0f, 1.5f, -0.8f, 0.0f, 0.7f, 0.0f});
+         OnnxBuilder::attr(node(b, "ReduceProd", {"a"}), "axes", std::vector<int64_t>{1});
+       },
+       {3, 1},
+       {"a"}});
+  all.push_back({"ReduceL2_zero_group",
+                 [](OnnxBuilder& b) {
+                   b.initializer("a", {2, 2}, {0.0f, 0.0f, 0.6f, -0.8f});
+                   OnnxBuilder::attr(node(b, "ReduceL2", {"a"}), "axes", std::vector<int64_t>{1});
+                 },
+                 {2, 1},
+                 {"a"}});
+  // out = a · Hardmax(a): the gradient flows through the Mul's first operand only.
+  all.push_back({"Hardmax_mask",
+                 [](OnnxBuilder& b) {
+                   b.initializer("a", {3, 4},
+                                 {0.1f, 0.9f, -0.5f, 0.4f, -0.2f, -0.8f, 0.7f, 0.3f, 0.6f, -0.4f,
+                                  0.2f, -0.9f});
+                   b.node("Hardmax", {"a"}, {"h"});
+                   node(b, "Mul", {"a", "h"});
+                 },
+                 {3, 4},
+                 {"a"}});
+  all.push_back({"ReduceMin_axis0",
+                 [](OnnxBuilder& b) {
+                   // Values 0.1 apart, so no nudge changes which element is the minimum.
+                   std::vector<float> values(12);
+                   for (int i = 0; i < 12; ++i) values[i] = static_cast<float>((i * 5) % 12) * 0.1f;
+                   b.initializer("a", {3, 4}, values);
+                   auto& n = node(b, "ReduceMin", {"a"});
+                   OnnxBuilder::attr(n, "axes", std::vector<int64_t>{0});
+                   OnnxBuilder::attr(n, "keepdims", int64_t{0});
+                 },
+                 {4},
+                 {"a"}});
+}
+
 // The fused ops of planner/fusion, built from the op patterns the fusion pass rewrites.
 void add_fused_cases(std::vector<GradientCase>& all) {
   const auto attention = [](const std::string& mask) {
@@ -909,6 +1040,8 @@ std::vector<GradientCase> cases() {
   add_scatter_cases(all);
   add_einsum_cases(all);
   add_math_and_normalization_cases(all);
+  add_binary_and_logical_cases(all);
+  add_reduction_cases(all);
   add_fused_cases(all);
   return all;
 }

@@ -61,6 +61,31 @@ void prelu_rule(GradientBuilder& g) {
   if (g.wants(1)) g.contribute(1, g.sum_to_input(g.emit("Mul", {negative, x}, shape), 1));
 }
 
+// Y = A mod B = A − q·B with q = A/B rounded to an integer (toward zero with fmod, down
+// without): dA = dY, dB = −dY · q, with q recovered as (A − Y) / B (as PyTorch's fmod and
+// remainder, which treat q as constant).
+void mod_rule(GradientBuilder& g) {
+  const ir::TensorId dy = g.output_gradient(0);
+  const ir::Shape out = g.output_shape(0);
+  if (g.wants(0)) g.contribute(0, g.sum_to_input(dy, 0));
+  if (g.wants(1)) {
+    const ir::TensorId multiple = g.emit("Sub", {g.op().inputs[0], g.op().outputs[0]}, out);
+    const ir::TensorId quotient = g.emit("Div", {multiple, g.op().inputs[1]}, out);
+    const ir::TensorId product = g.emit("Mul", {dy, quotient}, out);
+    g.contribute(1, g.emit("Neg", {g.sum_to_input(product, 1)}, g.input_shape(1)));
+  }
+}
+
+// Y = (X0 + ... + Xn−1) / n: dXi = dY / n summed down to Xi's shape.
+void mean_rule(GradientBuilder& g) {
+  const size_t n = g.op().inputs.size();
+  const ir::TensorId scale = g.constant(1.0f / static_cast<float>(n));
+  const ir::TensorId scaled = g.emit("Mul", {g.output_gradient(0), scale}, g.output_shape(0));
+  for (size_t i = 0; i < n; ++i) {
+    if (g.wants(i)) g.contribute(i, g.sum_to_input(scaled, i));
+  }
+}
+
 void neg_rule(GradientBuilder& g) {
   g.contribute(0, g.emit("Neg", {g.output_gradient(0)}, g.input_shape(0)));
 }
@@ -131,6 +156,8 @@ void add_elementwise_rules(GradientRules& rules) {
   rules["Sub"] = sub_rule;
   rules["Mul"] = mul_rule;
   rules["Div"] = div_rule;
+  rules["Mod"] = mod_rule;
+  rules["Mean"] = mean_rule;
   rules["Neg"] = neg_rule;
   rules["Relu"] = activation_rule<kReluGrad>;
   rules["Tanh"] = activation_rule<kTanhGrad>;

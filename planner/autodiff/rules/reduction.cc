@@ -1,6 +1,8 @@
 // ReduceSum and ReduceMean: the gradient is the output gradient broadcast back;
-// ReduceMax routes it to the maxima.
+// ReduceMax and ReduceMin route it to the extrema; ReduceProd, ReduceL1, ReduceL2,
+// ReduceSumSquare, ReduceLogSum and ReduceLogSumExp scale it by their derivatives.
 #include <algorithm>
+#include <cfloat>
 #include <cstring>
 
 #include "planner/autodiff/rules/rules.h"
@@ -24,36 +26,88 @@ std::vector<int64_t> reduced_axes(const GradientBuilder& g, const std::vector<in
   return axes;
 }
 
-void broadcast_back(GradientBuilder& g, const std::vector<int64_t>& axes, bool mean) {
-  const ir::Shape shape = g.input_shape(0);
-  int64_t count = 1;
-  for (int64_t axis : axes) count *= shape[axis];
+// The axes an opset 13-17 attribute or an opset 18 input gives (ReduceSum: input only).
+std::vector<int64_t> given_axes(const GradientBuilder& g) {
+  if (g.has_input(1)) return g.constant_ints(g.op().inputs[1]);
+  return ir::attr_ints(g.op().attributes, "axes");
+}
+
+// `tensor`, of the forward output's shape, broadcast back to the input's shape (times scale).
+ir::TensorId broadcast_back(GradientBuilder& g, ir::TensorId tensor,
+                            const std::vector<int64_t>& axes, double scale = 1.0) {
   const bool keepdims = ir::attr_int(g.op().attributes, "keepdims", 1) != 0;
   ir::Attributes attrs = {{"axes", keepdims ? std::vector<int64_t>{} : axes}};
-  if (mean) attrs["scale"] = 1.0 / static_cast<double>(count);
-  g.contribute(0, g.emit("piper.BroadcastTo", {g.output_gradient(0)}, shape, std::move(attrs)));
+  if (scale != 1.0) attrs["scale"] = scale;
+  return g.emit("piper.BroadcastTo", {tensor}, g.input_shape(0), std::move(attrs));
 }
 
 void reduce_mean_rule(GradientBuilder& g) {
-  broadcast_back(g, reduced_axes(g, ir::attr_ints(g.op().attributes, "axes")), true);
+  const std::vector<int64_t> axes = reduced_axes(g, given_axes(g));
+  int64_t count = 1;
+  for (int64_t axis : axes) count *= g.input_shape(0)[axis];
+  g.contribute(0, broadcast_back(g, g.output_gradient(0), axes, 1.0 / static_cast<double>(count)));
 }
 
 void reduce_sum_rule(GradientBuilder& g) {
-  // Opset 13+: axes is an (already folded) int64 constant input.
-  std::vector<int64_t> given;
-  if (g.has_input(1)) given = g.constant_ints(g.op().inputs[1]);
-  broadcast_back(g, reduced_axes(g, given), false);
+  g.contribute(0, broadcast_back(g, g.output_gradient(0), reduced_axes(g, given_axes(g))));
 }
 
-// ReduceMax: the gradient goes to the elements equal to their maximum, split evenly among
-// ties (as PyTorch's amax). Opset 17 takes axes as an attribute, opset 18 as an input.
-void reduce_max_rule(GradientBuilder& g) {
-  std::vector<int64_t> given = ir::attr_ints(g.op().attributes, "axes");
-  if (g.has_input(1)) given = g.constant_ints(g.op().inputs[1]);
-  const std::vector<int64_t> axes = reduced_axes(g, given);
+// ReduceMax and ReduceMin: the gradient goes to the elements equal to their extremum, split
+// evenly among ties (as PyTorch's amax and amin).
+void reduce_extremum_rule(GradientBuilder& g) {
+  const std::vector<int64_t> axes = reduced_axes(g, given_axes(g));
   g.contribute(
       0, g.emit("piper.ReduceMaxGrad", {g.output_gradient(0), g.op().inputs[0], g.op().outputs[0]},
                 g.input_shape(0), {{"axes", axes}}));
+}
+
+// ReduceProd: dX = dY · (the product of the group's other elements), zeros included.
+void reduce_prod_rule(GradientBuilder& g) {
+  const std::vector<int64_t> axes = reduced_axes(g, given_axes(g));
+  g.contribute(0, g.emit("piper.ReduceProdGrad", {g.output_gradient(0), g.op().inputs[0]},
+                         g.input_shape(0), {{"axes", axes}}));
+}
+
+// ReduceL1: dX = dY · sign(X) (0 at 0, as PyTorch's norm).
+void reduce_l1_rule(GradientBuilder& g) {
+  const ir::TensorId dy = broadcast_back(g, g.output_gradient(0), reduced_axes(g, given_axes(g)));
+  g.contribute(0, g.emit("piper.AbsGrad", {dy, g.op().inputs[0]}, g.input_shape(0)));
+}
+
+// ReduceSumSquare: dX = 2 · dY · X.
+void reduce_sum_square_rule(GradientBuilder& g) {
+  const auto axes = reduced_axes(g, given_axes(g));
+  const ir::TensorId dy = broadcast_back(g, g.output_gradient(0), axes, 2.0);
+  g.contribute(0, g.emit("Mul", {dy, g.op().inputs[0]}, g.input_shape(0)));
+}
+
+// ReduceL2: dX = dY · X / Y, 0 where Y = 0 (then X = 0 too: the norm's subgradient, as
+// PyTorch's): Y is divided by as max(Y, FLT_MIN), which changes only denormal norms.
+void reduce_l2_rule(GradientBuilder& g) {
+  const ir::Shape out = g.output_shape(0);
+  const ir::TensorId norm = g.emit("Max", {g.op().outputs[0], g.constant(FLT_MIN)}, out);
+  const ir::TensorId ratio = g.emit("Div", {g.output_gradient(0), norm}, out);
+  const ir::TensorId dy = broadcast_back(g, ratio, reduced_axes(g, given_axes(g)));
+  g.contribute(0, g.emit("Mul", {dy, g.op().inputs[0]}, g.input_shape(0)));
+}
+
+// ReduceLogSum: Y = log S, dX = dY / S = dY / e^Y.
+void reduce_log_sum_rule(GradientBuilder& g) {
+  const ir::Shape out = g.output_shape(0);
+  const ir::TensorId sum = g.emit("Exp", {g.op().outputs[0]}, out);
+  const ir::TensorId ratio = g.emit("Div", {g.output_gradient(0), sum}, out);
+  g.contribute(0, broadcast_back(g, ratio, reduced_axes(g, given_axes(g))));
+}
+
+// ReduceLogSumExp: dX = dY · e^(X − Y), the softmax of X over its group.
+void reduce_log_sum_exp_rule(GradientBuilder& g) {
+  const ir::Shape shape = g.input_shape(0);
+  const std::vector<int64_t> axes = reduced_axes(g, given_axes(g));
+  const ir::TensorId y = broadcast_back(g, g.op().outputs[0], axes);
+  const ir::TensorId shifted = g.emit("Sub", {g.op().inputs[0], y}, shape);
+  const ir::TensorId softmax = g.emit("Exp", {shifted}, shape);
+  const ir::TensorId dy = broadcast_back(g, g.output_gradient(0), axes);
+  g.contribute(0, g.emit("Mul", {dy, softmax}, shape));
 }
 
 }  // namespace
@@ -61,7 +115,14 @@ void reduce_max_rule(GradientBuilder& g) {
 void add_reduction_rules(GradientRules& rules) {
   rules["ReduceMean"] = reduce_mean_rule;
   rules["ReduceSum"] = reduce_sum_rule;
-  rules["ReduceMax"] = reduce_max_rule;
+  rules["ReduceMax"] = reduce_extremum_rule;
+  rules["ReduceMin"] = reduce_extremum_rule;
+  rules["ReduceProd"] = reduce_prod_rule;
+  rules["ReduceL1"] = reduce_l1_rule;
+  rules["ReduceL2"] = reduce_l2_rule;
+  rules["ReduceSumSquare"] = reduce_sum_square_rule;
+  rules["ReduceLogSum"] = reduce_log_sum_rule;
+  rules["ReduceLogSumExp"] = reduce_log_sum_exp_rule;
 }
 
 }  // namespace piper::planner
