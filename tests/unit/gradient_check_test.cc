@@ -806,7 +806,11 @@ void add_unary_math_cases(std::vector<GradientCase>& all) {
   all.push_back({"Abs_int64_positions",
                  [](OnnxBuilder& b) {
                    param(b, "a", {2, 3}, 24);
-                   b.int_initializer("positions", {3}, {-2, 0, 3});
+                   // Positions from a batch-independent but trained value, so that constant
+                   // folding leaves the Abs for the engine.
+                   param(b, "offsets", {3}, 25, -4, 4, 0.2f);
+                   OnnxBuilder::attr(b.node("Cast", {"offsets"}, {"positions"}), "to",
+                                     int64_t{onnx::TensorProto::INT64});
                    b.node("Abs", {"positions"}, {"distance"});
                    OnnxBuilder::attr(b.node("Cast", {"distance"}, {"scale"}), "to",
                                      int64_t{onnx::TensorProto::FLOAT});
