@@ -23,36 +23,43 @@ std::string child_path(const std::string& path, const std::string& key) {
   return identifier ? path + "." + key : path + "[" + json(key).dump() + "]";
 }
 
-// nlohmann::json keeps the last of duplicated keys; a strategy file must not
-// depend on that, so the parser callback tracks where it is and refuses them.
-class DuplicateKeyGuard {
+// A first, SAX pass over the text that builds nothing: nlohmann::json keeps the last of
+// duplicated keys, and a strategy file must not depend on that, so duplicates are refused
+// naming their path; it also bounds the nesting, which would otherwise only end with the
+// stack (a file nested 100,000 deep). A separate pass, not a parse callback, because
+// nlohmann's callback parser rescans an array at the end of each of its objects: quadratic
+// in the array's length (a million directives took minutes).
+class StrictnessCheck : public nlohmann::json_sax<json> {
  public:
-  explicit DuplicateKeyGuard(const std::string& source) : source_(source) {}
+  static constexpr size_t kMaxDepth = 256;
 
-  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        frames_.emplace_back().array = event == json::parse_event_t::array_start;
-        break;
-      case json::parse_event_t::key: {
-        Frame& top = frames_.back();
-        top.key = parsed.get<std::string>();
-        if (!top.keys.insert(top.key).second) {
-          throw Error(source_ + ": " + path() +
-                      ": duplicate key (a key may appear once per object)");
-        }
-        break;
-      }
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        frames_.pop_back();
-        [[fallthrough]];
-      case json::parse_event_t::value:
-        if (!frames_.empty() && frames_.back().array) ++frames_.back().count;
-        break;
+  explicit StrictnessCheck(const std::string& source) : source_(source) {}
+
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override { return open(false); }
+  bool start_array(std::size_t) override { return open(true); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& key) override {
+    Frame& top = frames_.back();
+    top.key = key;
+    if (!top.keys.insert(key).second) {
+      throw Error(source_ + ": " + path() + ": duplicate key (a key may appear once per object)");
     }
     return true;
+  }
+  // Rethrown as its own type, for parse_json_text to place in the text.
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception& error) override {
+    if (const auto* syntax = dynamic_cast<const json::parse_error*>(&error)) throw *syntax;
+    if (const auto* range = dynamic_cast<const json::out_of_range*>(&error)) throw *range;
+    throw Error(source_ + ": invalid JSON: " + error.what());
   }
 
  private:
@@ -62,6 +69,23 @@ class DuplicateKeyGuard {
     std::string key;   // the current key, for objects
     std::set<std::string> keys;
   };
+
+  bool value() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().count;
+    return true;
+  }
+  bool open(bool array) {
+    if (frames_.size() == kMaxDepth) {
+      throw Error(source_ + ": " + path() + ": nested deeper than " + std::to_string(kMaxDepth) +
+                  " levels; a strategy needs a handful");
+    }
+    frames_.emplace_back().array = array;
+    return true;
+  }
+  bool close() {
+    frames_.pop_back();
+    return value();
+  }
 
   std::string path() const {
     std::string out = "$";
@@ -99,7 +123,9 @@ std::string reason(const nlohmann::json::exception& e) {
 
 json parse_json_text(const std::string& text, const std::string& source) {
   try {
-    return json::parse(text, DuplicateKeyGuard(source));
+    StrictnessCheck check(source);
+    json::sax_parse(text, &check);
+    return json::parse(text);
   } catch (const json::parse_error& e) {
     // e.byte counts the characters read, the offending one included.
     throw Error(source + ":" + position(text, e.byte == 0 ? 0 : e.byte - 1) +

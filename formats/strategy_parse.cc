@@ -18,6 +18,12 @@ using nlohmann::json;
 using Keys = std::vector<std::string_view>;
 
 constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
+// Bounds generous enough for thousands of ranks, so that a damaged or hostile file fails at
+// once instead of running the planner out of time or memory.
+constexpr size_t kMaxListEntries = 100000;  // directives, annotations, frozen globs
+constexpr int64_t kMaxDevices = 65536;      // device indices are below this
+constexpr int64_t kMaxMicrobatches = 65536;
+constexpr int64_t kMaxGlobalBatch = int64_t{1} << 31;
 
 bool is_identifier(std::string_view name) {
   if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
@@ -76,6 +82,10 @@ const json& read_object(const Context& ctx, const std::string& path, const json&
 const json& read_array(const Context& ctx, const std::string& path, const json& v,
                        const std::string& of) {
   if (!v.is_array()) ctx.expected(path, "an array of " + of, v);
+  if (v.size() > kMaxListEntries) {
+    ctx.fail(path, "holds " + std::to_string(v.size()) + " entries; Piper takes at most " +
+                       std::to_string(kMaxListEntries));
+  }
   return v;
 }
 
@@ -187,11 +197,16 @@ std::vector<int64_t> read_devices(const Context& ctx, const std::string& path, c
   bool ok = v.is_array() && !v.empty();
   for (size_t i = 0; ok && i < v.size(); ++i) {
     std::optional<int64_t> device = as_int64(v[i]);
-    ok = device && *device >= 0 &&
+    ok = device && *device >= 0 && *device < kMaxDevices &&
          std::find(devices.begin(), devices.end(), *device) == devices.end();
     if (ok) devices.push_back(*device);
   }
-  if (!ok) ctx.expected(path, "a non-empty array of distinct device indices >= 0", v);
+  if (!ok) {
+    ctx.expected(
+        path,
+        "a non-empty array of distinct device indices in [0, " + std::to_string(kMaxDevices) + ")",
+        v);
+  }
   return devices;
 }
 
@@ -290,7 +305,7 @@ class Object {
 SplitDirective read_split(const Object& o) {
   return {.filter = o.filter("filter"),
           .dim_name = o.string("dim_name", ""),
-          .num_microbatches = *o.integer("num_microbatches", 1)};
+          .num_microbatches = *o.integer("num_microbatches", 1, kMaxMicrobatches)};
 }
 
 PlaceDirective read_place(const Object& o) {
@@ -369,7 +384,7 @@ PipelineDirective read_pipeline(const Object& o) {
                                                          "dualpipe", "dualpipev"}),
                       .tag = o.tag_name("tag").value_or("PP"),
                       .devices = *o.devices("devices"),
-                      .num_microbatches = *o.integer("num_microbatches", 1),
+                      .num_microbatches = *o.integer("num_microbatches", 1, kMaxMicrobatches),
                       .chunks = o.integer("chunks", 1).value_or(1),
                       .auto_stages = o.choice("stages", {"auto"}).has_value()};
   if (d.chunks > 1 && d.schedule != "interleaved") {
@@ -583,7 +598,7 @@ Strategy parse_strategy(const std::string& text, const std::string& source_name)
   Strategy s;
   s.source = source_name;
   Object batch(ctx, *top.find("batch"), top.at("batch"), {"global"}, {"global"});
-  s.global_batch = *batch.integer("global", 1);
+  s.global_batch = *batch.integer("global", 1, kMaxGlobalBatch);
   if (const json* optimizer = top.find("optimizer")) s.optimizer = read_optimizer(ctx, *optimizer);
   s.precision = top.choice("precision", {"fp32", "tf32", "bf16"}).value_or("fp32");
   if (const json* frozen = top.find("frozen")) {

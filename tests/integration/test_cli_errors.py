@@ -354,12 +354,22 @@ class PlanErrors(ErrorTest):
         self.plan_fails(mlp_model(), self.strategy_value(value), "$.directives[2].devices",
                         "device 3", "device(s) 1, 2")
 
+    def test_json_nested_100000_deep_is_an_error_not_a_crash(self):
+        text = '{"batch": {"global": 32}, "frozen": ' + "[" * 100000 + "]" * 100000 + "}"
+        self.plan_fails(mlp_model(), self.strategy_text(text), "nested deeper than 256 levels")
+
+    def test_a_million_directives_fail_at_once(self):
+        text = ('{"batch": {"global": 32}, "directives": [' +
+                ",".join(['{"op": "place", "devices": [0]}'] * 1000000) + "]}")
+        self.plan_fails(mlp_model(), self.strategy_text(text), "$.directives",
+                        "Piper takes at most 100000")
+
     def test_far_device_index_fails_at_once(self):
         # Every rank up to the index would be planned; refused before that.
         value = harness.strategy(GLOBAL_BATCH, SGD,
-                                 directives=[{"op": "place", "devices": [100000]}])
+                                 directives=[{"op": "place", "devices": [60000]}])
         self.plan_fails(mlp_model(), self.strategy_value(value), "$.directives[0].devices",
-                        "device 100000", "0, 1, 2, 3, 4, ...")
+                        "device 60000", "0, 1, 2, 3, 4, ...")
 
     def test_device_left_without_work(self):
         value = harness.strategy(GLOBAL_BATCH, SGD, directives=[

@@ -3,7 +3,7 @@
 // trip, and the files shipped in samples/ and schemas/.
 #include "formats/strategy.h"
 
-#include <gtest/gtest.h>
+#include <gmock/gmock.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -30,6 +30,30 @@ std::string error_of(const std::string& text) {
 // A minimal valid strategy with `directives` as its directive list.
 std::string with_directives(const std::string& directives) {
   return R"({"batch": {"global": 8}, "directives": )" + directives + "}";
+}
+
+TEST(StrategyLimits, NestingDeeperThan256IsRefusedNotACrash) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_THAT(error_of(R"({"batch": {"global": 8}, "frozen": )" + deep + "}"),
+              ::testing::HasSubstr("nested deeper than 256 levels"));
+  const std::string fine = std::string(200, '[') + std::string(200, ']');
+  EXPECT_THAT(error_of(R"({"batch": {"global": 8}, "frozen": )" + fine + "}"),
+              ::testing::Not(::testing::HasSubstr("nested deeper")));
+}
+
+TEST(StrategyLimits, ListsDevicesAndMicrobatchesAreBounded) {
+  std::string many = "[";
+  for (int i = 0; i <= 100000; ++i) many += std::string(i ? "," : "") + R"({"op": "x"})";
+  EXPECT_THAT(
+      error_of(with_directives(many + "]")),
+      ::testing::HasSubstr("$.directives: holds 100001 entries; Piper takes at most 100000"));
+  EXPECT_THAT(error_of(with_directives(R"([{"op": "place", "devices": [65536]}])")),
+              ::testing::HasSubstr("distinct device indices in [0, 65536), got [65536]"));
+  EXPECT_THAT(error_of(with_directives(
+                  R"([{"op": "split", "dim_name": "MB", "num_microbatches": 65537}])")),
+              ::testing::HasSubstr("$.directives[0].num_microbatches"));
+  EXPECT_THAT(error_of(R"({"batch": {"global": 4611686018427387904}})"),
+              ::testing::HasSubstr("$.batch.global"));
 }
 
 constexpr const char* kFull = R"({
@@ -267,11 +291,13 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"DevicesString", with_directives(R"([{"op": "place", "devices": [0]},
                                                        {"op": "place", "devices": "0"}])"),
                   "strategy.json: $.directives[1].devices: expected a non-empty array of "
-                  "distinct device indices >= 0, got \"0\""},
-        ErrorCase{"BatchString", R"({"batch": {"global": "8"}})",
-                  "strategy.json: $.batch.global: expected a positive integer, got \"8\""},
-        ErrorCase{"BatchFraction", R"({"batch": {"global": 8.5}})",
-                  "strategy.json: $.batch.global: expected a positive integer, got 8.5"},
+                  "distinct device indices in [0, 65536), got \"0\""},
+        ErrorCase{
+            "BatchString", R"({"batch": {"global": "8"}})",
+            "strategy.json: $.batch.global: expected an integer from 1 to 2147483648, got \"8\""},
+        ErrorCase{
+            "BatchFraction", R"({"batch": {"global": 8.5}})",
+            "strategy.json: $.batch.global: expected an integer from 1 to 2147483648, got 8.5"},
         ErrorCase{"NesterovNumber",
                   "{" + kBatch + R"(, "optimizer": {"type": "sgd", "nesterov": 1}})",
                   "strategy.json: $.optimizer.nesterov: expected true or false, got 1"},
@@ -298,7 +324,7 @@ INSTANTIATE_TEST_SUITE_P(
             with_directives(
                 R"([{"op": "place", "devices": "0123456789012345678901234567890123456789012345678901234567890123456789"}])"),
             "strategy.json: $.directives[0].devices: expected a non-empty array of "
-            "distinct device indices >= 0, got "
+            "distinct device indices in [0, 65536), got "
             "\"01234567890123456789012345678901234567890123456789012345..."}),
     [](const auto& info) { return info.param.name; });
 
@@ -306,7 +332,7 @@ INSTANTIATE_TEST_SUITE_P(
     OutOfRange, StrategyErrors,
     testing::Values(
         ErrorCase{"BatchZero", R"({"batch": {"global": 0}})",
-                  "strategy.json: $.batch.global: expected a positive integer, got 0"},
+                  "strategy.json: $.batch.global: expected an integer from 1 to 2147483648, got 0"},
         ErrorCase{"LrZero", "{" + kBatch + R"(, "optimizer": {"type": "sgd", "lr": 0}})",
                   "strategy.json: $.optimizer.lr: expected a number > 0, got 0"},
         ErrorCase{"Momentum", "{" + kBatch + R"(, "optimizer": {"type": "sgd", "momentum": -1}})",
@@ -321,17 +347,18 @@ INSTANTIATE_TEST_SUITE_P(
                   "\"fp16\""},
         ErrorCase{"DuplicateDevice", with_directives(R"([{"op": "place", "devices": [1, 1]}])"),
                   "strategy.json: $.directives[0].devices: expected a non-empty array of "
-                  "distinct device indices >= 0, got [1,1]"},
+                  "distinct device indices in [0, 65536), got [1,1]"},
         ErrorCase{"NegativeDevice", with_directives(R"([{"op": "replicate", "devices": [-1]}])"),
                   "strategy.json: $.directives[0].devices: expected a non-empty array of "
-                  "distinct device indices >= 0, got [-1]"},
+                  "distinct device indices in [0, 65536), got [-1]"},
         ErrorCase{"NoDevices", with_directives(R"([{"op": "zero", "stage": 1, "devices": []}])"),
                   "strategy.json: $.directives[0].devices: expected a non-empty array of "
-                  "distinct device indices >= 0, got []"},
-        ErrorCase{"Microbatches",
-                  with_directives(R"([{"op": "split", "dim_name": "b", "num_microbatches": 0}])"),
-                  "strategy.json: $.directives[0].num_microbatches: expected a positive integer, "
-                  "got 0"},
+                  "distinct device indices in [0, 65536), got []"},
+        ErrorCase{
+            "Microbatches",
+            with_directives(R"([{"op": "split", "dim_name": "b", "num_microbatches": 0}])"),
+            "strategy.json: $.directives[0].num_microbatches: expected an integer from 1 to 65536, "
+            "got 0"},
         ErrorCase{"DimNameNotAName",
                   with_directives(R"([{"op": "split", "dim_name": "2b", "num_microbatches": 2}])"),
                   "strategy.json: $.directives[0].dim_name: \"2b\" cannot name the microbatch "
@@ -581,7 +608,7 @@ TEST(StrategyFiles, LoadUsesThePathAsSourceName) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
-              path + ": $.batch.global: expected a positive integer, got -1");
+              path + ": $.batch.global: expected an integer from 1 to 2147483648, got -1");
   }
   std::filesystem::remove(path);
 }
