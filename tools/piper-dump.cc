@@ -11,13 +11,13 @@
 #include "formats/plan_file.h"
 #include "formats/plan_text.h"
 #include "formats/schedule_view.h"
+#include "tools/command_line.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
       "Prints a Piper plan (written by piper-plan): header, memory, inputs, "
       "parameters, optimizer, and every stream's instructions. With --schedule, draws the "
-      "step piper-plan's cost model planned for every rank of a plan directory instead.",
-      "piper-dump"};
+      "step piper-plan's cost model planned for every rank of a plan directory instead."};
   std::string path, schedule_dir, output;
   bool json = false;
   int width = 100;
@@ -39,7 +39,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(10, 10000))
       ->needs(schedule);
   schedule->excludes("--json");
-  CLI11_PARSE(app, argc, argv);
+  if (const auto exit_code = piper::tools::parse_command_line(app, argc, argv, "piper-dump")) {
+    return *exit_code;
+  }
 
   try {
     if (!schedule_dir.empty() && !path.empty()) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "engine/launch/launcher.h"
+#include "tools/command_line.h"
 
 int main(int argc, char** argv) {
   piper::engine::LaunchOptions options;
@@ -22,7 +23,13 @@ int main(int argc, char** argv) {
       ->default_val(5)
       ->check(CLI::NonNegativeNumber);
   app.allow_extras();
-  CLI11_PARSE(app, argc, argv);
+  app.footer(
+      "Forwarded to every piper-run (piper-run --help describes them): --steps N, --data DIR, "
+      "--seed S, --metrics FILE, --save-onnx FILE, --trace FILE, --timeout S, --device "
+      "cpu|cuda, --comm gloo|nccl; %r in a path stands for the rank.");
+  if (const auto exit_code = piper::tools::parse_command_line(app, argc, argv, "piper-launch")) {
+    return *exit_code;
+  }
   options.run_args = app.remaining();
   try {
     return piper::engine::launch(options);

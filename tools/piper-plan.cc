@@ -8,6 +8,7 @@
 #include "formats/plan_directory.h"
 #include "formats/strategy.h"
 #include "planner/plan_model.h"
+#include "tools/command_line.h"
 
 namespace {
 
@@ -122,7 +123,9 @@ int main(int argc, char** argv) {
                  "cost model: seconds each kernel adds (dispatch, launch)")
       ->default_val(rates.op_overhead)
       ->check(CLI::NonNegativeNumber);
-  CLI11_PARSE(app, argc, argv);
+  if (const auto exit_code = piper::tools::parse_command_line(app, argc, argv, "piper-plan")) {
+    return *exit_code;
+  }
   try {
     const piper::strategy::Strategy strategy = piper::strategy::load_strategy(strategy_path);
     if (expand) {

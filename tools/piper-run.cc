@@ -5,6 +5,7 @@
 
 #include "engine/cpu/blas.h"
 #include "engine/runtime/run.h"
+#include "tools/command_line.h"
 
 int main(int argc, char** argv) {
   // OpenBLAS chooses its kernels as it loads and falls back to slow ones on CPUs newer than
@@ -37,8 +38,8 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingDirectory);
   app.add_option("--metrics", options.metrics_path,
                  "Write per-step metrics as JSON lines (step, loss, seconds, samples_per_s, "
-                 "peak_bytes, peak_rss_bytes) to this file; written as FILE.tmp and renamed when "
-                 "the run ends. "
+                 "peak_bytes, peak_rss_bytes) to this file, a line appended and flushed as each "
+                 "step ends (a failed run keeps the steps it finished). "
                  "Of several ranks only rank 0 writes it, unless the path holds %r");
   app.add_option("--save-onnx", options.save_onnx_path,
                  "After training, write the model (the plan's header.model_path) with the trained "
@@ -71,7 +72,9 @@ int main(int argc, char** argv) {
                  "through host memory, so that ranks can share a GPU) or nccl (GPU memory, "
                  "--device cuda). Default: gloo for cpu, nccl for cuda")
       ->check(CLI::IsMember({"gloo", "nccl"}));
-  CLI11_PARSE(app, argc, argv);
+  if (const auto exit_code = piper::tools::parse_command_line(app, argc, argv, "piper-run")) {
+    return *exit_code;
+  }
   try {
     piper::engine::run_training(options, std::cout);
   } catch (const std::exception& error) {

@@ -1,10 +1,13 @@
 #include "engine/runtime/run.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -36,44 +39,39 @@ std::string mib(uint64_t bytes) {
   return text;
 }
 
-// Metrics as JSON lines in PATH.tmp, renamed to PATH by commit(); removed if never committed.
+// Metrics as JSON lines, each appended and flushed as its step ends, so that a run that fails
+// later keeps the steps it finished. The file appears with the first finished step.
 class MetricsFile {
  public:
-  explicit MetricsFile(std::string path) : path_(std::move(path)), temporary_(path_ + ".tmp") {
-    out_.open(temporary_, std::ios::trunc);
-    if (!out_) {
-      throw Error("--metrics: cannot write '" + temporary_ + "'");
-    }
-  }
-  ~MetricsFile() {
-    if (!committed_) {
-      out_.close();
-      std::error_code ignored;
-      std::filesystem::remove(temporary_, ignored);
-    }
-  }
+  explicit MetricsFile(std::string path) : path_(std::move(path)) {}
   void write(const nlohmann::json& line) {
+    if (!out_.is_open()) out_.open(path_, std::ios::trunc);
     out_ << line.dump() << '\n';
     out_.flush();
-    if (!out_) throw Error("--metrics: cannot write '" + temporary_ + "'");
-  }
-  void commit() {
-    out_.close();
-    std::error_code error;
-    std::filesystem::rename(temporary_, path_, error);
-    if (error) {
-      throw Error("--metrics: cannot rename '" + temporary_ + "' to '" + path_ +
-                  "': " + error.message());
-    }
-    committed_ = true;
+    if (!out_) throw Error("--metrics: cannot write '" + path_ + "': " + std::strerror(errno));
   }
 
  private:
   std::string path_;
-  std::string temporary_;
   std::ofstream out_;
-  bool committed_ = false;
 };
+
+// Fails before the first step when `path` could not be written once training ends.
+void check_output_path(const std::string& flag, const std::string& path) {
+  const std::filesystem::path target = std::filesystem::absolute(path);
+  std::error_code error;
+  if (std::filesystem::is_directory(target, error)) {
+    throw Error(flag + " '" + path + "' is a folder; give the path of a file");
+  }
+  const std::filesystem::path folder = target.parent_path();
+  if (!std::filesystem::is_directory(folder, error)) {
+    throw Error(flag + " '" + path + "': its folder '" + folder.string() + "' does not exist");
+  }
+  if (::access(folder.c_str(), W_OK) != 0) {
+    throw Error(flag + " '" + path + "': cannot write into '" + folder.string() +
+                "': " + std::strerror(errno));
+  }
+}
 
 // A per-rank output path: PATH with %r expanded, or PATH on rank 0 alone when it has no %r.
 std::optional<std::string> rank_path(const std::optional<std::string>& path, int rank) {
@@ -101,6 +99,11 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
   const std::optional<std::string> metrics_path = rank_path(options.metrics_path, rank);
   const std::optional<std::string> save_onnx_path = rank_path(options.save_onnx_path, rank);
   const std::optional<std::string> trace_path = rank_path(options.trace_path, rank);
+  for (const auto& [flag, path] : {std::pair{"--metrics", metrics_path},
+                                   {"--save-onnx", save_onnx_path},
+                                   {"--trace", trace_path}}) {
+    if (path) check_output_path(flag, *path);
+  }
   std::optional<MetricsFile> metrics;
   if (metrics_path) metrics.emplace(*metrics_path);
   for (int64_t step = 0; step < options.steps; ++step) {
@@ -148,10 +151,7 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
       out << "wrote the trace of step " << options.steps << " to " << *trace_path << "\n";
     }
   }
-  if (metrics) {
-    metrics->commit();
-    out << "wrote metrics to " << *metrics_path << "\n";
-  }
+  if (metrics_path) out << "wrote metrics to " << *metrics_path << "\n";
 }
 
 }  // namespace

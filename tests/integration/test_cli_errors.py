@@ -343,6 +343,42 @@ class PlanOutput(ErrorTest):
             self.assertEqual(f.read(), "not a folder")
 
 
+class CommandLine(ErrorTest):
+    """Usage errors exit 2 naming the real mistake; every tool has --version (issue 14, point 9)."""
+
+    def tools(self):
+        return {"piper-plan": Tools.plan, "piper-run": Tools.run, "piper-dump": Tools.dump,
+                "piper-launch": os.path.join(os.path.dirname(Tools.run), "piper-launch")}
+
+    def test_an_unknown_flag_is_named_even_without_the_required_ones(self):
+        for name, tool in self.tools().items():
+            if name == "piper-launch":
+                continue  # it forwards unknown flags to piper-run
+            result = harness.run([tool, "--bogus"])
+            self.assertEqual(result.returncode, 2, result.describe())
+            self.assertTrue(result.stderr.startswith(f"{name}: error: "), result.describe())
+            self.assertIn("--bogus", result.stderr, result.describe())
+
+    def test_a_missing_argument_exits_2(self):
+        for name, tool in self.tools().items():
+            if name == "piper-dump":
+                continue  # takes either a plan or --schedule, checked after parsing
+            result = harness.run([tool])
+            self.assertEqual(result.returncode, 2, result.describe())
+            self.assertRegex(result.stderr, rf"^{name}: error: .*required", result.describe())
+
+    def test_version(self):
+        for name, tool in self.tools().items():
+            result = harness.run([tool, "--version"])
+            self.assertEqual(result.returncode, 0, result.describe())
+            self.assertRegex(result.stdout, rf"^{name} \d+\.\d+\.\d+ \(commit \S+\), plan format 1$")
+
+    def test_launch_help_lists_what_it_forwards(self):
+        result = harness.run_ok([self.tools()["piper-launch"], "--help"])
+        for flag in ("--steps", "--data", "--metrics", "--save-onnx", "--timeout", "--device"):
+            self.assertIn(flag, result.stdout)
+
+
 class HarnessSkips(ErrorTest):
     """A skipped test fails its script unless the reason is a GPU's absence (issue 14, point 10)."""
 
@@ -486,6 +522,16 @@ class RunErrors(ErrorTest):
         result = self.run_fails(self.plan_file(self.plan_bytes), data=data)
         self.assertRegex(result.output, r"64", result.describe())
         self.assertRegex(result.output, r"60", result.describe())
+
+    def test_unwritable_outputs_fail_before_the_first_step(self):
+        plan = self.plan_file(self.plan_bytes)
+        missing = self.path("no_such_folder")
+        for flag, path, needle in (("--save-onnx", os.path.join(missing, "m.onnx"), missing),
+                                   ("--metrics", os.path.join(missing, "m.jsonl"), missing),
+                                   ("--trace", self.tmp, "is a folder")):
+            result = self.assert_fails([Tools.run, "--plan", plan, "--steps", 100000000, flag,
+                                        path], flag, needle)
+            self.assertNotIn("step 1 ", result.stdout, "it trained before checking " + flag)
 
     def test_labels_out_of_range(self):
         # Fails during the first step: still no metrics or saved model.

@@ -239,8 +239,11 @@ class MultiRank(LaunchTest):
         self.assertEqual(len(losses[0]), 2)
         self.assertEqual(losses[0], losses[1], "every rank reports the step's global loss")
 
-    def test_a_killed_rank_is_named_and_the_others_exit(self):
-        job = self.launch("--steps", 100000000, "--timeout", 30)
+    def test_a_killed_rank_is_named_and_the_others_exit_keeping_their_metrics(self):
+        work = os.path.join(self.tmp, "killed")
+        os.makedirs(work, exist_ok=True)
+        metrics = os.path.join(work, "m%r.jsonl")
+        job = self.launch("--steps", 100000000, "--timeout", 30, "--metrics", metrics)
         try:
             job.wait_for(r"\[rank 1\] step 2 ")
             os.kill(self.rank_pid(job, 1), signal.SIGKILL)
@@ -252,6 +255,11 @@ class MultiRank(LaunchTest):
             self.assertRegex(output, r"\[rank 0\] piper-run: error: .*rank 1")
         finally:
             job.kill()
+        # Every step a rank finished is in its metrics, the killed rank's too.
+        for rank, at_least in ((0, 2), (1, 1)):
+            records = harness.read_metrics(metrics.replace("%r", str(rank)))
+            self.assertGreaterEqual(len(records), at_least, f"rank {rank}: {records}")
+            self.assertEqual([r["step"] for r in records], list(range(1, len(records) + 1)))
 
     def test_a_stopped_rank_is_named_within_the_timeout(self):
         """Without piper-launch: rank 0 alone must notice that rank 1 stopped."""
