@@ -66,38 +66,41 @@ class WithLoss(torch.nn.Module):
         return self.model(input_ids=input_ids, labels=labels).loss
 
 
-def build(arch):
-    """The wrapped model of `arch` with its seeded random initialisation."""
+def build(arch, sizes=None):
+    """The wrapped model of `arch` with its seeded random initialisation; `sizes` overrides
+    config arguments (the benchmark's larger Llama)."""
     model_class, config_class, arguments = ARCHITECTURES[arch]
-    config = config_class(**arguments, use_cache=False, attn_implementation="eager")
+    config = config_class(**dict(arguments, **(sizes or {})), use_cache=False,
+                          attn_implementation="eager")
     torch.manual_seed(SEED)
     return WithLoss(model_class(config)).train()
 
 
-def data(arch):
+def data(arch, vocab=VOCAB, seq=SEQ):
     """(input_ids, labels), [SAMPLES, SEQ] int64 each, with the same number of labelled tokens
     in every row. Causal LMs label every position with its own token (the model shifts them);
     BERT replaces every fourth token by MASK_TOKEN and labels only those (-100 elsewhere); T5's
     labels are other tokens, all labelled. No input is token 0, the padding index of BERT's
     embedding, whose gradient PyTorch zeroes there and ONNX's Gather cannot express."""
     rng = np.random.default_rng(1234)
-    input_ids = rng.integers(1, VOCAB, (SAMPLES, SEQ)).astype(np.int64)
+    input_ids = rng.integers(2, vocab, (SAMPLES, seq)).astype(np.int64)
     labels = input_ids.copy()
     if arch == "bert":
-        masked = np.arange(SEQ) % 4 == 1
+        masked = np.arange(seq) % 4 == 1
         labels[:, ~masked] = -100
         input_ids[:, masked] = MASK_TOKEN
     elif arch == "t5":
-        labels = rng.integers(1, VOCAB, (SAMPLES, SEQ)).astype(np.int64)
+        labels = rng.integers(2, vocab, (SAMPLES, seq)).astype(np.int64)
     return input_ids, labels
 
 
-def export(arch, directory):
+def export(arch, directory, sizes=None, vocab=VOCAB, seq=SEQ):
     """Writes DIRECTORY/model.onnx and DIRECTORY/data/*.npy; returns (model path, model,
-    (input_ids, labels)). The model is the one exported, before any training."""
+    (input_ids, labels)). The model is the one exported, before any training. With `sizes`,
+    `vocab` and `seq` must agree with them."""
     os.makedirs(os.path.join(directory, "data"), exist_ok=True)
-    model = build(arch)
-    arrays = data(arch)
+    model = build(arch, sizes)
+    arrays = data(arch, vocab, seq)
     for name, array in zip(INPUTS, arrays):
         np.save(os.path.join(directory, "data", f"{name}.npy"), array)
     path = os.path.join(directory, "model.onnx")
