@@ -42,7 +42,10 @@ std::vector<uint8_t> pack(const Field& values, size_t width) {
 }  // namespace
 
 onnx::ModelProto load_onnx_model(const std::string& path) {
-  const std::string bytes = read_file(path);
+  return parse_onnx_model(read_file(path), path);
+}
+
+onnx::ModelProto parse_onnx_model(const std::string& bytes, const std::string& path) {
   onnx::ModelProto model;
   if (!model.ParseFromString(bytes)) {
     throw Error("'" + path + "' is not an ONNX model (it does not parse as ModelProto; " +

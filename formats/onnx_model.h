@@ -12,6 +12,8 @@ namespace piper::formats {
 // Parses `path` and runs the ONNX checker. Throws piper::Error naming the file
 // when it is missing, unreadable, not ONNX, truncated or invalid.
 onnx::ModelProto load_onnx_model(const std::string& path);
+// The same for a model file's bytes already read from `path`.
+onnx::ModelProto parse_onnx_model(const std::string& bytes, const std::string& path);
 
 // The raw little-endian bytes of an initializer, whether stored inline
 // (raw_data or typed fields). Throws piper::Error for external data.

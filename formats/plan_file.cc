@@ -1,9 +1,14 @@
 #include "formats/plan_file.h"
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/unknown_field_set.h>
+
 #include <cstring>
 #include <string_view>
+#include <vector>
 
 #include "formats/atomic_file.h"
+#include "formats/checksum.h"
 #include "formats/error.h"
 
 namespace piper::formats {
@@ -11,14 +16,6 @@ namespace {
 
 constexpr std::string_view kMagic = "PIPRPLAN";
 constexpr size_t kHeaderBytes = 8 + 4 + 8 + 8;
-
-uint64_t fnv1a64(std::string_view bytes) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (unsigned char byte : bytes) {
-    hash = (hash ^ byte) * 0x100000001b3ull;
-  }
-  return hash;
-}
 
 template <typename T>
 void append_le(std::string& out, T value) {
@@ -34,6 +31,34 @@ T read_le(std::string_view bytes, size_t at) {
     value |= static_cast<T>(static_cast<unsigned char>(bytes[at + i])) << (8 * i);
   }
   return value;
+}
+
+// Where `message` or a message inside it holds a field this build does not know ("header:
+// field 9"), or "" when none does.
+std::string first_unknown_field(const google::protobuf::Message& message, const std::string& path) {
+  const google::protobuf::Reflection& reflection = *message.GetReflection();
+  const google::protobuf::UnknownFieldSet& unknown = reflection.GetUnknownFields(message);
+  if (!unknown.empty()) {
+    return (path.empty() ? std::string("the plan") : path) + ": field " +
+           std::to_string(unknown.field(0).number());
+  }
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  reflection.ListFields(message, &fields);
+  for (const google::protobuf::FieldDescriptor* field : fields) {
+    if (field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) continue;
+    const std::string name = (path.empty() ? "" : path + ".") + field->name();
+    if (!field->is_repeated()) {
+      const std::string found = first_unknown_field(reflection.GetMessage(message, field), name);
+      if (!found.empty()) return found;
+      continue;
+    }
+    for (int i = 0; i < reflection.FieldSize(message, field); ++i) {
+      const std::string found = first_unknown_field(
+          reflection.GetRepeatedMessage(message, field, i), name + "[" + std::to_string(i) + "]");
+      if (!found.empty()) return found;
+    }
+  }
+  return "";
 }
 
 }  // namespace
@@ -80,6 +105,15 @@ plan::Plan read_plan_file(const std::string& path) {
   plan::Plan plan;
   if (!plan.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
     throw Error("plan '" + path + "' is corrupted: payload does not parse");
+  }
+  if (plan.header().format_version() != kPlanFormatVersion) {
+    throw Error("plan '" + path + "' says it has format version " +
+                std::to_string(plan.header().format_version()) + " but this piper-run reads " +
+                std::to_string(kPlanFormatVersion) + "; re-plan with the matching piper-plan");
+  }
+  if (const std::string unknown = first_unknown_field(plan, ""); !unknown.empty()) {
+    throw Error("plan '" + path + "' holds what this piper-run does not know (" + unknown +
+                "): a newer piper-plan wrote it; re-plan with the matching piper-plan");
   }
   return plan;
 }

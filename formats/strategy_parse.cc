@@ -520,6 +520,59 @@ Annotation read_annotation(const Context& ctx, const json& v, size_t index) {
   return annotation;
 }
 
+// Every filter of a directive.
+std::vector<Filter*> filters_of(DirectiveSpec& spec) {
+  return std::visit(
+      [](auto& d) -> std::vector<Filter*> {
+        if constexpr (requires { d.filter; }) {
+          return {&d.filter};
+        } else if constexpr (std::is_same_v<std::decay_t<decltype(d)>, OrderDirective>) {
+          std::vector<Filter*> filters;
+          for (auto& group : d.filters) {
+            for (Filter& filter : group) filters.push_back(&filter);
+          }
+          return filters;
+        } else {
+          return {};
+        }
+      },
+      spec);
+}
+
+// A split's dim_name names the microbatch index in filters: {"<dim_name>": 2} selects
+// microbatch 2, as "MB" (the name the generators emit, and always accepted) does. Filters
+// are rewritten to "MB", the one key Filter matching knows.
+void name_microbatches(const Context& ctx, Strategy& s) {
+  for (const Directive& directive : s.directives) {
+    const auto* split = std::get_if<SplitDirective>(&directive.spec);
+    if (!split || split->dim_name == "MB") continue;
+    const std::string at = directive.path + ".dim_name";
+    if (split->dim_name == "PASS" || !is_identifier(split->dim_name)) {
+      ctx.fail(at, "\"" + split->dim_name +
+                       "\" cannot name the microbatch index in filters; expected letters, digits "
+                       "and _, not starting with a digit, other than \"PASS\" (\"MB\" is usual)");
+    }
+    for (size_t i = 0; i < s.annotations.size(); ++i) {
+      if (s.annotations[i].tags.count(split->dim_name)) {
+        ctx.fail(at, "\"" + split->dim_name + "\" names the microbatch index, but $.annotations[" +
+                         std::to_string(i) + "] uses it as a tag; choose another name");
+      }
+    }
+    for (Directive& other : s.directives) {
+      for (Filter* filter : filters_of(other.spec)) {
+        const auto named = filter->tags.find(split->dim_name);
+        if (named == filter->tags.end()) continue;
+        if (filter->tags.count("MB") && filter->tags.at("MB") != named->second) {
+          ctx.fail(other.path, "a filter selects microbatches by both \"MB\" and \"" +
+                                   split->dim_name + "\" (the split's dim_name) differently");
+        }
+        filter->tags["MB"] = named->second;
+        filter->tags.erase(split->dim_name);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Strategy parse_strategy(const std::string& text, const std::string& source_name) {
@@ -551,6 +604,7 @@ Strategy parse_strategy(const std::string& text, const std::string& source_name)
       s.directives.push_back(read_directive(ctx, (*directives)[i], i));
     }
   }
+  name_microbatches(ctx, s);
   return s;
 }
 

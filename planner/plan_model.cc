@@ -7,16 +7,20 @@
 #include <set>
 #include <sstream>
 
+#include "formats/atomic_file.h"
+#include "formats/checksum.h"
 #include "formats/error.h"
 #include "formats/onnx_model.h"
 #include "planner/annotate.h"
 #include "planner/auto_stages.h"
 #include "planner/autodiff/autodiff.h"
+#include "planner/autodiff/op_dtypes.h"
 #include "planner/autodiff/optimizer.h"
 #include "planner/directives/directive.h"
 #include "planner/directives/expand.h"
 #include "planner/directives/transfers.h"
 #include "planner/fusion/fusion.h"
+#include "planner/import/frozen.h"
 #include "planner/import/import.h"
 #include "planner/ir/verify.h"
 #include "planner/lower/lower.h"
@@ -161,9 +165,11 @@ void check_loss_averages(const ir::OpGraph& graph, const strategy::Strategy& str
 
 ir::OpGraph training_graph(const std::string& model_path, const strategy::Strategy& strategy,
                            const PlanningOptions& options, PlanningResult& result) {
-  ir::OpGraph graph =
-      import_model(formats::load_onnx_model(model_path), import_options(strategy), model_path);
+  onnx::ModelProto model = formats::load_onnx_model(model_path);
+  result.frozen = match_frozen(model, strategy.frozen, strategy.source);
+  ir::OpGraph graph = import_model(std::move(model), import_options(strategy), model_path);
   check_supported_ops(graph, model_path);
+  check_op_dtypes(graph, model_path);
   check_loss_averages(graph, strategy, model_path);
   annotate(graph, strategy.annotations, strategy.source);
   if (options.fuse) result.fusions = fuse(graph, default_fusion_rules());
@@ -211,6 +217,7 @@ PlanningResult plan_model(const std::string& model_path, const strategy::Strateg
   LowerContext lower_context;
   lower_context.plan_id = new_plan_id();
   lower_context.model_path = std::filesystem::absolute(model_path).lexically_normal().string();
+  lower_context.model_checksum = formats::fnv1a64(formats::read_file(model_path));
   lower_context.global_batch = strategy.global_batch;
   lower_context.optimizer = strategy.optimizer;
   result.num_tasks = graph.num_tasks();

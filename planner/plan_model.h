@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "formats/strategy.h"
+#include "planner/import/frozen.h"
 #include "planner/sim/cost_model.h"
 #include "schemas/plan.pb.h"
 
@@ -30,6 +31,8 @@ struct PlanningResult {
   std::map<std::string, int> fusions;
   // Casts the strategy's precision "bf16" inserted into the forward graph (0 for others).
   int bf16_casts = 0;
+  // What each of the strategy's "frozen" globs froze.
+  std::vector<FrozenMatch> frozen;
 };
 
 // The strategy as planned: "stages": "auto" resolved into annotations

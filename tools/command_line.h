@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "build_info.h"
+#include "formats/build_info.h"
 #include "formats/plan_file.h"
 
 namespace piper::tools {
@@ -17,7 +17,7 @@ namespace piper::tools {
 inline constexpr int kUsageError = 2;
 
 inline std::string version_text(const std::string& tool) {
-  return tool + " " PIPER_VERSION " (commit " PIPER_COMMIT "), plan format " +
+  return tool + " " + formats::piper_build_id() + ", plan format " +
          std::to_string(formats::kPlanFormatVersion);
 }
 

@@ -1,12 +1,15 @@
 // piper-plan MODEL.onnx STRATEGY.json -o DIR: plans training and writes one
 // plan per rank.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
 #include "formats/error.h"
+#include "formats/onnx_model.h"
 #include "formats/plan_directory.h"
 #include "formats/strategy.h"
+#include "planner/import/model_listing.h"
 #include "planner/plan_model.h"
 #include "tools/command_line.h"
 
@@ -37,6 +40,18 @@ std::string human_seconds(double seconds) {
   return text;
 }
 
+// "frozen '*mask*': 2 initializers (blocks.0.attn.mask, blocks.1.attn.mask)", the first few.
+void print_frozen(const piper::planner::FrozenMatch& match) {
+  constexpr size_t kShown = 4;
+  const auto& names = match.initializers;
+  std::cout << "  frozen '" << match.glob << "': " << names.size() << " initializer"
+            << (names.size() == 1 ? "" : "s") << " (";
+  for (size_t i = 0; i < std::min(names.size(), kShown); ++i) {
+    std::cout << (i ? ", " : "") << names[i];
+  }
+  std::cout << (names.size() > kShown ? ", ...)\n" : ")\n");
+}
+
 void print_summary(const piper::planner::PlanningResult& result, const std::string& dir,
                    const piper::planner::sim::DeviceRates& rates) {
   std::cout << "planned " << result.plans.size() << " rank(s), " << result.num_ops << " ops in "
@@ -46,6 +61,7 @@ void print_summary(const piper::planner::PlanningResult& result, const std::stri
     for (const auto& [rule, count] : result.fusions) std::cout << " " << rule << " " << count;
     std::cout << "\n";
   }
+  for (const auto& match : result.frozen) print_frozen(match);
   if (result.bf16_casts > 0) {
     std::cout << "  precision bf16: " << result.bf16_casts
               << " casts (matrix products in bfloat16; normalization, softmax, losses and "
@@ -84,9 +100,15 @@ int main(int argc, char** argv) {
   bool expand = false;
   bool no_fuse = false;
   bool force = false;
+  bool list = false;
   app.add_option("model", model_path, "ONNX model exported with its loss as the first output")
       ->required();
-  app.add_option("strategy", strategy_path, "strategy JSON file (docs/strategy.md)")->required();
+  app.add_option("strategy", strategy_path,
+                 "strategy JSON file (docs/strategy.md); required unless --list");
+  app.add_flag("--list", list,
+               "print every node (name, op type) and initializer (name, shape, dtype) of MODEL: "
+               "the names \"annotations\" and \"frozen\" globs match; then exit (no strategy "
+               "needed)");
   app.add_option("-o,--output", output_dir,
                  "folder for the plans: a new one appears whole or not at all; an existing one "
                  "must hold only plans (rank<N>.plan), which are replaced, or take --force");
@@ -127,6 +149,12 @@ int main(int argc, char** argv) {
     return *exit_code;
   }
   try {
+    if (list) {
+      std::cout << piper::planner::list_model(piper::formats::load_onnx_model(model_path),
+                                              model_path);
+      return 0;
+    }
+    if (strategy_path.empty()) throw piper::Error("no strategy: pass STRATEGY.json (or --list)");
     const piper::strategy::Strategy strategy = piper::strategy::load_strategy(strategy_path);
     if (expand) {
       std::cout

@@ -5,7 +5,13 @@
 
 #include "engine/cpu/blas.h"
 #include "engine/runtime/run.h"
+#include "formats/error.h"
 #include "tools/command_line.h"
+
+namespace {
+// The exit code of a run stopped by a NaN or infinity, so that job scripts can tell it apart.
+constexpr int kNonFiniteExit = 3;
+}  // namespace
 
 int main(int argc, char** argv) {
   // OpenBLAS chooses its kernels as it loads and falls back to slow ones on CPUs newer than
@@ -72,11 +78,22 @@ int main(int argc, char** argv) {
                  "through host memory, so that ranks can share a GPU) or nccl (GPU memory, "
                  "--device cuda). Default: gloo for cpu, nccl for cuda")
       ->check(CLI::IsMember({"gloo", "nccl"}));
+  app.add_flag("--check-finite", options.check_finite,
+               "Scan every kernel's float outputs as it ends and stop at the first NaN or "
+               "infinity, naming the kernel and tensor (slower; --device cpu). Without it a "
+               "non-finite loss stops the run at that step. Either exits 3, saving nothing");
+  app.add_flag("--allow-other-planner", options.allow_other_planner,
+               "Run a plan made by another build of piper-plan (plans record the planner's "
+               "build id; see --version)");
   if (const auto exit_code = piper::tools::parse_command_line(app, argc, argv, "piper-run")) {
     return *exit_code;
   }
   try {
     piper::engine::run_training(options, std::cout);
+  } catch (const piper::NonFiniteError& error) {
+    std::cout.flush();
+    std::fprintf(stderr, "piper-run: error: %s\n", error.what());
+    return kNonFiniteExit;
   } catch (const std::exception& error) {
     std::cout.flush();
     std::fprintf(stderr, "piper-run: error: %s\n", error.what());

@@ -1,5 +1,7 @@
-// Activations with attributes: ONNX Abs, LeakyRelu, Softplus, Elu, Selu, Celu, HardSigmoid,
-// HardSwish and Clip, and their gradients piper.<Op>Grad (formulas in activation_math.h).
+// Element-wise unary ops with shared formulas (activation_math.h): ONNX Abs, LeakyRelu,
+// Softplus, Elu, Selu, Celu, HardSigmoid, HardSwish, Softsign, ThresholdedRelu, Sin, Cos, Tan,
+// Sinh, Cosh, Asin, Acos, Atan, Asinh, Acosh, Atanh, Floor, Ceil, Round, Sign (Abs and Sign
+// also int64), IsNaN, IsInf and Clip, and their gradients piper.<Op>Grad.
 #include "engine/cpu/activation.h"
 
 #include <limits>
@@ -11,8 +13,11 @@ namespace {
 
 KernelFactory activation_factory(Activation op) {
   return [op](const KernelArgs& args) -> std::unique_ptr<PreparedKernel> {
-    check_unary(args);
-    args.expect_dtype(args.output(0), plan::FLOAT32, "output 0");
+    check_activation(op, args);
+    if (args.output(0).dtype == plan::INT64) {
+      return make_map<int64_t>(args.input(0), args.output(0),
+                               [op](int64_t x) { return activation(op, x); });
+    }
     const ActivationParams p = activation_params(op, args.attributes());
     return make_map<float>(args.input(0), args.output(0),
                            [op, p](float x) { return activation(op, p, x); });
@@ -25,6 +30,16 @@ KernelFactory activation_grad_factory(Activation op) {
     return saved_grad_factory([op, p](float dy, float s) { return activation_grad(op, p, dy, s); },
                               gradient_reads_output(op) ? "Y" : "X")(args);
   };
+}
+
+std::unique_ptr<PreparedKernel> float_class_factory(const KernelArgs& args) {
+  const FloatClass c = check_float_class(args);
+  return make_kernel([c, n = args.output(0).elements(), px = args.input(0).as<const float>(),
+                      py = args.output(0).as<uint8_t>()](const StepContext&) {
+    parallel_for(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) py[i] = in_class(c, px[i]) ? 1 : 0;
+    });
+  });
 }
 
 // A Clip bound: its one value, or `absent` when the input is omitted; read each run, since a
@@ -73,6 +88,23 @@ const std::vector<ActivationType>& activation_types() {
       {"Celu", "piper.CeluGrad", Activation::kCelu},
       {"HardSigmoid", "piper.HardSigmoidGrad", Activation::kHardSigmoid},
       {"HardSwish", "piper.HardSwishGrad", Activation::kHardSwish},
+      {"Softsign", "piper.SoftsignGrad", Activation::kSoftsign},
+      {"ThresholdedRelu", "piper.ThresholdedReluGrad", Activation::kThresholdedRelu},
+      {"Sin", "piper.SinGrad", Activation::kSin},
+      {"Cos", "piper.CosGrad", Activation::kCos},
+      {"Tan", "piper.TanGrad", Activation::kTan},
+      {"Sinh", "piper.SinhGrad", Activation::kSinh},
+      {"Cosh", "piper.CoshGrad", Activation::kCosh},
+      {"Asin", "piper.AsinGrad", Activation::kAsin},
+      {"Acos", "piper.AcosGrad", Activation::kAcos},
+      {"Atan", "piper.AtanGrad", Activation::kAtan},
+      {"Asinh", "piper.AsinhGrad", Activation::kAsinh},
+      {"Acosh", "piper.AcoshGrad", Activation::kAcosh},
+      {"Atanh", "piper.AtanhGrad", Activation::kAtanh},
+      {"Floor", nullptr, Activation::kFloor},
+      {"Ceil", nullptr, Activation::kCeil},
+      {"Round", nullptr, Activation::kRound},
+      {"Sign", nullptr, Activation::kSign},
   };
   return types;
 }
@@ -91,9 +123,30 @@ ActivationParams activation_params(Activation op, const Attributes& attributes) 
       return {get("alpha", 1.67326319217681884765625), get("gamma", 1.05070102214813232421875)};
     case Activation::kHardSigmoid:
       return {get("alpha", 0.2), get("beta", 0.5)};
+    case Activation::kThresholdedRelu:
+      return {get("alpha", 1.0), 0.0f};
     default:
       return {};
   }
+}
+
+void check_activation(Activation op, const KernelArgs& args) {
+  check_unary(args);
+  const plan::DType dtype = args.output(0).dtype;
+  if (dtype == plan::FLOAT32 || (dtype == plan::INT64 && takes_int64(op))) return;
+  args.fail("output 0 has dtype " + dtype_name(dtype) + ", expected float32" +
+            (takes_int64(op) ? " or int64" : ""));
+}
+
+FloatClass check_float_class(const KernelArgs& args) {
+  args.expect_inputs(1, 1);
+  args.expect_outputs(1, 1);
+  args.expect_same_shape(args.input(0), "input 0", args.output(0), "output 0");
+  args.expect_dtype(args.input(0), plan::FLOAT32, "input 0");
+  args.expect_dtype(args.output(0), plan::BOOL, "output 0");
+  if (args.op() == "IsNaN") return {true, false, false};
+  return {false, args.attributes().get_int("detect_positive", 1) != 0,
+          args.attributes().get_int("detect_negative", 1) != 0};
 }
 
 void check_clip(const KernelArgs& args) {
@@ -125,8 +178,10 @@ void check_clip_grad(const KernelArgs& args) {
 void register_activation_kernels(KernelTable& table) {
   for (const ActivationType& t : activation_types()) {
     table[t.type] = activation_factory(t.activation);
-    table[t.gradient] = activation_grad_factory(t.activation);
+    if (t.gradient) table[t.gradient] = activation_grad_factory(t.activation);
   }
+  table["IsNaN"] = float_class_factory;
+  table["IsInf"] = float_class_factory;
   table["Clip"] = clip_factory;
   table["piper.ClipGrad"] = clip_grad_factory;
 }

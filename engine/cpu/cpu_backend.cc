@@ -22,6 +22,7 @@ CpuBackend::CpuBackend() {
   register_optimizer_kernels(table_);
   register_data_parallel_kernels(table_);
   register_indexing_kernels(table_);
+  register_nd_indexing_kernels(table_);
   register_layout_kernels(table_);
   register_sequence_kernels(table_);
   register_einsum_kernels(table_);

@@ -1,5 +1,5 @@
-// Kernels that select elements by index: ONNX Gather, GatherElements, OneHot,
-// TopK, ArgMax, ArgMin, and the adjoints of the gathers, piper.GatherGrad and
+// Kernels that select elements by index: ONNX Gather, GatherElements, ScatterElements,
+// OneHot, TopK, ArgMax, ArgMin, and the adjoints of the gathers, piper.GatherGrad and
 // piper.GatherElementsGrad (scatter-add into zeros). Indices are int64; a
 // negative index counts from the end of its axis; an index out of range fails
 // at run time naming the op and the index.
@@ -8,26 +8,17 @@
 #include <cstring>
 #include <numeric>
 
+#include "engine/cpu/checked_index.h"
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/op_checks.h"
 #include "engine/cpu/parallel.h"
+#include "engine/cpu/scatter_reduction.h"
 #include "engine/cpu/selection_order.h"
 #include "engine/cpu/strided_loop.h"
 #include "formats/error.h"
 
 namespace piper::engine::cpu {
 namespace {
-
-// An index into an axis of `size`, wrapped once if negative; throws when out of range.
-int64_t checked_index(const std::string& op, int64_t index, int64_t size, int64_t position) {
-  const int64_t i = index < 0 ? index + size : index;
-  if (i < 0 || i >= size) {
-    throw Error(op + ": index " + std::to_string(index) + " at position " +
-                std::to_string(position) + " is out of range for an axis of size " +
-                std::to_string(size) + "; check the indices data");
-  }
-  return i;
-}
 
 // Gather and piper.GatherGrad see data as [outer, axis_size, inner] and the gathered tensor
 // as [outer, indices, inner].
@@ -123,11 +114,10 @@ struct ElementsGeometry {
   const int64_t* indices = nullptr;
 };
 
-// The geometry of a checked GatherElements or piper.GatherElementsGrad (`grad`).
-ElementsGeometry elements_geometry(const KernelArgs& args, bool grad) {
-  const int64_t axis = check_gather_elements(args, grad);
+// The geometry of a checked GatherElements, piper.GatherElementsGrad or ScatterElements whose
+// data has shape `data`.
+ElementsGeometry elements_geometry(const KernelArgs& args, int64_t axis, const Shape& data) {
   const TensorView& indices = args.input(1);
-  const Shape& data = (grad ? args.output(0) : args.input(0)).shape;
   const int64_t rank = static_cast<int64_t>(data.size());
   ElementsGeometry g;
   g.op = args.op();
@@ -148,10 +138,13 @@ ElementsGeometry elements_geometry(const KernelArgs& args, bool grad) {
   return g;
 }
 
+// Calls f(indices offset, data offset) for every index. Lines (the positions off the axis)
+// spread over threads; each line's indices run in order, and different lines address different
+// data elements, so scatters into the data are race-free and keep their order.
 template <typename F>
 void for_each_element(const ElementsGeometry& g, int64_t index_stride, F&& f) {
   const int64_t si = g.loop.inner_stride(0), sd = g.loop.inner_stride(1);
-  g.loop.for_each_row([&](const int64_t* offsets, int64_t n) {
+  g.loop.parallel_for_each_row([&](const int64_t* offsets, int64_t n) {
     for (int64_t r = 0; r < n; ++r) {
       const int64_t ibase = offsets[0] + r * si, dbase = offsets[1] + r * sd;
       for (int64_t j = 0; j < g.count; ++j) {
@@ -170,9 +163,10 @@ int64_t axis_stride(const KernelArgs& args, const Shape& shape) {
 }
 
 std::unique_ptr<PreparedKernel> gather_elements_factory(const KernelArgs& args) {
-  const ElementsGeometry g = elements_geometry(args, false);
+  const int64_t axis = check_gather_elements(args, false);
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
+  const ElementsGeometry g = elements_geometry(args, axis, x.shape);
   const int64_t stride = axis_stride(args, y.shape);
   const size_t size = dtype_size(y.dtype);
   return make_kernel(
@@ -184,15 +178,41 @@ std::unique_ptr<PreparedKernel> gather_elements_factory(const KernelArgs& args) 
 }
 
 std::unique_ptr<PreparedKernel> gather_elements_grad_factory(const KernelArgs& args) {
-  const ElementsGeometry g = elements_geometry(args, true);
+  const int64_t axis = check_gather_elements(args, true);
   const TensorView& dy = args.input(0);
   const TensorView& dx = args.output(0);
+  const ElementsGeometry g = elements_geometry(args, axis, dx.shape);
   const int64_t stride = axis_stride(args, dy.shape);
   return make_kernel([g, stride, pdy = dy.as<const float>(), pdx = dx.as<float>(),
                       total = dx.elements()](const StepContext&) {
     std::fill(pdx, pdx + total, 0.0f);
     for_each_element(g, stride, [&](int64_t from, int64_t to) { pdx[to] += pdy[from]; });
   });
+}
+
+// ScatterElements: Y = data with each update combined into the element its index picks, in
+// the order of the updates (a repeated index with reduction none keeps the last update).
+template <typename T>
+std::unique_ptr<PreparedKernel> make_scatter_elements(const ElementsGeometry& g, int64_t stride,
+                                                      ScatterReduction reduction,
+                                                      const KernelArgs& args) {
+  return make_kernel([g, stride, reduction, px = args.input(0).as<const T>(),
+                      pu = args.input(2).as<const T>(), py = args.output(0).as<T>(),
+                      total = args.output(0).elements()](const StepContext&) {
+    if (py != px) std::copy(px, px + total, py);
+    for_each_element(
+        g, stride, [&](int64_t from, int64_t to) { combine_update(reduction, py[to], pu[from]); });
+  });
+}
+
+std::unique_ptr<PreparedKernel> scatter_elements_factory(const KernelArgs& args) {
+  const int64_t axis = check_scatter_elements(args);
+  const TensorView& y = args.output(0);
+  const ScatterReduction reduction = check_scatter_reduction(args, y.dtype);
+  const ElementsGeometry g = elements_geometry(args, axis, y.shape);
+  const int64_t stride = axis_stride(args, args.input(1).shape);
+  return by_scatter_type(
+      y.dtype, [&]<typename T>() { return make_scatter_elements<T>(g, stride, reduction, args); });
 }
 
 // ONNX OneHot: output = indices' shape with `depth` inserted at `axis`; off_value everywhere
@@ -312,23 +332,17 @@ AxisLines axis_lines(const Shape& shape, int64_t axis) {
 
 }  // namespace
 
-int64_t check_gather_elements(const KernelArgs& args, bool grad) {
-  args.expect_inputs(2, 2);
-  args.expect_outputs(1, 1);
-  const TensorView& gathered = grad ? args.input(0) : args.output(0);
-  const TensorView& data_view = grad ? args.output(0) : args.input(0);
-  if (grad) {
-    args.expect_dtype(gathered, plan::FLOAT32, "dY (input 0)");
-    args.expect_dtype(data_view, plan::FLOAT32, "dX (output 0)");
-  } else {
-    args.expect_dtype(data_view, gathered.dtype, "data (input 0)");
-  }
-  const std::string gathered_what = grad ? "dY (input 0)" : "the output";
-  const Shape& data = data_view.shape;
+namespace {
+
+// The checks GatherElements, its gradient and ScatterElements share: `indexed` (the gathered
+// tensor, or the updates) has the indices' shape, which has the data's rank and is no larger
+// off the axis. Returns the axis.
+int64_t check_elements_indices(const KernelArgs& args, const Shape& data, const TensorView& indexed,
+                               const std::string& indexed_what) {
   const TensorView& indices = args.input(1);
   args.expect_dtype(indices, plan::INT64, "indices (input 1)");
-  if (indices.shape != gathered.shape) {
-    args.fail(gathered_what + " has shape " + shape_string(gathered.shape) +
+  if (indices.shape != indexed.shape) {
+    args.fail(indexed_what + " has shape " + shape_string(indexed.shape) +
               " but the indices have " + shape_string(indices.shape) + "; they must be equal");
   }
   const int64_t rank = static_cast<int64_t>(data.size());
@@ -344,6 +358,34 @@ int64_t check_gather_elements(const KernelArgs& args, bool grad) {
     }
   }
   return axis;
+}
+
+}  // namespace
+
+int64_t check_gather_elements(const KernelArgs& args, bool grad) {
+  args.expect_inputs(2, 2);
+  args.expect_outputs(1, 1);
+  const TensorView& gathered = grad ? args.input(0) : args.output(0);
+  const TensorView& data = grad ? args.output(0) : args.input(0);
+  if (grad) {
+    args.expect_dtype(gathered, plan::FLOAT32, "dY (input 0)");
+    args.expect_dtype(data, plan::FLOAT32, "dX (output 0)");
+  } else {
+    args.expect_dtype(data, gathered.dtype, "data (input 0)");
+  }
+  return check_elements_indices(args, data.shape, gathered, grad ? "dY (input 0)" : "the output");
+}
+
+int64_t check_scatter_elements(const KernelArgs& args) {
+  args.expect_inputs(3, 3);
+  args.expect_outputs(1, 1);
+  const TensorView& data = args.input(0);
+  const TensorView& updates = args.input(2);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(data, y.dtype, "data (input 0)");
+  args.expect_dtype(updates, y.dtype, "updates (input 2)");
+  args.expect_same_shape(data, "data (input 0)", y, "the output");
+  return check_elements_indices(args, data.shape, updates, "updates (input 2)");
 }
 
 AxisLines check_arg_extreme(const KernelArgs& args, bool& last) {
@@ -436,6 +478,7 @@ void register_indexing_kernels(KernelTable& table) {
   table["piper.GatherGrad"] = gather_grad_factory;
   table["GatherElements"] = gather_elements_factory;
   table["piper.GatherElementsGrad"] = gather_elements_grad_factory;
+  table["ScatterElements"] = scatter_elements_factory;
   table["OneHot"] = one_hot_factory;
   table["ArgMax"] = arg_extreme_factory<true>;
   table["ArgMin"] = arg_extreme_factory<false>;

@@ -1,5 +1,5 @@
 // Kernels that copy elements between layouts without arithmetic: ONNX Concat,
-// Split, Slice, Expand, Where, Trilu, and piper.SliceGrad (Slice's adjoint:
+// Split, Slice, Expand, Tile, Where, Trilu, and piper.SliceGrad (Slice's adjoint:
 // the slice written into zeros). They work on any dtype by element size.
 // Output shapes come from the plan; shape-like inputs are checked against them.
 #include <algorithm>
@@ -234,6 +234,16 @@ std::unique_ptr<PreparedKernel> expand_factory(const KernelArgs& args) {
   });
 }
 
+// Tile: a strided copy of the input into every tile of the output.
+std::unique_ptr<PreparedKernel> tile_factory(const KernelArgs& args) {
+  const TileWalk walk = check_tile(args);
+  const StridedLoop loop(walk.shape, {walk.output_strides, walk.input_strides});
+  return by_element_size(args.output(0).dtype, [&]<typename T>() {
+    return make_kernel([loop, px = args.input(0).as<const T>(), py = args.output(0).as<T>()](
+                           const StepContext&) { strided_copy(loop, px, py); });
+  });
+}
+
 // Where: out = condition ? x : y, all three broadcast to the output.
 std::unique_ptr<PreparedKernel> where_factory(const KernelArgs& args) {
   args.expect_inputs(3, 3);
@@ -310,6 +320,36 @@ std::unique_ptr<PreparedKernel> trilu_factory(const KernelArgs& args) {
 
 }  // namespace
 
+TileWalk check_tile(const KernelArgs& args) {
+  args.expect_inputs(2, 2);
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(x, y.dtype, "input 0");
+  const TensorView& repeats = args.input(1);
+  args.expect_dtype(repeats, plan::INT64, "repeats (input 1)");
+  if (repeats.rank() != 1 || repeats.elements() != x.rank() || y.rank() != x.rank()) {
+    args.fail("repeats " + shape_string(repeats.shape) + " must hold one value per dimension " +
+              "of the input " + shape_string(x.shape) + ", whose rank the output " +
+              shape_string(y.shape) + " must have");
+  }
+  const std::vector<int64_t> x_strides = contiguous_strides(x.shape);
+  TileWalk walk;
+  for (size_t d = 0; d < x.shape.size(); ++d) {
+    const int64_t size = x.shape[d];
+    if (size == 0 ? y.shape[d] != 0 : y.shape[d] % size != 0) {
+      args.fail("the output " + shape_string(y.shape) + " is no whole number of tiles of the " +
+                "input " + shape_string(x.shape) + " in dimension " + std::to_string(d));
+    }
+    walk.shape.push_back(size == 0 ? 0 : y.shape[d] / size);
+    walk.shape.push_back(size);
+    walk.input_strides.push_back(0);
+    walk.input_strides.push_back(x_strides[d]);
+  }
+  walk.output_strides = contiguous_strides(walk.shape);
+  return walk;
+}
+
 void check_trilu(const KernelArgs& args) {
   args.expect_inputs(1, 2);
   args.expect_outputs(1, 1);
@@ -330,6 +370,7 @@ void register_layout_kernels(KernelTable& table) {
   table["Slice"] = [](const KernelArgs& args) { return slice_kernel(args, false); };
   table["piper.SliceGrad"] = [](const KernelArgs& args) { return slice_kernel(args, true); };
   table["Expand"] = expand_factory;
+  table["Tile"] = tile_factory;
   table["Where"] = where_factory;
   table["Trilu"] = trilu_factory;
 }

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "engine/cpu/dropout_stream.h"
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/scatter_reduction.h"
 #include "engine/cpu/selection_order.h"
 
 namespace piper::engine::cpu {
@@ -36,6 +38,49 @@ Shape check_reduce_max_grad(const KernelArgs& args);
 // (float32): returns the axis.
 int64_t check_gather_elements(const KernelArgs& args, bool grad);
 
+// ScatterElements(data, indices, updates) -> Y: indices and updates of one shape and the
+// data's rank, no larger than the data off the axis; Y of the data's dtype and shape. Returns
+// the axis.
+int64_t check_scatter_elements(const KernelArgs& args);
+
+// The attribute `reduction` of ScatterND and ScatterElements (none, add or mul; add and mul
+// only for float32 or int64 data).
+ScatterReduction check_scatter_reduction(const KernelArgs& args, plan::DType data);
+// Calls f.template operator()<T>() with the element type a scatter of `dtype` combines in: float
+// and int64_t for float32 and int64 (which reductions take), else an unsigned integer of the
+// dtype's size (copied bit for bit).
+template <typename F>
+auto by_scatter_type(plan::DType dtype, F&& f) {
+  switch (dtype_size(dtype)) {
+    case 8:
+      return dtype == plan::INT64 ? f.template operator()<int64_t>()
+                                  : f.template operator()<uint64_t>();
+    case 4:
+      return dtype == plan::FLOAT32 ? f.template operator()<float>()
+                                    : f.template operator()<uint32_t>();
+    case 2:
+      return f.template operator()<uint16_t>();
+    default:
+      return f.template operator()<uint8_t>();
+  }
+}
+
+// GatherND(data, indices) -> Y with attribute batch_dims, piper.GatherNDGrad(dY, indices) -> dX
+// (its adjoint, float32; same attribute) and ScatterND(data, indices, updates) -> Y (batch_dims
+// 0) all address the data through tuples of k indices (the indices' last dimension): tuple n
+// of batch b picks the slice data[b, i0, ..., ik-1, ...] of `slice` contiguous elements, and
+// the gathered (or scattered) tensor is [batches * tuples, slice]. Indices are int64.
+struct NdGeometry {
+  int64_t batches = 1;                 // the product of the leading batch_dims dimensions
+  int64_t tuples = 0;                  // index tuples per batch
+  int64_t slice = 1;                   // elements each tuple addresses
+  int64_t batch_stride = 0;            // data elements per batch
+  std::vector<int64_t> dims, strides;  // per tuple component: the data's extent and stride
+};
+// `grad`: piper.GatherNDGrad, whose output dX has the data's shape.
+NdGeometry check_gather_nd(const KernelArgs& args, bool grad);
+NdGeometry check_scatter_nd(const KernelArgs& args);
+
 // ArgMax / ArgMin(X) -> Y (int64): the lines along the reduced axis, and in `last` whether the
 // last extreme element is selected (select_last_index).
 AxisLines check_arg_extreme(const KernelArgs& args, bool& last);
@@ -58,6 +103,15 @@ AxisLines check_one_hot(const KernelArgs& args);
 void check_cum_sum(const KernelArgs& args);
 // The error of a CumSum run whose axis input is out of range.
 std::string cum_sum_axis_error(const std::string& op, int64_t axis, int64_t rank);
+
+// Tile(input, repeats) -> Y (any dtype): Y seen as [r0, d0, r1, d1, ...] (the repeats and the
+// input's dimensions interleaved) with the input's strides, 0 over each repeat. The repeats
+// follow from the shapes, which the repeats input produced at planning (as Expand's shape).
+struct TileWalk {
+  Shape shape;
+  std::vector<int64_t> output_strides, input_strides;
+};
+TileWalk check_tile(const KernelArgs& args);
 
 // Trilu(X[, k]) -> Y: any dtype, at least two dimensions; k is read at run time.
 void check_trilu(const KernelArgs& args);

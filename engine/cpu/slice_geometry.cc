@@ -1,9 +1,8 @@
 #include "engine/cpu/slice_geometry.h"
 
-#include <algorithm>
-
 #include "engine/cpu/strided_loop.h"
 #include "formats/error.h"
+#include "formats/slice_range.h"
 
 namespace piper::engine::cpu {
 
@@ -66,21 +65,11 @@ SliceGeometry slice_geometry(const std::string& op, const SliceParameters& param
     }
     seen[axis] = true;
     if (steps[i] == 0) fail("steps must not be 0");
-    const int64_t dim = data[axis];
-    const auto clamp = [&](int64_t v, int64_t lo, int64_t hi) {
-      if (v < 0) v += dim;
-      return std::clamp(v, lo, hi);
-    };
+    const formats::SliceRange range =
+        formats::slice_range(starts[i], ends[i], steps[i], data[axis]);
+    begin[axis] = range.begin;
     step[axis] = steps[i];
-    if (steps[i] > 0) {
-      begin[axis] = clamp(starts[i], 0, dim);
-      const int64_t end = clamp(ends[i], 0, dim);
-      count[axis] = std::max<int64_t>(0, (end - begin[axis] + steps[i] - 1) / steps[i]);
-    } else {
-      begin[axis] = clamp(starts[i], 0, dim - 1);
-      const int64_t end = clamp(ends[i], -1, dim - 1);
-      count[axis] = std::max<int64_t>(0, (begin[axis] - end - steps[i] - 1) / -steps[i]);
-    }
+    count[axis] = range.count;
   }
   if (count != sliced) {
     fail("slicing " + shape_string(data) + " gives " + shape_string(count) +

@@ -13,6 +13,14 @@ __global__ void activation_kernel(Activation op, ActivationParams p, int64_t n, 
   PIPER_GRID_STRIDE_LOOP(i, n) { y[i] = cpu::activation(op, p, x[i]); }
 }
 
+__global__ void activation_int64_kernel(Activation op, int64_t n, const int64_t* x, int64_t* y) {
+  PIPER_GRID_STRIDE_LOOP(i, n) { y[i] = cpu::activation(op, x[i]); }
+}
+
+__global__ void float_class_kernel(FloatClass c, int64_t n, const float* x, uint8_t* y) {
+  PIPER_GRID_STRIDE_LOOP(i, n) { y[i] = cpu::in_class(c, x[i]) ? 1 : 0; }
+}
+
 __global__ void activation_grad_kernel(Activation op, ActivationParams p, int64_t n,
                                        const float* dy, const float* s, float* dx) {
   PIPER_GRID_STRIDE_LOOP(i, n) { dx[i] = cpu::activation_grad(op, p, dy[i], s[i]); }
@@ -39,6 +47,19 @@ void launch_activation(Activation op, ActivationParams p, int64_t n, const float
   if (n == 0) return;
   activation_kernel<<<blocks_for(n), kThreads, 0, stream>>>(op, p, n, x, y);
   PIPER_CUDA_LAUNCH_CHECK("activation_kernel");
+}
+
+void launch_activation(Activation op, int64_t n, const int64_t* x, int64_t* y,
+                       cudaStream_t stream) {
+  if (n == 0) return;
+  activation_int64_kernel<<<blocks_for(n), kThreads, 0, stream>>>(op, n, x, y);
+  PIPER_CUDA_LAUNCH_CHECK("activation_int64_kernel");
+}
+
+void launch_float_class(FloatClass c, int64_t n, const float* x, uint8_t* y, cudaStream_t stream) {
+  if (n == 0) return;
+  float_class_kernel<<<blocks_for(n), kThreads, 0, stream>>>(c, n, x, y);
+  PIPER_CUDA_LAUNCH_CHECK("float_class_kernel");
 }
 
 void launch_activation_grad(Activation op, ActivationParams p, int64_t n, const float* dy,

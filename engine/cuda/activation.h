@@ -1,6 +1,7 @@
-// Launchers of the activation kernels (activation.cu): ONNX's activations with attributes
-// (engine/cpu/activation_math.h, shared with the CPU), Clip and their gradients. Each issues
-// one kernel to `stream` and checks its launch; all tensors are float32 of n elements.
+// Launchers of the activation kernels (activation.cu): ONNX's element-wise unary ops of
+// engine/cpu/activation_math.h (formulas shared with the CPU), IsNaN, IsInf, Clip and their
+// gradients. Each issues one kernel to `stream` and checks its launch; tensors have n
+// elements, float32 unless said otherwise.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -13,10 +14,15 @@ namespace piper::engine::cuda {
 
 using cpu::Activation;
 using cpu::ActivationParams;
+using cpu::FloatClass;
 
 // y[i] = activation(op, p, x[i]).
 void launch_activation(Activation op, ActivationParams p, int64_t n, const float* x, float* y,
                        cudaStream_t stream);
+// The same for int64 tensors, for the ops of cpu::takes_int64.
+void launch_activation(Activation op, int64_t n, const int64_t* x, int64_t* y, cudaStream_t stream);
+// y[i] = in_class(c, x[i]), y bool.
+void launch_float_class(FloatClass c, int64_t n, const float* x, uint8_t* y, cudaStream_t stream);
 // dx[i] = activation_grad(op, p, dy[i], s[i]), s the saved X or Y.
 void launch_activation_grad(Activation op, ActivationParams p, int64_t n, const float* dy,
                             const float* s, float* dx, cudaStream_t stream);

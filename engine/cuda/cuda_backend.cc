@@ -82,6 +82,7 @@ CudaBackend::CudaBackend() {
   register_selection_kernels(table_);
   register_scan_kernels(table_);
   register_gather_elements_kernels(table_);
+  register_nd_indexing_kernels(table_);
   register_einsum_kernels(table_);
 }
 

@@ -1,5 +1,6 @@
 #include "engine/cuda/device.cuh"
 #include "engine/cuda/gather_elements.h"
+#include "engine/cuda/scatter.cuh"
 
 namespace piper::engine::cuda {
 namespace {
@@ -46,6 +47,24 @@ __global__ void gather_elements_grad_kernel(ElementsIndex g, const float* dy,
   }
 }
 
+template <typename T>
+__global__ void scatter_elements_kernel(ElementsIndex g, ScatterReduction reduction,
+                                        const int64_t* indices, const T* updates, T* y) {
+  PIPER_GRID_STRIDE_LOOP(e, g.index.total) {
+    int64_t at = 0;
+    const int64_t to = picked(g, indices, e, &at);
+    if (to >= 0) combine_atomic(reduction, y + to, updates[at]);
+  }
+}
+
+template <typename T>
+void scatter_elements(const ElementsIndex& g, ScatterReduction reduction, const int64_t* indices,
+                      const void* updates, void* y, cudaStream_t stream) {
+  scatter_elements_kernel<<<blocks_for(g.index.total), kThreads, 0, stream>>>(
+      g, reduction, indices, static_cast<const T*>(updates), static_cast<T*>(y));
+  PIPER_CUDA_LAUNCH_CHECK("scatter_elements_kernel");
+}
+
 }  // namespace
 
 void launch_gather_elements(const ElementsIndex& g, size_t element_bytes, const void* x,
@@ -69,6 +88,22 @@ void launch_gather_elements_grad(const ElementsIndex& g, const float* dy, const 
   gather_elements_grad_kernel<<<blocks_for(g.index.total), kThreads, 0, stream>>>(g, dy, indices,
                                                                                   dx);
   PIPER_CUDA_LAUNCH_CHECK("gather_elements_grad_kernel");
+}
+
+void launch_scatter_elements(const ElementsIndex& g, size_t element_bytes,
+                             ScatterReduction reduction, const int64_t* indices,
+                             const void* updates, void* y, cudaStream_t stream) {
+  if (g.index.total == 0) return;
+  switch (element_bytes) {
+    case 8:
+      return scatter_elements<int64_t>(g, reduction, indices, updates, y, stream);
+    case 4:
+      return scatter_elements<float>(g, reduction, indices, updates, y, stream);
+    case 2:
+      return scatter_elements<uint16_t>(g, reduction, indices, updates, y, stream);
+    default:
+      return scatter_elements<uint8_t>(g, reduction, indices, updates, y, stream);
+  }
 }
 
 }  // namespace piper::engine::cuda

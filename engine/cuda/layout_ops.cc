@@ -1,10 +1,11 @@
 // Layout ops on CUDA, which move elements without arithmetic: Reshape, Flatten,
 // Identity, Squeeze, Unsqueeze (a copy; shapes come from the plan), Transpose,
-// Expand, Concat, Split, and the data-parallel piper.Accumulate and piper.Shard.
+// Expand, Tile, Concat, Split, and the data-parallel piper.Accumulate and piper.Shard.
 // Checks follow engine/cpu/shape_ops.cc, layout_ops.cc and data_parallel.cc. All but
 // piper.Accumulate (float32) move elements of any dtype, bfloat16 included.
 #include <numeric>
 
+#include "engine/cpu/op_checks.h"
 #include "engine/cpu/strided_loop.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/ops.h"
@@ -81,6 +82,13 @@ std::unique_ptr<PreparedKernel> expand_factory(const KernelArgs& args, CudaConte
               shape_string(y.shape));
   }
   return strided_copy_kernel(context, broadcast_index(y.shape, {x.shape}), x, y);
+}
+
+std::unique_ptr<PreparedKernel> tile_factory(const KernelArgs& args, CudaContext& context) {
+  const cpu::TileWalk walk = cpu::check_tile(args);
+  return strided_copy_kernel(context,
+                             strided_index(walk.shape, {walk.output_strides, walk.input_strides}),
+                             args.input(0), args.output(0));
 }
 
 // Concat and Split: each part is a block of rows (one per index of the dimensions before
@@ -234,6 +242,7 @@ void register_layout_kernels(CudaKernelTable& table) {
   }
   table["Transpose"] = transpose_factory;
   table["Expand"] = expand_factory;
+  table["Tile"] = tile_factory;
   table["Concat"] = concat_factory;
   table["Split"] = split_factory;
   table["piper.Accumulate"] = accumulate_factory;

@@ -63,6 +63,8 @@ class StepEvents {
 void run_kernel(const ExecInstruction& instruction, const StepContext& context) {
   try {
     instruction.kernel->run(context);
+  } catch (const NonFiniteError& error) {
+    throw NonFiniteError(instruction.where + ": " + error.what(), error.every_rank());
   } catch (const std::exception& error) {
     throw Error(instruction.where + ": " + error.what());
   }

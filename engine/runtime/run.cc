@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "engine/runtime/session.h"
 #include "engine/runtime/trace.h"
 #include "formats/atomic_file.h"
+#include "formats/build_info.h"
 #include "formats/error.h"
 #include "formats/onnx_model.h"
 #include "formats/plan_file.h"
@@ -127,6 +129,16 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
                       {"peak_bytes", session.peak_bytes()},
                       {"peak_rss_bytes", peak_resident_bytes()}});
     }
+    if (!std::isfinite(loss)) {
+      // Every rank holds the global loss, so every rank stops here on its own.
+      throw NonFiniteError(
+          "step " + std::to_string(step + 1) + ": the loss is " +
+              (std::isnan(loss) ? "NaN" : "infinite") + " on rank " + std::to_string(rank) +
+              "; training stopped and nothing was saved. piper-run --check-finite names the "
+              "first kernel that writes a non-finite value (a learning rate too large, or "
+              "NaN in the data, are the usual causes)",
+          true);
+    }
   }
   if (options.save_onnx_path) {
     // Every rank takes part: sharded parameters are gathered from all of them.
@@ -168,6 +180,11 @@ void run_training(const RunOptions& options, std::ostream& out) {
   if (comm != "gloo" && comm != "nccl") {
     throw Error("unknown --comm '" + comm + "'; available: gloo, nccl");
   }
+  if (options.check_finite && options.device != "cpu") {
+    throw Error(
+        "--check-finite reads every kernel's outputs as it ends, which only --device "
+        "cpu does; find the op on the CPU");
+  }
   if (comm == "nccl" && options.device != "cuda") {
     throw Error("--comm nccl works on GPU memory: it needs --device cuda, not --device " +
                 options.device + " (use --comm gloo)");
@@ -183,6 +200,14 @@ void run_training(const RunOptions& options, std::ostream& out) {
     plan_path = expand_rank(plan_path, *launch.rank);
   }
   plan::Plan plan = formats::read_plan_file(plan_path);
+  if (plan.header().planner_version() != formats::piper_build_id() &&
+      !options.allow_other_planner) {
+    throw Error("plan '" + plan_path + "' was made by piper-plan " +
+                plan.header().planner_version() + ", this piper-run is " +
+                formats::piper_build_id() +
+                "; re-plan with this build's piper-plan, or pass --allow-other-planner to run it "
+                "anyway");
+  }
   const int rank = static_cast<int>(plan.header().rank());
   const int world_size = std::max(static_cast<int>(plan.header().world_size()), 1);
   check_launch_against_plan(launch, rank, world_size, plan_path);
@@ -213,7 +238,7 @@ void run_training(const RunOptions& options, std::ostream& out) {
                                               ? make_npy_source(plan, *options.data_dir)
                                               : make_synthetic_source(plan, options.seed);
     std::unique_ptr<Backend> backend = make_backend(options.device);
-    SessionOptions session_options{options.seed, nullptr};
+    SessionOptions session_options{options.seed, nullptr, options.check_finite};
     if (rendezvous && comm == "nccl") {
       nccl = make_nccl_communicators(
           *backend, rendezvous->store(), rank, "piper/" + plan.header().plan_id(),
@@ -224,6 +249,9 @@ void run_training(const RunOptions& options, std::ostream& out) {
     }
     session = std::make_unique<Session>(std::move(plan), std::move(backend), session_options);
     train(*session, *source, options, plan_path, out);
+  } catch (const NonFiniteError& error) {
+    if (rendezvous && !error.every_rank()) rendezvous->report_failure(error.what());
+    throw;
   } catch (const std::exception& error) {
     if (rendezvous) rendezvous->report_failure(error.what());
     throw;

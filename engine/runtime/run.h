@@ -27,6 +27,10 @@ struct RunOptions {
   std::string device = "cpu";
   // Communicators between ranks: "gloo" or "nccl"; empty: default_communicator(device).
   std::string comm;
+  // Runs a plan whose header names another planner build than this engine's.
+  bool allow_other_planner = false;
+  // Stops at the first kernel that writes a NaN or infinity, naming it (SessionOptions).
+  bool check_finite = false;
 };
 
 // Trains as `options` say, printing a summary and one line per step to `out`

@@ -8,8 +8,11 @@
 
 #include "engine/comm/self_communicator.h"
 #include "engine/runtime/comm_ops.h"
+#include "engine/runtime/finite_check.h"
 #include "engine/runtime/host_staging.h"
 #include "engine/runtime/parameter_exchange.h"
+#include "formats/atomic_file.h"
+#include "formats/checksum.h"
 #include "formats/error.h"
 #include "formats/onnx_model.h"
 
@@ -163,7 +166,14 @@ void Session::load_parameters() {
     throw Error("the plan loads " + std::to_string(plan_.parameters_size()) +
                 " parameters but its header names no model_path");
   }
-  const onnx::ModelProto model = formats::load_onnx_model(path);
+  const std::string bytes = formats::read_file(path);
+  const uint64_t checksum = plan_.header().model_checksum();
+  if (checksum != 0 && formats::fnv1a64(bytes) != checksum) {
+    throw Error("model '" + path +
+                "' changed after planning (its contents differ from what piper-plan read); "
+                "re-plan with the model as it is now");
+  }
+  const onnx::ModelProto model = formats::parse_onnx_model(bytes, path);
   std::unordered_map<std::string, const onnx::TensorProto*> initializers;
   for (const auto& initializer : model.graph().initializer()) {
     initializers.emplace(initializer.name(), &initializer);
@@ -240,11 +250,23 @@ std::unique_ptr<Executor> Session::prepare_streams() {
           };
           std::vector<TensorView> inputs = views(kernel.inputs(), "input");
           std::vector<TensorView> outputs = views(kernel.outputs(), "output");
+          std::vector<CheckedOutput> checked;
+          if (options_.check_finite) {
+            for (int k = 0; k < kernel.outputs_size(); ++k) {
+              if (kernel.outputs(k) >= 0) {
+                checked.push_back({tensor_label(plan_, kernel.outputs(k)), outputs[k]});
+              }
+            }
+          }
           try {
             exec_instruction.kernel =
                 backend_->prepare(kernel, std::move(inputs), std::move(outputs));
           } catch (const std::exception& error) {
             throw Error(exec_instruction.where + ": " + error.what());
+          }
+          if (options_.check_finite) {
+            exec_instruction.kernel = check_finite_outputs(std::move(exec_instruction.kernel),
+                                                           std::move(checked), *backend_);
           }
           break;
         }

@@ -23,6 +23,9 @@ struct SessionOptions {
   // Connects the plan's groups of more than one rank and its send/recv peers; needed (and
   // used only during construction) when the plan has any. Not owned.
   CommunicatorFactory* communicators = nullptr;
+  // Scan every kernel's float outputs after it runs and stop at the first NaN or infinity
+  // (engine/runtime/finite_check.h); for host backends.
+  bool check_finite = false;
 };
 
 class Session {

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "formats/error.h"
 #include "planner/autodiff/rules/rules.h"
+#include "planner/autodiff/unsupported_ops.h"
 
 namespace piper::planner {
 namespace {
@@ -159,15 +161,37 @@ std::vector<std::string> supported_op_types() {
 }
 
 void check_supported_ops(const ir::OpGraph& graph, const std::string& model_name) {
+  // Every unsupported type at once, in the order the model first uses them, so one run
+  // shows all the user has to change.
+  struct Use {
+    int count = 0;
+    std::string first;
+  };
   const auto& rules = gradient_rules();
+  std::vector<std::string> order;
+  std::map<std::string, Use> uses;
   for (const ir::Op& op : graph.ops()) {
     if (rules.count(op.type)) continue;
-    std::string supported;
-    for (const auto& type : supported_op_types())
-      supported += (supported.empty() ? "" : ", ") + type;
-    throw Error(model_name + ": node '" + op.name + "' has op type " + op.type +
-                ", which Piper does not implement; supported op types: " + supported);
+    Use& use = uses[op.type];
+    if (use.count++ == 0) {
+      use.first = op.name;
+      order.push_back(op.type);
+    }
   }
+  if (order.empty()) return;
+  std::string message = model_name + ": " + std::to_string(order.size()) + " op type" +
+                        (order.size() == 1 ? " is" : "s are") + " not supported by Piper:";
+  for (const std::string& type : order) {
+    const Use& use = uses.at(type);
+    message += "\n  " + type + " (" + std::to_string(use.count) + " node" +
+               (use.count == 1 ? "" : "s") + ", first '" + use.first +
+               "'): " + unsupported_op_advice(type);
+  }
+  std::string supported;
+  for (const auto& type : supported_op_types()) {
+    supported += (supported.empty() ? "" : ", ") + type;
+  }
+  throw Error(message + "\nsupported op types: " + supported);
 }
 
 }  // namespace piper::planner

@@ -18,8 +18,9 @@ void differentiate(ir::OpGraph& graph);
 // Forward op types the planner can train through, sorted.
 std::vector<std::string> supported_op_types();
 
-// Throws piper::Error naming the first node whose op type is unsupported,
-// listing the supported ones. `model_name` prefixes the message.
+// Throws piper::Error listing every unsupported op type with its node count, first node and
+// what the user can do (unsupported_ops.h), then the supported types. `model_name` prefixes
+// the message.
 void check_supported_ops(const ir::OpGraph& graph, const std::string& model_name);
 
 }  // namespace piper::planner

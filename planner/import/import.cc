@@ -1,5 +1,6 @@
 #include "planner/import/import.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -79,11 +80,11 @@ ir::Attributes convert_attributes(const onnx::NodeProto& node, const std::string
         // A one-element tensor (ConstantOfShape's value) becomes a scalar attribute: an int
         // for integer and bool tensors, a float otherwise; the op's output carries the dtype.
         ConstantValue value;
-        if (from_tensor_proto(attr.t(), value) && value.values.size() == 1) {
+        if (from_tensor_proto(attr.t(), value) && value.stored() == 1) {
           if (value.is_integer()) {
-            attributes[attr.name()] = static_cast<int64_t>(value.values[0]);
+            attributes[attr.name()] = value.ints[0];
           } else {
-            attributes[attr.name()] = value.values[0];
+            attributes[attr.name()] = value.reals[0];
           }
           break;
         }
@@ -149,11 +150,8 @@ class GraphBuilder {
       tensor.dtype = ir::DType::kInt64;
       tensor.shape.assign(init.dims().begin(), init.dims().end());
       tensor.role = ir::Role::kConstant;
-      tensor.data.resize(value.values.size() * sizeof(int64_t));
-      for (size_t i = 0; i < value.values.size(); ++i) {
-        const auto element = static_cast<int64_t>(value.values[i]);
-        std::memcpy(tensor.data.data() + i * sizeof(int64_t), &element, sizeof(int64_t));
-      }
+      tensor.data.resize(value.ints.size() * sizeof(int64_t));
+      std::memcpy(tensor.data.data(), value.ints.data(), tensor.data.size());
       return;
     }
     const auto dtype = to_dtype(init.data_type());
@@ -257,6 +255,47 @@ class GraphBuilder {
   ir::OpGraph ir_;
 };
 
+// The ONNX element type of every value the graph describes.
+std::map<std::string, int32_t> element_types(const onnx::GraphProto& graph) {
+  std::map<std::string, int32_t> types;
+  for (const auto* infos : {&graph.input(), &graph.value_info(), &graph.output()}) {
+    for (const auto& info : *infos) types[info.name()] = info.type().tensor_type().elem_type();
+  }
+  for (const auto& init : graph.initializer()) types[init.name()] = init.data_type();
+  return types;
+}
+
+// PyTorch exports torch.isinf as IsInf(Cast(x, to = DOUBLE)), and Piper holds no doubles.
+// Widening a float keeps its class (finite, ±infinity, NaN), so a Cast of a float32 or
+// bfloat16 value to double that only IsInf and IsNaN read is dropped and they read x.
+void drop_double_casts_into_class_tests(onnx::GraphProto& graph) {
+  const std::map<std::string, int32_t> types = element_types(graph);
+  std::map<std::string, std::vector<onnx::NodeProto*>> readers;
+  for (auto& node : *graph.mutable_node()) {
+    for (const auto& input : node.input()) readers[input].push_back(&node);
+  }
+  for (const auto& output : graph.output()) readers[output.name()].push_back(nullptr);
+  const auto is_float = [&types](const std::string& name) {
+    const auto found = types.find(name);
+    return found != types.end() && (found->second == onnx::TensorProto::FLOAT ||
+                                    found->second == onnx::TensorProto::BFLOAT16);
+  };
+  const auto class_test = [](const onnx::NodeProto* node) {
+    return node && (node->op_type() == "IsInf" || node->op_type() == "IsNaN");
+  };
+  for (int i = graph.node_size() - 1; i >= 0; --i) {
+    const onnx::NodeProto& cast = graph.node(i);
+    if (cast.op_type() != "Cast" || cast.input_size() != 1 || !is_float(cast.input(0))) continue;
+    const auto to = std::find_if(cast.attribute().begin(), cast.attribute().end(),
+                                 [](const auto& attr) { return attr.name() == "to"; });
+    if (to == cast.attribute().end() || to->i() != onnx::TensorProto::DOUBLE) continue;
+    const std::vector<onnx::NodeProto*>& tests = readers[cast.output(0)];
+    if (tests.empty() || !std::all_of(tests.begin(), tests.end(), class_test)) continue;
+    for (onnx::NodeProto* test : tests) test->set_input(0, cast.input(0));
+    graph.mutable_node()->DeleteSubrange(i, 1);
+  }
+}
+
 // Integer batch inputs that index something get the range synthetic data draws from.
 void set_integer_ranges(ir::OpGraph& graph) {
   for (ir::TensorId input : graph.inputs) {
@@ -291,6 +330,7 @@ ir::OpGraph import_model(onnx::ModelProto model, const ImportOptions& options,
   } catch (const Error& error) {
     throw Error(model_name + ": " + error.what());
   }
+  drop_double_casts_into_class_tests(*model.mutable_graph());
   ir::OpGraph graph = GraphBuilder(model.graph(), folded, options, model_name).build();
   set_integer_ranges(graph);
   return graph;

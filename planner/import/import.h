@@ -1,4 +1,5 @@
-// ONNX model -> op graph: batch specialisation, constant folding, shapes.
+// ONNX model -> op graph: batch specialisation, constant folding, shapes, and the Casts to
+// double PyTorch writes before IsInf dropped.
 #pragma once
 
 #include <onnx/onnx_pb.h>

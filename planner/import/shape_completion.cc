@@ -1,5 +1,6 @@
 #include "planner/import/shape_completion.h"
 
+#include <cmath>
 #include <map>
 #include <optional>
 
@@ -84,13 +85,16 @@ std::optional<std::vector<int64_t>> one_hot_shape(const onnx::NodeProto& node,
   for (const auto& init : graph.initializer()) {
     if (init.name() != node.input(1)) continue;
     ConstantValue depth;
-    if (!from_tensor_proto(init, depth) || depth.values.size() != 1) return std::nullopt;
+    if (!from_tensor_proto(init, depth) || depth.stored() != 1) return std::nullopt;
+    // ONNX lets depth be of any numeric type; a real one counts its whole part.
+    if (!depth.is_integer() && !(std::abs(depth.reals[0]) < 1e18)) return std::nullopt;
+    const int64_t count = depth.is_integer() ? depth.ints[0] : static_cast<int64_t>(depth.reals[0]);
     std::vector<int64_t> shape = indices->second.shape;
     const auto rank = static_cast<int64_t>(shape.size()) + 1;
     int64_t axis = int_attr(node, "axis", -1);
     if (axis < 0) axis += rank;
     if (axis < 0 || axis >= rank) return std::nullopt;
-    shape.insert(shape.begin() + axis, static_cast<int64_t>(depth.values[0]));
+    shape.insert(shape.begin() + axis, count);
     return shape;
   }
   return std::nullopt;

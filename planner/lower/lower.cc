@@ -5,6 +5,8 @@
 #include <set>
 #include <string>
 
+#include "formats/build_info.h"
+#include "formats/plan_file.h"
 #include "planner/lower/memory_plan.h"
 
 namespace piper::planner {
@@ -125,12 +127,13 @@ class Lowering {
 
   void write_header() {
     plan::Header& header = *plan_.mutable_header();
-    header.set_format_version(1);
+    header.set_format_version(formats::kPlanFormatVersion);
     header.set_rank(rank_);
     header.set_world_size(graph_.world_size());
     header.set_plan_id(context_.plan_id);
     header.set_model_path(context_.model_path);
-    header.set_planner_version("piper 0.1.0");
+    header.set_model_checksum(context_.model_checksum);
+    header.set_planner_version(formats::piper_build_id());
     plan_.set_global_batch(context_.global_batch);
     plan::Optimizer& optimizer = *plan_.mutable_optimizer();
     const strategy::Optimizer& from = context_.optimizer;

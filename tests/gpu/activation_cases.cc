@@ -1,11 +1,70 @@
-// Activations with attributes, Clip, PRelu and their gradients: default and explicit attributes,
-// inputs across the kinks and exponential regions, NaN propagation, Clip with either bound
-// omitted, bfloat16 through the widened path.
+// Activations with attributes, the trigonometric, hyperbolic and rounding ops, Sign, IsNaN,
+// IsInf, Clip, PRelu and their gradients: default and explicit attributes, inputs across the
+// kinks, domains' edges and exponential regions, halves for Round, NaN propagation, int64 Abs
+// and Sign, Clip with either bound omitted, bfloat16 through the widened path.
 #include <limits>
 
 #include "tests/gpu/cases.h"
 
 namespace piper::engine::testing {
+
+namespace {
+
+std::vector<OpCase> UnaryMathCases() {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const TensorSpec kinks = Values({8}, plan::FLOAT32, {-3, -1, 0, -0.0, 0.5, 3, 30, nan});
+  const TensorSpec halves = Values(
+      {12}, plan::FLOAT32, {-2.5, -1.5, -0.5, -0.0, 0.5, 1.5, 2.5, 1.7, -1.2, 1e8, inf, nan});
+  const TensorSpec classes = Values({6}, plan::FLOAT32, {1, -inf, nan, inf, -0.0, 3e38});
+  const TensorSpec ints = Values({5}, plan::INT64, {-9223372036854775808.0, -7, 0, 7, 1});
+  return {
+      {"Softsign", "Softsign", {}, {kinks}, {F({8})}},
+      {"ThresholdedRelu_default", "ThresholdedRelu", {}, {kinks}, {F({8})}},
+      {"ThresholdedRelu_alpha", "ThresholdedRelu", {Float("alpha", 0.5)}, {kinks}, {F({8})}},
+      {"Sin", "Sin", {}, {F({100}, -10, 10)}, {F({100})}},
+      {"Sin_bfloat16", "Sin", {}, {BF({64}, -3, 3)}, {BF({64})}, 1e-2, 1e-2},
+      {"Cos", "Cos", {}, {F({100}, -10, 10)}, {F({100})}},
+      {"Tan", "Tan", {}, {F({100}, -1.5, 1.5)}, {F({100})}},
+      {"Sinh", "Sinh", {}, {F({100}, -5, 5)}, {F({100})}},
+      {"Cosh", "Cosh", {}, {F({100}, -5, 5)}, {F({100})}},
+      {"Asin", "Asin", {}, {kinks}, {F({8})}},
+      {"Acos", "Acos", {}, {F({100}, -1, 1)}, {F({100})}},
+      {"Atan", "Atan", {}, {F({100}, -5, 5)}, {F({100})}},
+      {"Asinh", "Asinh", {}, {F({100}, -5, 5)}, {F({100})}},
+      {"Acosh", "Acosh", {}, {F({100}, 1, 5)}, {F({100})}},
+      {"Atanh", "Atanh", {}, {kinks}, {F({8})}},
+      {"Floor", "Floor", {}, {halves}, {F({12})}},
+      {"Ceil", "Ceil", {}, {halves}, {F({12})}},
+      {"Round", "Round", {}, {halves}, {F({12})}},
+      {"Sign", "Sign", {}, {kinks}, {F({8})}},
+      {"Sign_int64", "Sign", {}, {ints}, {I({5}, 0, 1)}},
+      {"Abs_int64", "Abs", {}, {ints}, {I({5}, 0, 1)}},
+      {"IsNaN", "IsNaN", {}, {classes}, {B({6})}},
+      {"IsInf", "IsInf", {}, {classes}, {B({6})}},
+      {"IsInf_positive", "IsInf", {Int("detect_negative", 0)}, {classes}, {B({6})}},
+      {"IsInf_negative", "IsInf", {Int("detect_positive", 0)}, {classes}, {B({6})}},
+      {"SoftsignGrad", "piper.SoftsignGrad", {}, {F({8}), kinks}, {F({8})}},
+      {"ThresholdedReluGrad",
+       "piper.ThresholdedReluGrad",
+       {Float("alpha", 0.5)},
+       {F({8}), kinks},
+       {F({8})}},
+      {"SinGrad", "piper.SinGrad", {}, {F({50}), F({50}, -10, 10)}, {F({50})}},
+      {"CosGrad", "piper.CosGrad", {}, {F({50}), F({50}, -10, 10)}, {F({50})}},
+      {"TanGrad", "piper.TanGrad", {}, {F({50}), F({50}, -10, 10)}, {F({50})}},
+      {"SinhGrad", "piper.SinhGrad", {}, {F({50}), F({50}, -5, 5)}, {F({50})}},
+      {"CoshGrad", "piper.CoshGrad", {}, {F({50}), F({50}, -5, 5)}, {F({50})}},
+      {"AsinGrad", "piper.AsinGrad", {}, {F({50}), F({50}, -0.99, 0.99)}, {F({50})}},
+      {"AcosGrad", "piper.AcosGrad", {}, {F({50}), F({50}, -0.99, 0.99)}, {F({50})}},
+      {"AtanGrad", "piper.AtanGrad", {}, {F({50}), F({50}, -5, 5)}, {F({50})}},
+      {"AsinhGrad", "piper.AsinhGrad", {}, {F({50}), F({50}, -5, 5)}, {F({50})}},
+      {"AcoshGrad", "piper.AcoshGrad", {}, {F({50}), F({50}, 1.01, 5)}, {F({50})}},
+      {"AtanhGrad", "piper.AtanhGrad", {}, {F({50}), F({50}, -0.99, 0.99)}, {F({50})}},
+  };
+}
+
+}  // namespace
 
 std::vector<OpCase> ActivationCases() {
   const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -56,6 +115,8 @@ std::vector<OpCase> ActivationCases() {
         Values({4}, plan::FLOAT32, {0, 0.5, 1, nan})},
        {F({4})}},
   };
+  std::vector<OpCase> unary = UnaryMathCases();
+  cases.insert(cases.end(), unary.begin(), unary.end());
   return cases;
 }
 

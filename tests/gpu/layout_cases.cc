@@ -1,4 +1,4 @@
-// Layout ops: copies, permutations of 8-, 4- and 1-byte elements, broadcast, Concat and
+// Layout ops: copies, permutations of 8-, 4- and 1-byte elements, broadcast, Tile, Concat and
 // Split along inner and outer axes, and the data-parallel Accumulate and Shard.
 #include "tests/gpu/cases.h"
 
@@ -19,6 +19,12 @@ std::vector<OpCase> LayoutCases() {
       {"Transpose_default", "Transpose", {}, {I({2, 3, 5}, 0, 99)}, {I({5, 3, 2}, 0, 1)}},
       {"Transpose_bool", "Transpose", {Ints("perm", {1, 0})}, {B({3, 7})}, {B({7, 3})}},
       {"Expand", "Expand", {}, {F({3, 1}), Values({3}, plan::INT64, {2, 3, 4})}, {F({2, 3, 4})}},
+      {"Tile", "Tile", {}, {F({2, 3}), Values({2}, plan::INT64, {3, 2})}, {F({6, 6})}},
+      {"Tile_int64_unit_repeat",
+       "Tile",
+       {},
+       {I({2, 1, 3}, 0, 99), Values({3}, plan::INT64, {1, 4, 2})},
+       {I({2, 4, 6}, 0, 1)}},
       {"Concat_inner", "Concat", {Int("axis", -1)}, {F({2, 3, 1}), F({2, 3, 4})}, {F({2, 3, 5})}},
       {"Concat_outer_int64",
        "Concat",

@@ -235,6 +235,7 @@ INSTANTIATE_TEST_SUITE_P(Selection, CudaVsCpu, ::testing::ValuesIn(SelectionCase
 INSTANTIATE_TEST_SUITE_P(Scan, CudaVsCpu, ::testing::ValuesIn(ScanCases()), CaseName);
 INSTANTIATE_TEST_SUITE_P(GatherElements, CudaVsCpu, ::testing::ValuesIn(GatherElementsCases()),
                          CaseName);
+INSTANTIATE_TEST_SUITE_P(NdIndexing, CudaVsCpu, ::testing::ValuesIn(NdIndexingCases()), CaseName);
 INSTANTIATE_TEST_SUITE_P(Einsum, CudaVsCpu, ::testing::ValuesIn(EinsumCases()), CaseName);
 INSTANTIATE_TEST_SUITE_P(HostFallback, CudaVsCpu, ::testing::ValuesIn(HostFallbackCases()),
                          CaseName);
@@ -250,7 +251,7 @@ std::vector<OpCase> AllCases() {
         FusedCases(),         SlicingCases(),      DropoutCases(),  PowerCases(),
         ExtremumGradCases(),  SelectionCases(),    ScanCases(),     GatherElementsCases(),
         EinsumCases(),        HostFallbackCases(), Bfloat16Cases(), FlashAttentionCases(),
-        ActivationCases()}) {
+        ActivationCases(),    NdIndexingCases()}) {
     all.insert(all.end(), cases.begin(), cases.end());
   }
   return all;

@@ -64,6 +64,7 @@ std::vector<OpCase> ExtremumGradCases();
 std::vector<OpCase> SelectionCases();
 std::vector<OpCase> ScanCases();
 std::vector<OpCase> GatherElementsCases();
+std::vector<OpCase> NdIndexingCases();
 std::vector<OpCase> EinsumCases();
 std::vector<OpCase> HostFallbackCases();
 std::vector<OpCase> Bfloat16Cases();

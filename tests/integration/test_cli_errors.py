@@ -11,7 +11,7 @@ import unittest
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import harness
 from harness import Tools
@@ -22,6 +22,30 @@ SGD = {"type": "sgd", "lr": 0.05, "momentum": 0.9}
 
 def mlp_model():
     return Tools.sample("mlp", "model.onnx")
+
+
+INT64_MAX = 2**63 - 1
+
+
+def ints(name, values):
+    return helper.make_tensor(name, TensorProto.INT64, [len(values)], values)
+
+
+def reshaped_x_model(nodes, initializers, x_dims=("batch", 4)):
+    """x -> Reshape(x, target) * w -> ReduceSum -> loss, where `nodes` compute target
+    (from x's Shape and `initializers`)."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [1], [0.5])
+    nodes = nodes + [
+        helper.make_node("Reshape", ["x", "target"], ["reshaped"], name="/Reshape"),
+        helper.make_node("Mul", ["reshaped", "w"], ["scaled"], name="/Mul"),
+        helper.make_node("ReduceSum", ["scaled"], ["loss"], name="/ReduceSum", keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes, "folding",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_dims))],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+        initializer=initializers + [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 class ErrorTest(unittest.TestCase):
@@ -111,27 +135,32 @@ class PlanErrors(ErrorTest):
         self.plan_fails(path, self.good_strategy(), "invalid.onnx")
 
     def test_unsupported_op(self):
-        # x -> MatMul -> Hardmax -> SoftmaxCrossEntropyLoss(y): valid ONNX, but Hardmax has
-        # no Piper implementation.
-        w = helper.make_tensor("w", TensorProto.FLOAT, [4, 3],
-                               np.linspace(-1, 1, 12).astype(np.float32).tolist())
+        # Valid ONNX with two unsupported op types, one used twice: one message lists both,
+        # each with its count, first node and advice (random values: pass them in).
+        w = helper.make_tensor("w", TensorProto.FLOAT, [2, 2], [0.5, -1.0, 2.0, 1.5])
         nodes = [
-            helper.make_node("MatMul", ["x", "w"], ["h"], name="/proj/MatMul"),
-            helper.make_node("Hardmax", ["h"], ["logits"], name="/act/Hardmax_odd"),
-            helper.make_node("SoftmaxCrossEntropyLoss", ["logits", "y"], ["loss"],
-                             name="/loss", reduction="mean"),
+            helper.make_node("Reshape", ["x", "square"], ["m"], name="/square/Reshape"),
+            helper.make_node("Mul", ["m", "w"], ["mw"], name="/scale/Mul"),
+            helper.make_node("Det", ["mw"], ["d1"], name="/det/first"),
+            helper.make_node("Det", ["mw"], ["d2"], name="/det/second"),
+            helper.make_node("RandomUniformLike", ["d1"], ["noise"], name="/noise"),
+            helper.make_node("Add", ["d1", "d2"], ["d"], name="/Add"),
+            helper.make_node("Mul", ["d", "noise"], ["dn"], name="/Mul"),
+            helper.make_node("ReduceMean", ["dn"], ["loss"], name="/loss", keepdims=0),
         ]
         graph = helper.make_graph(
-            nodes, "hardmax",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4]),
-             helper.make_tensor_value_info("y", TensorProto.INT64, ["batch"])],
+            nodes, "det",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
             [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
-            initializer=[w])
+            initializer=[w, ints("square", [-1, 2, 2])])
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
         onnx.checker.check_model(model, full_check=True)
-        path = self.path("hardmax.onnx")
+        path = self.path("det.onnx")
         onnx.save(model, path)
-        self.plan_fails(path, self.good_strategy(), "Hardmax", "/act/Hardmax_odd")
+        self.plan_fails(path, self.good_strategy(), "det.onnx", "2 op types are not supported",
+                        "Det (2 nodes, first '/det/first')",
+                        "RandomUniformLike (1 node, first '/noise'): random values",
+                        "pass them in as a model input", "supported op types: ")
 
     def test_batch_baked_into_model(self):
         # The sample with its batch dimension fixed at 8 cannot be planned for 32.
@@ -175,7 +204,108 @@ class PlanErrors(ErrorTest):
         self.plan_fails(path, self.strategy_value(value), "summed.onnx",
                         f"the loss node '{loss.name}' sums over the batch", "bad_strategy.json")
 
+    # ---- malformed shape arithmetic: an error naming the node, never a crash
+
+    def save(self, model, name):
+        path = self.path(name)
+        onnx.save(model, path)
+        return path
+
+    def test_concat_axis_out_of_range(self):
+        model = reshaped_x_model(
+            [helper.make_node("Concat", ["a", "b"], ["target"], name="/bad/Concat", axis=5)],
+            [ints("a", [-1]), ints("b", [4])])
+        self.plan_fails(self.save(model, "concat.onnx"), self.good_strategy(), "concat.onnx",
+                        "/bad/Concat", "axis")
+
+    def test_gather_index_out_of_range(self):
+        model = reshaped_x_model([
+            helper.make_node("Shape", ["x"], ["shape"], name="/Shape"),
+            helper.make_node("Gather", ["shape", "index"], ["dim"], name="/bad/Gather"),
+            helper.make_node("Concat", ["minus_one", "dim"], ["target"], name="/Concat", axis=0),
+        ], [ints("index", [5]), ints("minus_one", [-1])])
+        self.plan_fails(self.save(model, "gather.onnx"), self.good_strategy(),
+                        "node '/bad/Gather' (Gather): index 5 is out of range for axis 0 of size 2")
+
+    def test_impossible_reshape(self):
+        model = reshaped_x_model([
+            helper.make_node("Reshape", ["six", "bad_shape"], ["reshaped_six"],
+                             name="/bad/Reshape"),
+            helper.make_node("Shape", ["reshaped_six"], ["target"], name="/Shape"),
+        ], [ints("six", [1, 2, 3, 4, 5, 6]), ints("bad_shape", [4, -1])])
+        self.plan_fails(self.save(model, "reshape.onnx"), self.good_strategy(), "/bad/Reshape")
+
+    def test_dimension_overflowing_int64(self):
+        model = reshaped_x_model([
+            helper.make_node("Shape", ["x"], ["shape"], name="/Shape"),
+            helper.make_node("ConstantOfShape", ["shape"], ["huge"], name="/huge/ConstantOfShape"),
+            helper.make_node("Shape", ["huge"], ["target"], name="/Shape_huge"),
+        ], [], x_dims=("batch", 2**62))
+        self.plan_fails(self.save(model, "huge.onnx"), self.good_strategy(),
+                        "/huge/ConstantOfShape", "more elements than int64 counts")
+
+    def test_empty_shape_arithmetic_plans(self):
+        # shape(x)[2:] is empty; adding to it folds to an empty vector, not a crash.
+        model = reshaped_x_model([
+            helper.make_node("Shape", ["x"], ["shape"], name="/Shape"),
+            helper.make_node("Slice", ["shape", "two", "end"], ["none"], name="/Slice"),
+            helper.make_node("Add", ["none", "one"], ["still_none"], name="/Add"),
+            helper.make_node("Concat", ["shape", "still_none"], ["target"], name="/Concat",
+                             axis=0),
+        ], [ints("two", [2]), ints("end", [INT64_MAX]), ints("one", [1])])
+        harness.run_ok([Tools.plan, self.save(model, "empty.onnx"), self.good_strategy(), "-o",
+                        self.path("plans")])
+
+    def test_open_ended_slice_plans_and_runs_right(self):
+        # x[:, 1:] as PyTorch writes it (ends = INT64_MAX), summed: the loss is the sum of
+        # the last three columns, times w.
+        w = helper.make_tensor("w", TensorProto.FLOAT, [1], [0.5])
+        nodes = [
+            helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["tail"], name="/Slice"),
+            helper.make_node("Mul", ["tail", "w"], ["scaled"], name="/Mul"),
+            helper.make_node("ReduceMean", ["scaled"], ["loss"], name="/ReduceMean",
+                             keepdims=0),
+        ]
+        graph = helper.make_graph(
+            nodes, "open_slice",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+            [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+            initializer=[ints("starts", [1]), ints("ends", [INT64_MAX]), ints("axes", [1]), w])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        path = self.save(model, "open_slice.onnx")
+        plans = self.path("plans")
+        harness.run_ok([Tools.plan, path, self.good_strategy(), "-o", plans])
+        x = np.arange(GLOBAL_BATCH * 4, dtype=np.float32).reshape(GLOBAL_BATCH, 4)
+        data = self.path("data")
+        os.makedirs(data)
+        np.save(os.path.join(data, "x.npy"), x)
+        metrics = self.path("metrics.jsonl")
+        harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan"), "--data", data,
+                        "--steps", "1", "--metrics", metrics])
+        loss = harness.read_metrics(metrics)[0]["loss"]
+        expected = float(np.mean(x[:, 1:] * 0.5))
+        self.assertAlmostEqual(loss, expected, delta=1e-5 * abs(expected))
+
+    def test_list_needs_no_strategy(self):
+        # --list prints the names globs match and exits 0; without it the strategy is needed.
+        result = harness.run_ok([Tools.plan, "--list", mlp_model()])
+        self.assertRegex(result.stdout, r"\n  /fc1/Gemm +Gemm\n")
+        self.assertRegex(result.stdout, r"\n  fc1.weight +\[64, 32\] +float32\n")
+        self.assert_fails([Tools.plan, mlp_model()], "no strategy", "--list")
+
     # ---- the strategy
+
+    def test_frozen_glob_matching_nothing(self):
+        value = harness.strategy(GLOBAL_BATCH, SGD, frozen=["fc1.*", "embed.*"])
+        self.plan_fails(mlp_model(), self.strategy_value(value), "bad_strategy.json",
+                        "$.frozen[1]", "'embed.*' matches no initializer", "--list")
+
+    def test_frozen_globs_listed_in_the_summary(self):
+        value = harness.strategy(GLOBAL_BATCH, SGD, frozen=["*.bias"])
+        result = harness.run_ok([Tools.plan, mlp_model(), self.strategy_value(value), "-o",
+                                 self.path("plans")])
+        self.assertIn("frozen '*.bias': 3 initializers (fc1.bias, fc2.bias, fc3.bias)",
+                      result.stdout)
 
     def test_missing_strategy(self):
         self.plan_fails(mlp_model(), self.path("no_such_strategy.json"), "no_such_strategy.json")
@@ -371,12 +501,60 @@ class CommandLine(ErrorTest):
         for name, tool in self.tools().items():
             result = harness.run([tool, "--version"])
             self.assertEqual(result.returncode, 0, result.describe())
-            self.assertRegex(result.stdout, rf"^{name} \d+\.\d+\.\d+ \(commit \S+\), plan format 1$")
+            self.assertRegex(result.stdout, rf"^{name} \d+\.\d+\.\d+\+\S+, plan format 1$")
 
     def test_launch_help_lists_what_it_forwards(self):
         result = harness.run_ok([self.tools()["piper-launch"], "--help"])
         for flag in ("--steps", "--data", "--metrics", "--save-onnx", "--timeout", "--device"):
             self.assertIn(flag, result.stdout)
+
+
+class NonFinite(ErrorTest):
+    """A NaN or infinity stops training at that step with exit 3 and saves nothing (issue 14,
+    point 3)."""
+
+    def plan(self, optimizer):
+        plans = self.path("plans")
+        strategy = harness.write_json(self.path("s.json"),
+                                      harness.strategy(GLOBAL_BATCH, optimizer))
+        harness.run_ok([Tools.plan, mlp_model(), strategy, "-o", plans])
+        return os.path.join(plans, "rank0.plan")
+
+    def train(self, plan, *flags):
+        return harness.run([Tools.run, "--plan", plan, "--steps", 50, "--metrics",
+                            self.path("m.jsonl"), "--save-onnx", self.path("model.onnx"),
+                            *flags])
+
+    def test_a_huge_learning_rate_stops_at_the_step_keeping_the_previous_model(self):
+        with open(self.path("model.onnx"), "wb") as f:
+            f.write(b"the previous model")
+        result = self.train(self.plan({"type": "adamw", "lr": 1e30}))
+        self.assertEqual(result.returncode, 3, result.describe())
+        match = re.search(r"piper-run: error: step (\d+): the loss is (NaN|infinite) on rank 0",
+                          result.stderr)
+        self.assertTrue(match, result.describe())
+        with open(self.path("model.onnx"), "rb") as f:
+            self.assertEqual(f.read(), b"the previous model", "a non-finite model was saved")
+        records = harness.read_metrics(self.path("m.jsonl"))
+        self.assertEqual(len(records), int(match.group(1)), records)
+        self.assertIsNone(records[-1]["loss"])
+
+    def test_check_finite_names_the_first_kernel_of_nan_data(self):
+        data = self.path("data")
+        os.mkdir(data)
+        x = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+        x[3, 5] = np.nan
+        np.save(os.path.join(data, "x.npy"), x)
+        np.save(os.path.join(data, "y.npy"), (np.arange(64) % 10).astype(np.int64))
+        plan = self.plan(SGD)
+        result = self.train(plan, "--data", data)
+        self.assertEqual(result.returncode, 3, result.describe())
+        self.assertIn("step 1: the loss is NaN", result.stderr)
+        result = self.train(plan, "--data", data, "--check-finite")
+        self.assertEqual(result.returncode, 3, result.describe())
+        self.assertRegex(result.stderr, r"instruction \d+ \(\S+ '/fc1/[^']*'\): step 1: wrote NaN "
+                                        r"into tensor \d+ '[^']+'", result.describe())
+        self.assertFalse(os.path.exists(self.path("model.onnx")))
 
 
 class HarnessSkips(ErrorTest):
@@ -532,6 +710,20 @@ class RunErrors(ErrorTest):
             result = self.assert_fails([Tools.run, "--plan", plan, "--steps", 100000000, flag,
                                         path], flag, needle)
             self.assertNotIn("step 1 ", result.stdout, "it trained before checking " + flag)
+
+    def test_a_model_changed_after_planning_is_refused(self):
+        model = self.path("model.onnx")
+        shutil.copy(mlp_model(), model)
+        plans = self.path("plans")
+        harness.run_ok([Tools.plan, model, harness.write_json(
+            self.path("s.json"), harness.strategy(GLOBAL_BATCH, SGD)), "-o", plans])
+        changed = onnx.load(model)
+        weight = changed.graph.initializer[0]
+        values = numpy_helper.to_array(weight) + 1
+        weight.CopyFrom(numpy_helper.from_array(values, weight.name))
+        onnx.save(changed, model)
+        self.run_fails(os.path.join(plans, "rank0.plan"), model, "changed after planning",
+                       "re-plan")
 
     def test_labels_out_of_range(self):
         # Fails during the first step: still no metrics or saved model.

@@ -4,9 +4,10 @@ sigmoid and mean pooling, a weight used twice (tied), a frozen buffer, Flatten,
 an MSE loss built from Sub/Mul/ReduceMean, Div by a learned scale, an
 annotated strategy, a bool input (a mask) fed from a bool .npy, and the
 activations with attributes (PReLU, LeakyReLU, Softplus, ELU, SELU, CELU,
-Hardsigmoid, Hardswish, ReLU6 and clamp, abs, Mish). Every step's loss within
-1e-4 relative, final weights within 1e-3 relative. PyTorch runs here; no
-reference numbers are stored."""
+Hardsigmoid, Hardswish, ReLU6 and clamp, abs, Mish), and rotary embeddings
+(cos, sin) with Softsign, sin, atan and undifferentiated floor, sign, isinf,
+isnan and int64 abs and sign. Every step's loss within 1e-4 relative, final weights within 1e-3
+relative. PyTorch runs here; no reference numbers are stored."""
 import os
 import tempfile
 import unittest
@@ -105,10 +106,46 @@ class Activations(nn.Module):
         return (d * d).mean()
 
 
+class RotaryMath(nn.Module):
+    """Rotary position embeddings as Llama computes them each call (torch.cos and torch.sin of
+    positions times a frozen buffer of frequencies) on a projection of [B, 6, 8] inputs; a
+    mixing over positions weighted by the int64 abs and sign of their offsets (T5's relative
+    positions); Softsign, sin and atan of the result; floor of the positions, and sign, isinf
+    (exported through a Cast to double) and isnan of the input in branches no gradient reaches; mean over positions, a head and an MSE loss. Not
+    in MODELS (test_precision's bfloat16 autocast), for the same reason as Activations."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 3)
+        self.softsign = nn.Softsign()
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, 8, 2).float() / 8)))
+
+    def forward(self, x, t):
+        length = x.shape[1]
+        positions = torch.arange(length, dtype=torch.float32)
+        freqs = positions[:, None] * self.inv_freq[None, :]
+        angles = torch.cat((freqs, freqs), dim=-1)
+        h = self.proj(x)
+        rotated = torch.cat((-h[..., 4:8], h[..., 0:4]), dim=-1)
+        h = h * angles.cos() + rotated * angles.sin()
+        relative = torch.arange(length)[None, :] - torch.arange(length)[:, None]
+        bias = -0.5 * torch.abs(relative).float() + 0.2 * torch.sign(relative).float()
+        h = torch.matmul(torch.softmax(bias, dim=-1), h)
+        a = self.softsign(h) + torch.sin(3 * h) + 0.5 * torch.atan(2 * h) + 0.1 * torch.sign(x)
+        a = a / (torch.floor(positions / 2) + 1)[:, None]
+        a = a + torch.isinf(x).float() + torch.isnan(x).float()  # zero for finite data
+        d = self.head(a.mean(dim=1)) - t
+        return (d * d).mean()
+
+
 def inputs_for(name, rng):
     if name == "pooled3d":
         return (rng.standard_normal((SAMPLES, 4, 8)).astype(np.float32),
                 rng.integers(0, 5, SAMPLES).astype(np.int64))
+    if name == "rotary":
+        return (rng.standard_normal((SAMPLES, 6, 8)).astype(np.float32),
+                rng.standard_normal((SAMPLES, 3)).astype(np.float32))
     if name == "tied":
         return (rng.standard_normal((SAMPLES, 2, 8)).astype(np.float32),
                 rng.integers(0, 4, SAMPLES).astype(np.int64))
@@ -117,6 +154,8 @@ def inputs_for(name, rng):
 
 
 MODELS = {"pooled3d": Pooled3d, "tied": TiedWithBuffer, "regression": Regression}
+# Trained here only (see Activations).
+OTHER_MODELS = {"activations": Activations, "rotary": RotaryMath}
 
 
 class VariantsMatchPyTorch(unittest.TestCase):
@@ -131,7 +170,7 @@ class VariantsMatchPyTorch(unittest.TestCase):
 
     def check(self, name, optimizer, make_optimizer, **strategy_extra):
         torch.manual_seed(7)
-        model = (Activations if name == "activations" else MODELS[name])()
+        model = {**MODELS, **OTHER_MODELS}[name]()
         work = os.path.join(self.tmp.name, name + "_" + optimizer["type"])
         harness.train_exported_model_like_pytorch(
             self, work, model, inputs_for(name, np.random.default_rng(5)), optimizer,
@@ -156,6 +195,10 @@ class VariantsMatchPyTorch(unittest.TestCase):
     def test_activations_sgd(self):
         self.check("activations", {"type": "sgd", "lr": 0.005},
                    lambda p: torch.optim.SGD(p, lr=0.005))
+
+    def test_rotary_and_unary_math_adamw(self):
+        self.check("rotary", {"type": "adamw", "lr": 0.01},
+                   lambda p: torch.optim.AdamW(p, lr=0.01), frozen=["inv_freq"])
 
     def test_bool_input(self):
         torch.manual_seed(7)

@@ -2,6 +2,8 @@
 // Expand, Where, Trilu, CumSum, Range, ConstantOfShape.
 #include <gmock/gmock.h>
 
+#include <limits>
+
 #include "engine_test_util.h"
 #include "formats/error.h"
 
@@ -76,6 +78,36 @@ TEST(CpuLayoutOps, SliceNegativeStepReverses) {
   const int y = r.Output({3}, plan::INT64);
   r.Run("Slice", {x, starts, ends, axes, steps}, {y});
   EXPECT_THAT(r.Int64s(y), ElementsAre(4, 2, 0));
+}
+
+// PyTorch's open slices: x[1:] ends at INT64_MAX, x[::-1] at INT64_MIN, with steps whose
+// magnitude exceeds any extent.
+TEST(CpuLayoutOps, SliceOpenEndsAndHugeSteps) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  KernelRunner r;
+  const int x = r.IntInput({5}, {0, 1, 2, 3, 4});
+  const int open_start = r.IntInput({1}, {1});
+  const int open_end = r.IntInput({1}, {kMax});
+  const int tail = r.Output({4}, plan::INT64);
+  r.Run("Slice", {x, open_start, open_end}, {tail});
+  EXPECT_THAT(r.Int64s(tail), ElementsAre(1, 2, 3, 4));
+  const int from_end = r.IntInput({1}, {kMax});
+  const int to_start = r.IntInput({1}, {kMin});
+  const int axes = r.IntInput({1}, {0});
+  const int back = r.IntInput({1}, {-1});
+  const int reversed = r.Output({5}, plan::INT64);
+  r.Run("Slice", {x, from_end, to_start, axes, back}, {reversed});
+  EXPECT_THAT(r.Int64s(reversed), ElementsAre(4, 3, 2, 1, 0));
+  const int zero = r.IntInput({1}, {0});
+  const int huge_step = r.IntInput({1}, {kMax});
+  const int first = r.Output({1}, plan::INT64);
+  r.Run("Slice", {x, zero, open_end, axes, huge_step}, {first});
+  EXPECT_THAT(r.Int64s(first), ElementsAre(0));
+  const int most_negative = r.IntInput({1}, {kMin});
+  const int last = r.Output({1}, plan::INT64);
+  r.Run("Slice", {x, from_end, to_start, axes, most_negative}, {last});
+  EXPECT_THAT(r.Int64s(last), ElementsAre(4));
 }
 
 TEST(CpuLayoutOps, SliceDefaultAxesAndRejectsShapeMismatch) {

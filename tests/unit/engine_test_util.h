@@ -13,6 +13,8 @@
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/runtime/backend.h"
+#include "formats/build_info.h"
+#include "formats/plan_file.h"
 #include "schemas/plan.pb.h"
 
 namespace piper::engine::testing {
@@ -202,7 +204,8 @@ inline int64_t BroadcastOffset(const std::vector<int64_t>& out_index, const Shap
 class PlanBuilder {
  public:
   PlanBuilder() {
-    plan_.mutable_header()->set_format_version(1);
+    plan_.mutable_header()->set_format_version(formats::kPlanFormatVersion);
+    plan_.mutable_header()->set_planner_version(formats::piper_build_id());
     plan_.mutable_header()->set_world_size(1);
     plan_.mutable_header()->set_plan_id("test");
   }

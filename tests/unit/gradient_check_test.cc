@@ -633,6 +633,125 @@ void add_activation_cases(std::vector<GradientCase>& all) {
                  {"a"}});
 }
 
+// The trigonometric and hyperbolic ops, Softsign and ThresholdedRelu on their smooth domains;
+// Floor, Ceil, Round and Sign (zero gradient) times their input, so that the zero adds to a
+// nonzero gradient, from values 0.1 or more from every jump (eps is 1e-2); int64 Abs in an
+// undifferentiated branch, as T5's relative positions.
+void add_unary_math_cases(std::vector<GradientCase>& all) {
+  struct Unary {
+    const char* op;
+    float low, high;
+  };
+  for (const Unary& u :
+       {Unary{"Sin", -3, 3}, Unary{"Cos", -3, 3}, Unary{"Tan", -1.2f, 1.2f}, Unary{"Sinh", -2, 2},
+        Unary{"Cosh", -2, 2}, Unary{"Asin", -0.8f, 0.8f}, Unary{"Acos", -0.8f, 0.8f},
+        Unary{"Atan", -2, 2}, Unary{"Asinh", -2, 2}, Unary{"Acosh", 1.2f, 3},
+        Unary{"Atanh", -0.8f, 0.8f}, Unary{"Softsign", -2, 2}}) {
+    all.push_back({u.op,
+                   [u](OnnxBuilder& b) {
+                     param(b, "a", {2, 3}, 23, u.low, u.high);
+                     node(b, u.op, {"a"});
+                   },
+                   {2, 3},
+                   {"a"}});
+  }
+  all.push_back({"ThresholdedRelu",
+                 [](OnnxBuilder& b) {
+                   b.initializer("a", {2, 3}, {-0.9f, 0.1f, 0.2f, 0.4f, 0.8f, 1.5f});
+                   OnnxBuilder::attr(node(b, "ThresholdedRelu", {"a"}), "alpha", 0.3f);
+                 },
+                 {2, 3},
+                 {"a"}});
+  for (const char* op : {"Floor", "Ceil", "Round", "Sign"}) {
+    all.push_back({std::string(op) + "_times_input",
+                   [op](OnnxBuilder& b) {
+                     b.initializer("a", {2, 3}, {-1.8f, -0.7f, -0.2f, 0.3f, 1.2f, 2.6f});
+                     b.node(op, {"a"}, {"stepped"});
+                     node(b, "Mul", {"stepped", "a"});
+                   },
+                   {2, 3},
+                   {"a"}});
+  }
+  all.push_back({"Abs_int64_positions",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {2, 3}, 24);
+                   b.int_initializer("positions", {3}, {-2, 0, 3});
+                   b.node("Abs", {"positions"}, {"distance"});
+                   OnnxBuilder::attr(b.node("Cast", {"distance"}, {"scale"}), "to",
+                                     int64_t{onnx::TensorProto::FLOAT});
+                   node(b, "Mul", {"a", "scale"});
+                 },
+                 {2, 3},
+                 {"a"},
+                 false,
+                 "Abs"});
+
+// Tile, the scatters and GatherND. Indices of reduction-none scatters are distinct (an update
+// a later one overwrites has no effect on the loss, but gets the gradient PyTorch gives it).
+void add_scatter_cases(std::vector<GradientCase>& all) {
+  all.push_back({"Tile",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {2, 1, 3}, 40);
+                   b.int_initializer("repeats", {3}, {2, 3, 1});
+                   node(b, "Tile", {"a", "repeats"});
+                 },
+                 {4, 3, 3},
+                 {"a"}});
+  all.push_back({"ScatterND",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {4, 3}, 41);
+                   b.int_initializer("idx", {2, 1}, {3, 0});
+                   param(b, "u", {2, 3}, 42);
+                   node(b, "ScatterND", {"a", "idx", "u"});
+                 },
+                 {4, 3},
+                 {"a", "u"}});
+  all.push_back({"ScatterND_add_repeated",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {3, 4}, 43);
+                   b.int_initializer("idx", {3, 2}, {0, 1, 2, -1, 0, 1});
+                   param(b, "u", {3}, 44);
+                   string_attr(node(b, "ScatterND", {"a", "idx", "u"}), "reduction", "add");
+                 },
+                 {3, 4},
+                 {"a", "u"}});
+  all.push_back({"ScatterElements",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {2, 4}, 45);
+                   b.int_initializer("idx", {2, 2}, {3, 0, -3, 2});
+                   param(b, "u", {2, 2}, 46);
+                   auto& n = node(b, "ScatterElements", {"a", "idx", "u"});
+                   OnnxBuilder::attr(n, "axis", int64_t{1});
+                 },
+                 {2, 4},
+                 {"a", "u"}});
+  all.push_back({"ScatterElements_add_repeated",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {3, 2}, 47);
+                   b.int_initializer("idx", {4, 2}, {0, 2, 0, 1, 2, 2, 1, 0});
+                   param(b, "u", {4, 2}, 48);
+                   string_attr(node(b, "ScatterElements", {"a", "idx", "u"}), "reduction", "add");
+                 },
+                 {3, 2},
+                 {"a", "u"}});
+  all.push_back({"GatherND_repeated",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {3, 4, 2}, 49);
+                   b.int_initializer("idx", {3, 2}, {0, 1, 2, -1, 0, 1});
+                   node(b, "GatherND", {"a", "idx"});
+                 },
+                 {3, 2},
+                 {"a"}});
+  all.push_back({"GatherND_batch_dims",
+                 [](OnnxBuilder& b) {
+                   param(b, "a", {2, 3, 4}, 50);
+                   b.int_initializer("idx", {2, 2, 1}, {0, 2, 1, 1});
+                   OnnxBuilder::attr(node(b, "GatherND", {"a", "idx"}), "batch_dims", int64_t{1});
+                 },
+                 {2, 2, 4},
+                 {"a"}});
+}
+
 std::vector<GradientCase> cases() {
   std::vector<GradientCase> all;
   for (int64_t ta : {0, 1}) {
@@ -705,6 +824,7 @@ std::vector<GradientCase> cases() {
                  {2, 3},
                  {"a"}});
   add_activation_cases(all);
+  add_unary_math_cases(all);
   all.push_back({"Reshape",
                  [](OnnxBuilder& b) {
                    param(b, "a", {2, 6}, 15);
@@ -785,6 +905,7 @@ std::vector<GradientCase> cases() {
                  {},
                  {"scores"}});
   add_indexing_and_layout_cases(all);
+  add_scatter_cases(all);
   add_einsum_cases(all);
   add_math_and_normalization_cases(all);
   add_fused_cases(all);

@@ -324,6 +324,30 @@ TEST_F(PlanFileTest, WrongFormatVersion) {
   EXPECT_NE(message.find("re-plan"), std::string::npos) << message;
 }
 
+TEST_F(PlanFileTest, PayloadOfAnotherFormatVersionIsRefused) {
+  plan::Plan plan = small_plan();
+  plan.mutable_header()->set_format_version(kPlanFormatVersion + 1);
+  write_plan_file(path_, plan);
+  const std::string message = read_error();
+  EXPECT_NE(message.find("says it has format version " + std::to_string(kPlanFormatVersion + 1)),
+            std::string::npos)
+      << message;
+}
+
+TEST_F(PlanFileTest, UnknownFieldsAreRefused) {
+  // Field 99 (varint 1) inside the first instruction's kernel: what a newer planner might add.
+  plan::Plan plan = small_plan();
+  std::string kernel = plan.streams(0).instructions(0).kernel().SerializeAsString();
+  kernel += std::string("\x98\x06\x01", 3);
+  ASSERT_TRUE(
+      plan.mutable_streams(0)->mutable_instructions(0)->mutable_kernel()->ParseFromString(kernel));
+  write_plan_file(path_, plan);
+  const std::string message = read_error();
+  EXPECT_NE(message.find("streams[0].instructions[0].kernel: field 99"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("re-plan"), std::string::npos) << message;
+}
+
 TEST_F(PlanFileTest, WriteIntoMissingDirectoryFails) {
   const std::string path = (directory_ / "missing" / "rank0.plan").string();
   try {

@@ -14,6 +14,8 @@
 #include "engine/runtime/data.h"
 #include "engine/runtime/run.h"
 #include "engine_test_util.h"
+#include "formats/atomic_file.h"
+#include "formats/checksum.h"
 #include "formats/error.h"
 #include "formats/npy.h"
 #include "formats/onnx_model.h"
@@ -327,6 +329,40 @@ TEST_F(SessionTest, RunTrainingWritesStepsMetricsAndModel) {
   for (const auto& initializer : saved.graph().initializer()) {
     EXPECT_EQ(formats::initializer_bytes(initializer), trained.at(initializer.name()))
         << initializer.name();
+  }
+}
+
+TEST_F(SessionTest, PlanOfAnotherPlannerBuildRunsOnlyWhenAllowed) {
+  plan::Plan plan = LinearPlan();
+  plan.mutable_header()->set_planner_version("0.0.1+0123456789ab");
+  formats::write_plan_file(dir_ + "/rank0.plan", plan);
+  RunOptions options;
+  options.plan_path = dir_ + "/rank0.plan";
+  options.steps = 1;
+  std::ostringstream out;
+  try {
+    run_training(options, out);
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("made by piper-plan 0.0.1+0123456789ab"));
+    EXPECT_THAT(error.what(), HasSubstr("--allow-other-planner"));
+  }
+  options.allow_other_planner = true;
+  run_training(options, out);
+  EXPECT_THAT(out.str(), HasSubstr("step 1 loss"));
+}
+
+TEST_F(SessionTest, ChangedModelIsRefused) {
+  plan::Plan plan = LinearPlan();
+  const uint64_t checksum = formats::fnv1a64(formats::read_file(model_path_));
+  plan.mutable_header()->set_model_checksum(checksum);
+  Session(plan, std::make_unique<cpu::CpuBackend>());  // the model as planned loads
+  plan.mutable_header()->set_model_checksum(checksum + 1);
+  try {
+    Session(plan, std::make_unique<cpu::CpuBackend>());
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("'" + model_path_ + "' changed after planning"));
   }
 }
 

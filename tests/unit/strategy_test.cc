@@ -332,6 +332,21 @@ INSTANTIATE_TEST_SUITE_P(
                   with_directives(R"([{"op": "split", "dim_name": "b", "num_microbatches": 0}])"),
                   "strategy.json: $.directives[0].num_microbatches: expected a positive integer, "
                   "got 0"},
+        ErrorCase{"DimNameNotAName",
+                  with_directives(R"([{"op": "split", "dim_name": "2b", "num_microbatches": 2}])"),
+                  "strategy.json: $.directives[0].dim_name: \"2b\" cannot name the microbatch "
+                  "index in filters; expected letters, digits and _, not starting with a digit, "
+                  "other than \"PASS\" (\"MB\" is usual)"},
+        ErrorCase{"DimNameIsATag",
+                  "{" + kBatch + R"(, "annotations": [{"match": "*", "tags": {"LAYER": 0}}],
+                  "directives": [{"op": "split", "dim_name": "LAYER", "num_microbatches": 2}]})",
+                  "strategy.json: $.directives[0].dim_name: \"LAYER\" names the microbatch "
+                  "index, but $.annotations[0] uses it as a tag; choose another name"},
+        ErrorCase{"DimNameAndMBDisagree",
+                  with_directives(R"([{"op": "split", "dim_name": "c", "num_microbatches": 2},
+                  {"op": "recompute", "filter": {"c": 0, "MB": 1}}])"),
+                  "strategy.json: $.directives[1]: a filter selects microbatches by both \"MB\" "
+                  "and \"c\" (the split's dim_name) differently"},
         ErrorCase{"ZeroStage", with_directives(R"([{"op": "zero", "stage": 4, "devices": [0]}])"),
                   "strategy.json: $.directives[0].stage: expected an integer from 0 to 3, got 4"},
         ErrorCase{"BucketSize",
@@ -484,6 +499,24 @@ TEST(StrategyFilter, ParsedFiltersMatch) {
   EXPECT_TRUE(matches(filter, {{"PP", 0}}, 7, "BW"));
   EXPECT_FALSE(matches(filter, {{"PP", 0}}, 7, "BI"));
   EXPECT_FALSE(matches(filter, {{"PP", 1}}, 7, "BW"));
+}
+
+// split's dim_name names the microbatch index in filters, beside "MB".
+TEST(StrategyFilter, SplitDimNameSelectsMicrobatches) {
+  const Strategy s = parse_strategy(with_directives(R"([
+    {"op": "split", "dim_name": "chunk", "num_microbatches": 2},
+    {"op": "recompute", "filter": {"chunk": 1, "PASS": "F"}},
+    {"op": "order", "filters": [[{"chunk": 0}], [{"MB": 1}, {"chunk": "*"}]]}
+  ])"),
+                                    "s.json");
+  const Filter& filter = spec_of<RecomputeDirective>(s, 1).filter;
+  EXPECT_EQ(filter, (Filter{.tags = {{"MB", 1}}, .pass = "F"}));
+  EXPECT_TRUE(matches(filter, {}, 1, "F"));
+  EXPECT_FALSE(matches(filter, {}, 0, "F"));
+  const auto& groups = spec_of<OrderDirective>(s, 2).filters;
+  EXPECT_EQ(groups[0][0], (Filter{.tags = {{"MB", 0}}, .pass = std::nullopt}));
+  EXPECT_EQ(groups[1][1], (Filter{.tags = {{"MB", std::nullopt}}, .pass = std::nullopt}));
+  EXPECT_EQ(parse_strategy(to_json(s).dump(), "s.json"), s);
 }
 
 TEST(StrategyGlob, MatchesOnnxNodeNames) {

@@ -1,4 +1,4 @@
-// Broadcasting arithmetic and activations.
+// Broadcasting arithmetic, activations and the other element-wise unary ops.
 #include "formats/error.h"
 #include "planner/autodiff/rules/rules.h"
 
@@ -85,6 +85,30 @@ constexpr char kSeluGrad[] = "piper.SeluGrad";
 constexpr char kCeluGrad[] = "piper.CeluGrad";
 constexpr char kHardSigmoidGrad[] = "piper.HardSigmoidGrad";
 constexpr char kHardSwishGrad[] = "piper.HardSwishGrad";
+constexpr char kSoftsignGrad[] = "piper.SoftsignGrad";
+constexpr char kThresholdedReluGrad[] = "piper.ThresholdedReluGrad";
+// Trigonometric and hyperbolic functions: one kernel over dY and X (Tan: Y), where the same
+// derivative from existing ops would take two to four kernels and their temporaries.
+constexpr char kSinGrad[] = "piper.SinGrad";
+constexpr char kCosGrad[] = "piper.CosGrad";
+constexpr char kTanGrad[] = "piper.TanGrad";  // from Y
+constexpr char kSinhGrad[] = "piper.SinhGrad";
+constexpr char kCoshGrad[] = "piper.CoshGrad";
+constexpr char kAsinGrad[] = "piper.AsinGrad";
+constexpr char kAcosGrad[] = "piper.AcosGrad";
+constexpr char kAtanGrad[] = "piper.AtanGrad";
+constexpr char kAsinhGrad[] = "piper.AsinhGrad";
+constexpr char kAcoshGrad[] = "piper.AcoshGrad";
+constexpr char kAtanhGrad[] = "piper.AtanhGrad";
+
+// Floor, Ceil, Round and Sign are piecewise constant: dX = 0 wherever the derivative exists,
+// and PyTorch gives zeros (not no gradient) there too, so a parameter reached only through
+// them still gets a (zero) gradient and its optimizer step, weight decay included.
+void zero_gradient_rule(GradientBuilder& g) {
+  const ir::Shape shape = g.input_shape(0);
+  const ir::TensorId zeros = g.emit("ConstantOfShape", {g.constant(shape)}, shape);
+  g.contribute(0, g.cast(zeros, g.dtype(g.op().inputs[0])));
+}
 
 // Y = Clip(X, min, max): dX = dY where X passed through (X = Y), as PyTorch's clamp. The
 // bounds are constants in exported models; a bound that needs a gradient is refused.
@@ -119,6 +143,21 @@ void add_elementwise_rules(GradientRules& rules) {
   rules["Celu"] = activation_rule<kCeluGrad, true>;
   rules["HardSigmoid"] = activation_rule<kHardSigmoidGrad, true>;
   rules["HardSwish"] = activation_rule<kHardSwishGrad, true>;
+  rules["Softsign"] = activation_rule<kSoftsignGrad, true>;
+  rules["ThresholdedRelu"] = activation_rule<kThresholdedReluGrad, true>;
+  rules["Sin"] = activation_rule<kSinGrad, true>;
+  rules["Cos"] = activation_rule<kCosGrad, true>;
+  rules["Tan"] = activation_rule<kTanGrad>;
+  rules["Sinh"] = activation_rule<kSinhGrad, true>;
+  rules["Cosh"] = activation_rule<kCoshGrad, true>;
+  rules["Asin"] = activation_rule<kAsinGrad, true>;
+  rules["Acos"] = activation_rule<kAcosGrad, true>;
+  rules["Atan"] = activation_rule<kAtanGrad, true>;
+  rules["Asinh"] = activation_rule<kAsinhGrad, true>;
+  rules["Acosh"] = activation_rule<kAcoshGrad, true>;
+  rules["Atanh"] = activation_rule<kAtanhGrad, true>;
+  for (const char* type : {"Floor", "Ceil", "Round", "Sign"}) rules[type] = zero_gradient_rule;
+  for (const char* type : {"IsNaN", "IsInf"}) rules[type] = no_gradient;  // bool outputs
   rules["Clip"] = clip_rule;
   rules["PRelu"] = prelu_rule;
 }
