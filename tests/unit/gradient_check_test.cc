@@ -685,6 +685,7 @@ void add_unary_math_cases(std::vector<GradientCase>& all) {
                  {"a"},
                  false,
                  "Abs"});
+}
 
 // Tile, the scatters and GatherND. Indices of reduction-none scatters are distinct (an update
 // a later one overwrites has no effect on the loss, but gets the gradient PyTorch gives it).
