@@ -65,8 +65,24 @@ OPTIMIZER = {"type": "adamw", "lr": 1e-3, "weight_decay": 0.01}
 # biases: parameter-name glob -> the elements that add to the keys. Softmax cancels a key bias
 # (it adds q·b to every score of a query), so its gradient is zero up to rounding, AdamW turns
 # that rounding into full-size updates no two implementations reproduce, and the loss does
-# not depend on it: those elements are left out of the weight comparison.
+# not depend on it: those elements are left out of the weight comparison. Mixtral is not here:
+# its expert dispatch (torch.where, ONNX NonZero) has shapes known only at run time, which
+# Piper does not plan yet.
+DECODER_LAYERS = ["/model/model/layers.0/*", "/model/model/layers.1/*"]
 ARCHITECTURES = {
+    "gpt2": {"layers": ["/model/transformer/h.0/*", "/model/transformer/h.1/*"],
+             "fuses_attention": True,
+             # c_attn writes q, k and v, HIDDEN (32) each.
+             "key_biases": {"*attn.c_attn.bias": slice(32, 64)}},
+    "llama": {"layers": DECODER_LAYERS, "fuses_attention": True, "key_biases": {}},
+    "mistral": {"layers": DECODER_LAYERS, "fuses_attention": True, "key_biases": {}},
+    "qwen2": {"layers": DECODER_LAYERS, "fuses_attention": True,
+              "key_biases": {"*self_attn.k_proj.bias": slice(None)}},
+    # Encoder, then decoder (which reads the encoder's output and the shared embedding). Only
+    # the cross-attentions fuse: self-attention adds a position bias computed from a trained
+    # table.
+    "t5": {"layers": ["/model/encoder/*", "/model/decoder/*"], "fuses_attention": False,
+           "key_biases": {}},
     "bert": {"layers": ["/model/bert/encoder/layer.0/*", "/model/bert/encoder/layer.1/*"],
              "fuses_attention": True,
              "key_biases": {"*attention.self.key.bias": slice(None)}},
