@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 
+import hf_llama
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 EXPORT_PY = os.path.join(ROOT, "samples", "gpt", "export.py")
@@ -57,9 +59,9 @@ def make_data(directory, vocab, block):
     np.save(os.path.join(directory, "targets.npy"), seq[:, 1:].astype(np.int64))
 
 
-def batch_rows(step, batch):
+def batch_rows(step, batch, samples=SAMPLES):
     import numpy as np
-    return (step * batch + np.arange(batch)) % SAMPLES
+    return (step * batch + np.arange(batch)) % samples
 
 
 # --------------------------------------------------------------------------- children
@@ -68,16 +70,19 @@ def child_torch(args):
     import numpy as np
     import torch
     torch.set_num_threads(args.threads)
-    gpt = load_gpt_module()
-    model = build(gpt, args)
-    gpt.load_initializers(model, os.path.join(args.work, "model.onnx"))
+    if args.model == "hf-llama":
+        model, (idx, targets) = hf_llama.load(args, args.work)
+    else:
+        gpt = load_gpt_module()
+        model = build(gpt, args)
+        gpt.load_initializers(model, os.path.join(args.work, "model.onnx"))
+        idx = np.load(os.path.join(args.work, "data", "idx.npy"))
+        targets = np.load(os.path.join(args.work, "data", "targets.npy"))
     model.train()
-    idx = np.load(os.path.join(args.work, "data", "idx.npy"))
-    targets = np.load(os.path.join(args.work, "data", "targets.npy"))
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
     out = []
     for step in range(args.steps):
-        rows = batch_rows(step, args.batch)
+        rows = batch_rows(step, args.batch, len(idx))
         x = torch.from_numpy(idx[rows])
         y = torch.from_numpy(targets[rows])
         t0 = time.perf_counter()
@@ -199,6 +204,9 @@ def ensure_ort(env):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", choices=["gpt", "hf-llama"], default="gpt",
+                   help="samples/gpt, or HuggingFace's LlamaForCausalLM as exported (needs "
+                        "third_party/hf-venv; PyTorch runs at 1 and 2 threads, the faster counts)")
     p.add_argument("--d", type=int, default=256)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
@@ -226,6 +234,8 @@ def main():
         return child_torch(args)
     if args.child == "ort":
         return child_ort(args)
+    if args.model == "hf-llama":
+        in_venv()
 
     env = dict(os.environ)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -253,20 +263,24 @@ def main():
     print(f"work dir: {work}", flush=True)
 
     # Export with the same settings as samples/gpt (opset 17, training mode,
-    # dynamic batch, no constant folding): its own export_model().
+    # dynamic batch, no constant folding): its own export_model(), or samples/hf's export().
     import torch
-    gpt = load_gpt_module()
-    model = build(gpt, args)
-    nparams = sum(p.numel() for p in model.parameters())
     onnx_path = os.path.join(work, "model.onnx")
-    gpt.export_model(model, onnx_path, vocab=args.vocab, block=args.seq, batch=2)
-    del model
-    make_data(data, args.vocab, args.seq)
+    strategy = {"batch": {"global": args.batch},
+                "optimizer": {"type": "adamw", "lr": LR, "weight_decay": WEIGHT_DECAY}}
+    if args.model == "hf-llama":
+        nparams = hf_llama.export(args, work)
+        args.no_ort = True
+    else:
+        gpt = load_gpt_module()
+        model = build(gpt, args)
+        nparams = sum(p.numel() for p in model.parameters())
+        gpt.export_model(model, onnx_path, vocab=args.vocab, block=args.seq, batch=2)
+        del model
+        make_data(data, args.vocab, args.seq)
+        strategy["frozen"] = ["*mask*"]
     print(f"exported {nparams} parameters to {onnx_path}", flush=True)
 
-    strategy = {"batch": {"global": args.batch},
-                "optimizer": {"type": "adamw", "lr": LR, "weight_decay": WEIGHT_DECAY},
-                "frozen": ["*mask*"]}
     with open(os.path.join(work, "strategy.json"), "w") as f:
         json.dump(strategy, f)
     plan_dir = os.path.join(work, "plan")
@@ -277,7 +291,9 @@ def main():
     if not planned:
         print(f"[piper] piper-plan failed:\n{r.stdout}{r.stderr}")
 
-    ort_skip = "--no-ort given" if args.no_ort else None
+    ort_skip = None
+    if args.no_ort:
+        ort_skip = "not run for hf-llama" if args.model == "hf-llama" else "--no-ort given"
     if not ort_skip:
         ok, why = ensure_ort(ort_env)
         ort_skip = None if ok else why
@@ -315,20 +331,25 @@ def main():
         print(f"[piper] done{tag}", flush=True)
 
         # PyTorch eager: its BLAS is the same OpenBLAS; it gets the same kernels as Piper.
+        # PyTorch 1.13 oversubscribes 2 cores at 2 threads, so hf-llama also times 1 thread.
         torch_env = dict(env)
         if blas_core != "unknown":
             torch_env["OPENBLAS_CORETYPE"] = blas_core
-        out = os.path.join(work, "torch.json")
-        rc, rss, text = run_child([sys.executable, os.path.abspath(__file__), "--child", "torch",
-                                   "--work", work, "--child-out", out] + forward_args(args),
-                                  torch_env, args.timeout)
-        if rc != 0:
-            print(f"[pytorch] failed (rc {rc}):\n{text[-3000:]}")
-        else:
-            with open(out) as f:
-                res = json.load(f)
-            record("PyTorch eager", res["steps"], rss,
-                   f"torch {torch.__version__}, {res['threads']} threads")
+        for threads in torch_threads(args):
+            name = "PyTorch eager" if threads == args.threads else f"PyTorch eager, {threads}t"
+            out = os.path.join(work, "torch.json")
+            for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+                torch_env[var] = str(threads)
+            rc, rss, text = run_child([sys.executable, os.path.abspath(__file__), "--child",
+                                       "torch", "--work", work, "--child-out", out]
+                                      + forward_args(args, threads), torch_env, args.timeout)
+            if rc != 0:
+                print(f"[pytorch] failed (rc {rc}):\n{text[-3000:]}")
+            else:
+                with open(out) as f:
+                    res = json.load(f)
+                record(name, res["steps"], rss,
+                       f"torch {torch.__version__}, {res['threads']} threads")
         print(f"[pytorch] done{tag}", flush=True)
 
         if not ort_skip:
@@ -350,7 +371,7 @@ def main():
     # ---- table
     print()
     rounds = f" x {args.rounds} rounds" if args.rounds > 1 else ""
-    print(f"GPT d={args.d} layers={args.layers} heads={args.heads} T={args.seq} "
+    print(f"{'HF Llama' if args.model == 'hf-llama' else 'GPT'} d={args.d} layers={args.layers} heads={args.heads} T={args.seq} "
           f"batch={args.batch} vocab={args.vocab} ({nparams} params), {args.steps} steps{rounds} "
           f"(median of steps 2..{args.steps}), {args.threads} threads, OpenBLAS kernels "
           f"{blas_core} (Piper and PyTorch)")
@@ -370,6 +391,11 @@ def main():
             m = statistics.median(r["seconds"])
             print(f"ratio Piper/{name}: step time {pm / m:.3f}, peak RSS "
                   f"{results['Piper']['rss'] / r['rss']:.3f}")
+        torch_names = [name for name in results if name.startswith("PyTorch")]
+        if len(torch_names) > 1:
+            best = min(torch_names, key=lambda name: statistics.median(results[name]["seconds"]))
+            print(f"ratio Piper/PyTorch's best ({best}): step time "
+                  f"{pm / statistics.median(results[best]['seconds']):.3f}")
     if args.keep:
         print(f"kept {work}")
     else:
@@ -377,10 +403,32 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
 
 
-def forward_args(args):
-    return ["--d", str(args.d), "--layers", str(args.layers), "--heads", str(args.heads),
-            "--seq", str(args.seq), "--batch", str(args.batch), "--vocab", str(args.vocab),
-            "--steps", str(args.steps), "--threads", str(args.threads)]
+def forward_args(args, threads=None):
+    return ["--model", args.model, "--d", str(args.d), "--layers", str(args.layers),
+            "--heads", str(args.heads), "--seq", str(args.seq), "--batch", str(args.batch),
+            "--vocab", str(args.vocab), "--steps", str(args.steps),
+            "--threads", str(threads or args.threads)]
+
+
+def torch_threads(args):
+    """--threads, and for hf-llama also the other of 1 and 2 threads."""
+    if args.model != "hf-llama":
+        return [args.threads]
+    return sorted({args.threads, 1, min(2, args.threads)})
+
+
+def in_venv():
+    """Re-runs this script under third_party/hf-venv's Python unless transformers imports."""
+    try:
+        import transformers  # noqa: F401
+        return
+    except ImportError:
+        pass
+    if not os.path.exists(hf_llama.VENV_PYTHON) or os.environ.get("PIPER_HF_REEXEC"):
+        sys.exit("--model hf-llama needs transformers: run tools/install-deps.sh "
+                 "(third_party/hf-venv)")
+    os.environ["PIPER_HF_REEXEC"] = "1"
+    os.execv(hf_llama.VENV_PYTHON, [hf_llama.VENV_PYTHON] + sys.argv)
 
 
 if __name__ == "__main__":

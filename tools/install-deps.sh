@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages Piper needs to build and test. Idempotent: when
-# everything is already installed it touches nothing (and needs no root).
+# Installs the Debian 12 packages Piper needs to build and test, then the Python
+# venv the HuggingFace tests run in (third_party/hf-venv: /usr/bin/python3 with
+# its system packages, torch among them, plus transformers from PyPI). Idempotent:
+# when everything is already installed it touches nothing (and needs no root).
 #
 #   tools/install-deps.sh            # as root
 #
 # The CUDA toolkit is optional and not installed here (see docs/user-guide.md).
 set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 packages=(
   # build
@@ -15,8 +18,24 @@ packages=(
   libgtest-dev libopenblas-dev libgloo-dev
   # reference and test data: PyTorch and ONNX for the sample export and the
   # integration tests, the ONNX backend test cases for conformance tests
-  python3-torch python3-onnx python3-numpy libonnx-testdata
+  python3-torch python3-onnx python3-numpy python3-venv libonnx-testdata
 )
+
+# transformers 4.40 is the last release that runs on Debian's torch 1.13.
+hf_venv="$root/third_party/hf-venv"
+hf_requirement="transformers==4.40.2"
+
+install_hf_venv() {
+  local check="import importlib.metadata as m, sys
+sys.exit(m.version('transformers') != '${hf_requirement#*==}')"
+  if "$hf_venv/bin/python" -c "$check" 2>/dev/null; then
+    echo "install-deps: $hf_venv has $hf_requirement"
+    return
+  fi
+  echo "install-deps: creating $hf_venv with $hf_requirement"
+  /usr/bin/python3 -m venv --system-site-packages "$hf_venv"
+  "$hf_venv/bin/pip" install --quiet --disable-pip-version-check "$hf_requirement"
+}
 
 missing=()
 for package in "${packages[@]}"; do
@@ -28,6 +47,7 @@ done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "install-deps: all ${#packages[@]} packages are installed"
+  install_hf_venv
   exit 0
 fi
 
@@ -40,3 +60,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
 apt-get install -y "${missing[@]}"
+install_hf_venv

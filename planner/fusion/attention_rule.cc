@@ -4,9 +4,13 @@
 //
 // scale: Mul by a scalar constant (either side) or Div by one. mask: Where(Mask, fill, ·) or
 // Where(Mask, ·, fill) with a scalar constant fill (PyTorch's masked_fill), or Add of a float
-// mask (either side) that the step feeds or the planner fixes. Not fused: Dropout between
-// Softmax and the second MatMul (its mask is drawn per plan tensor, which fusing would change),
-// a mask or scale in another order, operands whose leading dimensions differ (broadcasting).
+// mask (either side) computed from nothing trained; an Expand'ed mask is read before its
+// Expand (HuggingFace expands its causal masks to the batch). The scale may have been computed
+// from constants (GPT-2's size(-1) ** 0.5): the pass folds it first, as it removes HF's Dropout
+// with ratio 0 and float-to-float Casts around the Softmax. Not fused: a Dropout that drops
+// between Softmax and the second MatMul (its mask is drawn per plan tensor, which fusing would
+// change), a mask or scale in another order, operands whose leading dimensions differ
+// (broadcasting).
 #include "planner/fusion/fusion.h"
 
 namespace piper::planner {
@@ -90,6 +94,11 @@ class AttentionRule : public FusionRule {
       matched.push_back(add);
     } else {
       return mask;
+    }
+    for (;;) {
+      const ir::OpId expand = view.producer(mask.tensor, "Expand");
+      if (expand < 0 || !broadcasts_to(view.shape(view.op(expand).inputs[0]), shape)) break;
+      mask.tensor = view.op(expand).inputs[0];
     }
     if (!broadcasts_to(view.shape(mask.tensor), shape)) return std::nullopt;
     return mask;

@@ -5,14 +5,27 @@
 #include <set>
 #include <stdexcept>
 
+#include "planner/fusion/graph_rewrite.h"
+
 namespace piper::planner {
 
 PatternView::PatternView(const ir::OpGraph& graph)
-    : graph_(graph), producer_(graph.num_tensors(), -1), consumers_(graph.num_tensors()) {
+    : graph_(graph),
+      producer_(graph.num_tensors(), -1),
+      consumers_(graph.num_tensors()),
+      fixed_(graph.num_tensors(), false) {
+  for (ir::TensorId t = 0; t < graph.num_tensors(); ++t) {
+    const ir::Role role = graph.tensor(t).role;
+    fixed_[t] = role == ir::Role::kConstant || role == ir::Role::kInput;
+  }
   for (ir::OpId id = 0; id < graph.num_ops(); ++id) {
     const ir::Op& op = graph.op(id);
+    const bool fixed = std::all_of(op.inputs.begin(), op.inputs.end(),
+                                   [&](ir::TensorId in) { return in < 0 || fixed_[in]; });
     for (ir::TensorId out : op.outputs) {
-      if (out >= 0) producer_[out] = id;
+      if (out < 0) continue;
+      producer_[out] = id;
+      fixed_[out] = fixed;
     }
     for (ir::TensorId in : op.inputs) {
       if (in < 0) continue;
@@ -69,11 +82,6 @@ std::optional<PatternView::ScalarOperand> PatternView::with_scalar(ir::TensorId 
   return std::nullopt;
 }
 
-bool PatternView::is_fixed(ir::TensorId tensor) const {
-  const ir::Role role = graph_.tensor(tensor).role;
-  return role == ir::Role::kConstant || role == ir::Role::kInput;
-}
-
 bool broadcasts_to(const ir::Shape& from, const ir::Shape& to) {
   if (from.size() > to.size()) return false;
   const size_t offset = to.size() - from.size();
@@ -118,64 +126,29 @@ bool self_contained(const PatternView& view, ir::OpId root, const Fusion& fusion
   return true;
 }
 
-// The graph without the matched ops, each fusion's op in place of its root, and only the
-// tensors something still reads or writes (in their original order).
+// The graph without the matched ops and each fusion's op in place of its root.
 ir::OpGraph rewrite(const ir::OpGraph& graph, std::map<ir::OpId, Fusion> fusions) {
   std::vector<bool> removed(graph.num_ops(), false);
   for (const auto& [root, fusion] : fusions) {
     for (ir::OpId id : fusion.matched) removed[id] = id != root;
   }
-  struct Kept {
-    ir::Op op;
-    std::vector<std::pair<size_t, ir::Tensor>> new_constants;
-  };
-  std::vector<Kept> kept;
-  std::vector<bool> used(graph.num_tensors(), false);
-  const auto mark = [&](const std::vector<ir::TensorId>& ids) {
-    for (ir::TensorId t : ids) {
-      if (t >= 0) used[t] = true;
-    }
-  };
+  std::vector<KeptOp> kept;
   for (ir::OpId id = 0; id < graph.num_ops(); ++id) {
     if (removed[id]) continue;
     const ir::Op& original = graph.op(id);
     const auto fusion = fusions.find(id);
     if (fusion == fusions.end()) {
       kept.push_back({original, {}});
-    } else {
-      ir::Op op = std::move(fusion->second.fused);
-      op.name = original.name;
-      op.tags = original.tags;
-      op.pass = ir::Pass::kForward;
-      op.outputs = original.outputs;
-      kept.push_back({std::move(op), std::move(fusion->second.new_constants)});
+      continue;
     }
-    mark(kept.back().op.inputs);
-    mark(kept.back().op.outputs);
+    ir::Op op = std::move(fusion->second.fused);
+    op.name = original.name;
+    op.tags = original.tags;
+    op.pass = ir::Pass::kForward;
+    op.outputs = original.outputs;
+    kept.push_back({std::move(op), std::move(fusion->second.new_constants)});
   }
-  mark(graph.inputs);
-  used[graph.loss] = true;
-
-  ir::OpGraph result;
-  std::vector<ir::TensorId> renumbered(graph.num_tensors(), -1);
-  for (ir::TensorId t = 0; t < graph.num_tensors(); ++t) {
-    if (used[t]) renumbered[t] = result.add_tensor(graph.tensor(t));
-  }
-  const auto renumber = [&](std::vector<ir::TensorId>& ids) {
-    for (ir::TensorId& t : ids) t = t < 0 ? -1 : renumbered[t];
-  };
-  for (Kept& k : kept) {
-    renumber(k.op.inputs);
-    renumber(k.op.outputs);
-    for (auto& [index, tensor] : k.new_constants) {
-      k.op.inputs.at(index) = result.add_tensor(std::move(tensor));
-    }
-    result.add_op(std::move(k.op));
-  }
-  result.inputs = graph.inputs;
-  renumber(result.inputs);
-  result.loss = renumbered[graph.loss];
-  return result;
+  return rebuild(graph, std::move(kept));
 }
 
 }  // namespace
@@ -186,6 +159,8 @@ std::map<std::string, int> fuse(ir::OpGraph& graph,
     throw std::logic_error("fusion runs on the forward graph, before autodiff");
   }
   std::map<std::string, int> counts;
+  remove_no_ops(graph);
+  fold_scalar_constants(graph);
   for (const auto& rule : rules) {
     std::map<ir::OpId, Fusion> fusions;
     {
@@ -206,6 +181,7 @@ std::map<std::string, int> fuse(ir::OpGraph& graph,
     counts[rule->name()] = static_cast<int>(fusions.size());
     if (!fusions.empty()) graph = rewrite(graph, std::move(fusions));
   }
+  remove_dead_ops(graph);
   return counts;
 }
 

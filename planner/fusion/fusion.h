@@ -40,13 +40,15 @@ class PatternView {
   };
   std::optional<ScalarOperand> with_scalar(ir::TensorId tensor, const std::string& type) const;
   // Whether `tensor` holds values the planner fixes or the step feeds (a constant, a frozen
-  // initializer, a batch input): never a gradient to compute.
-  bool is_fixed(ir::TensorId tensor) const;
+  // initializer, a batch input) or values computed from those alone: never a gradient to
+  // compute.
+  bool is_fixed(ir::TensorId tensor) const { return tensor >= 0 && fixed_[tensor]; }
 
  private:
   const ir::OpGraph& graph_;
   std::vector<ir::OpId> producer_;
   std::vector<std::vector<ir::OpId>> consumers_;
+  std::vector<bool> fixed_;
 };
 
 // Whether `from` broadcasts (numpy rules, one way) to exactly `to`.
@@ -79,13 +81,24 @@ std::unique_ptr<FusionRule> make_bias_gelu_rule();    // bias_gelu_rule.cc
 std::unique_ptr<FusionRule> make_linear_rule();       // linear_rule.cc
 std::unique_ptr<FusionRule> make_linear_gelu_rule();  // linear_gelu_rule.cc
 
+// The simplifications the fusion pass runs around its rules (simplify.cc); each returns the
+// number of ops it removed. remove_no_ops: forward ops that write their input unchanged
+// (Identity; Cast to the input's dtype; Dropout outside training mode or with ratio 0, its
+// mask unread; Slice, Expand and Reshape to the input's shape), their readers reading the input
+// instead. fold_scalar_constants: float32 arithmetic on one-element constants becomes a
+// constant. remove_dead_ops: ops none of whose outputs the loss depends on.
+int remove_no_ops(ir::OpGraph& graph);
+int fold_scalar_constants(ir::OpGraph& graph);
+int remove_dead_ops(ir::OpGraph& graph);
+
 // Attention, then LayerNorm, then bias+GELU, then Linear layers (whose bias GELU has not taken),
 // then Linear layers with the tanh GELU after them.
 std::vector<std::unique_ptr<FusionRule>> default_fusion_rules();
 
-// Runs each rule over the forward op graph in turn (roots visited from the last op back, so
-// the longest pattern ending at an op wins) and removes what the fusions replaced. Returns
-// the number of fusions made per rule name. Call before autodiff.
+// Removes no-ops and folds scalar constants, runs each rule over the forward op graph in turn
+// (roots visited from the last op back, so the longest pattern ending at an op wins), removes
+// what the fusions replaced and the ops left dead. Returns the number of fusions made per rule
+// name. Call before autodiff.
 std::map<std::string, int> fuse(ir::OpGraph& graph,
                                 const std::vector<std::unique_ptr<FusionRule>>& rules);
 

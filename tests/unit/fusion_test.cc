@@ -123,6 +123,35 @@ void causal(OnnxBuilder& b) {
   b.node("Equal", {"lower", "zero"}, {"causal"});
 }
 
+// `out` = Dropout(`in`, `ratio`, training_mode true), as PyTorch exports nn.Dropout in
+// training mode; `mask` names its second output when not empty.
+void training_dropout(OnnxBuilder& b, const std::string& in, const std::string& out, float ratio,
+                      const std::string& mask = "") {
+  scalar(b, out + "_ratio", ratio);
+  scalar(b, out + "_one", 1.0f);
+  OnnxBuilder::attr(b.node("Cast", {out + "_one"}, {out + "_training"}), "to", int64_t{9});
+  std::vector<std::string> outputs = {out};
+  if (!mask.empty()) outputs.push_back(mask);
+  b.node("Dropout", {in, out + "_ratio", out + "_training"}, outputs);
+}
+
+// `out` = `in`[start:end:step] along `axis`.
+void slice(OnnxBuilder& b, const std::string& in, const std::string& out, int64_t axis,
+           int64_t start, int64_t end, int64_t step = 1) {
+  b.int_initializer(out + "_starts", {1}, {start});
+  b.int_initializer(out + "_ends", {1}, {end});
+  b.int_initializer(out + "_axes", {1}, {axis});
+  b.int_initializer(out + "_steps", {1}, {step});
+  b.node("Slice", {in, out + "_starts", out + "_ends", out + "_axes", out + "_steps"}, {out});
+}
+
+// `counts` with `changes` written over it.
+std::map<std::string, int> with(std::map<std::string, int> counts,
+                                const std::map<std::string, int>& changes) {
+  for (const auto& [type, count] : changes) counts[type] = count;
+  return counts;
+}
+
 // Softmax(`scores`) along `axis`, then · V into `out`.
 void softmax_times_v(OnnxBuilder& b, const std::string& scores, const std::string& out = "out",
                      int64_t axis = -1) {
@@ -324,7 +353,7 @@ std::vector<FusionCase> attention_cases() {
                    softmax_times_v(b, "s", "out", 2);
                  },
                  unfused, qkv_names});
-  all.push_back({"attention_dropout_on_probabilities",
+  all.push_back({"attention_inference_dropout_on_probabilities",
                  [](OnnxBuilder& b) {
                    qkv(b);
                    b.node("MatMul", {"q", "kt"}, {"s"});
@@ -332,7 +361,68 @@ std::vector<FusionCase> attention_cases() {
                    b.node("Dropout", {"p0"}, {"p"});  // inference mode: identity
                    b.node("MatMul", {"p", "v"}, {"out"});
                  },
-                 unfused, qkv_names});
+                 with(fused, {{"Dropout", 0}}), qkv_names});
+  all.push_back({"attention_dropout_that_drops",
+                 [](OnnxBuilder& b) {
+                   qkv(b);
+                   b.node("MatMul", {"q", "kt"}, {"s"});
+                   b.node("Softmax", {"s"}, {"p0"});
+                   training_dropout(b, "p0", "p", 0.5f);
+                   b.node("MatMul", {"p", "v"}, {"out"});
+                 },
+                 with(unfused, {{"Dropout", 1}}), qkv_names});
+  all.push_back({"attention_hf_gpt2_form",  // transformers 4.40 GPT2Attention, eager
+                 [](OnnxBuilder& b) {
+                   qkv(b);
+                   causal(b);
+                   scalar(b, "head_dim", 3.0f);
+                   scalar(b, "half", 0.5f);
+                   scalar(b, "zero_scale", 0.0f);
+                   b.node("Pow", {"head_dim", "half"}, {"root"});
+                   b.node("Add", {"zero_scale", "root"}, {"divisor"});
+                   scalar(b, "min", -3.4028234663852886e38f);
+                   b.node("MatMul", {"q", "kt"}, {"s"});
+                   b.node("Div", {"s", "divisor"}, {"scaled"});
+                   OnnxBuilder::attr(b.node("Cast", {"scaled"}, {"scaled_f"}), "to", int64_t{1});
+                   b.node("Not", {"causal"}, {"visible"});
+                   b.node("Where", {"visible", "scaled_f", "min"}, {"masked"});
+                   b.node("Softmax", {"masked"}, {"p0"});
+                   OnnxBuilder::attr(b.node("Cast", {"p0"}, {"p1"}), "to", int64_t{1});
+                   training_dropout(b, "p1", "p", 0.0f);
+                   b.node("MatMul", {"p", "v"}, {"out"});
+                 },
+                 with(fused, {{"Dropout", 0}, {"Cast", 0}, {"Pow", 0}, {"Where", 0}}), qkv_names});
+  all.push_back({"attention_hf_llama_form",  // transformers 4.40 LlamaAttention, eager
+                 [](OnnxBuilder& b) {
+                   qkv(b);
+                   b.float_constant("causal_bias", {5, 5}, random_values(25, 19));
+                   b.int_initializer("batch_shape", {4}, {1, 1, 5, 5});
+                   b.node("Expand", {"causal_bias", "batch_shape"}, {"expanded"});
+                   slice(b, "expanded", "bias", 3, 0, 5);  // [..., :key_length]
+                   scalar(b, "root_d", 1.7320508f);
+                   b.node("MatMul", {"q", "kt"}, {"s"});
+                   b.node("Div", {"s", "root_d"}, {"scaled"});
+                   b.node("Add", {"scaled", "bias"}, {"masked"});
+                   b.node("Softmax", {"masked"}, {"p0"});
+                   OnnxBuilder::attr(b.node("Cast", {"p0"}, {"p1"}), "to", int64_t{1});
+                   OnnxBuilder::attr(b.node("Cast", {"p1"}, {"p2"}), "to", int64_t{1});
+                   training_dropout(b, "p2", "p", 0.0f);
+                   b.node("MatMul", {"p", "v"}, {"out"});
+                 },
+                 with(fused, {{"Dropout", 0}, {"Cast", 0}, {"Expand", 0}, {"Slice", 0}}),
+                 qkv_names});
+  all.push_back({"attention_no_op_dropout_whose_mask_is_read",
+                 [](OnnxBuilder& b) {
+                   qkv(b);
+                   b.node("MatMul", {"q", "kt"}, {"s"});
+                   b.node("Softmax", {"s"}, {"p0"});
+                   training_dropout(b, "p0", "p", 0.0f, "kept");
+                   b.node("MatMul", {"p", "v"}, {"attention"});
+                   OnnxBuilder::attr(b.node("Cast", {"kept"}, {"kept_f"}), "to", int64_t{1});
+                   b.node("ReduceSum", {"kept_f"}, {"count"});
+                   b.node("Mul", {"attention", "count"}, {"out"});
+                 },
+                 with(unfused, {{"Dropout", 1}}), qkv_names});
   all.push_back({"attention_keys_broadcast_over_heads",
                  [](OnnxBuilder& b) {
                    qkv(b, {1, 1, 3, 5});
@@ -579,8 +669,51 @@ std::vector<FusionCase> linear_cases() {
   return all;
 }
 
+// What fusion's simplifications remove (exporters' no-ops, scalars computed from constants)
+// and what they must keep.
+std::vector<FusionCase> simplify_cases() {
+  std::vector<FusionCase> all;
+  all.push_back(
+      {"no_ops_removed",
+       [](OnnxBuilder& b) {
+         param(b, "x", {2, 3}, 20);
+         OnnxBuilder::attr(b.node("Cast", {"x"}, {"a"}), "to", int64_t{1});
+         b.node("Identity", {"a"}, {"b"});
+         b.node("Dropout", {"b"}, {"c"});  // inference mode
+         b.int_initializer("same_shape", {2}, {2, 3});
+         b.node("Reshape", {"c", "same_shape"}, {"d"});
+         slice(b, "d", "e", 1, 0, 3);
+         b.node("Expand", {"e", "same_shape"}, {"f"});
+         training_dropout(b, "f", "out", 0.0f);
+       },
+       {{"Cast", 0}, {"Identity", 0}, {"Dropout", 0}, {"Reshape", 0}, {"Slice", 0}, {"Expand", 0}},
+       {"x"}});
+  all.push_back({"reversing_slice_stays",
+                 [](OnnxBuilder& b) {
+                   param(b, "x", {2, 3}, 21);
+                   slice(b, "x", "out", 1, -1, -4, -1);
+                 },
+                 {{"Slice", 1}},
+                 {"x"}});
+  all.push_back({"scalar_constants_fold",  // GPT-2's scale: size(-1) ** 0.5
+                 [](OnnxBuilder& b) {
+                   param(b, "x", {2, 3}, 22);
+                   scalar(b, "sixteen", 16.0f);
+                   scalar(b, "half", 0.5f);
+                   scalar(b, "zero", 0.0f);
+                   b.node("Pow", {"sixteen", "half"}, {"four"});
+                   b.node("Add", {"zero", "four"}, {"still_four"});
+                   b.node("Sqrt", {"still_four"}, {"two"});
+                   b.node("Div", {"x", "two"}, {"out"});
+                 },
+                 {{"Pow", 0}, {"Add", 0}, {"Sqrt", 0}, {"Div", 1}},
+                 {"x"}});
+  return all;
+}
+
 std::vector<FusionCase> cases() {
   std::vector<FusionCase> all = attention_cases();
+  for (auto& c : simplify_cases()) all.push_back(std::move(c));
   for (auto& c : layer_norm_cases()) all.push_back(std::move(c));
   for (auto& c : gelu_cases()) all.push_back(std::move(c));
   for (auto& c : linear_cases()) all.push_back(std::move(c));

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Exports tiny HuggingFace `transformers` models, loss included, as a user would.
+
+    third_party/hf-venv/bin/python samples/hf/export.py llama -o /tmp/hf   # or: all
+
+writes /tmp/hf/llama/model.onnx and its training data /tmp/hf/llama/data/{input_ids,labels}.npy.
+The venv comes from tools/install-deps.sh (transformers 4.40.2 over the machine's torch 1.13).
+
+Each model is built from a tiny config with random initialisation (nothing is downloaded; the
+seed is fixed), eager attention, no KV cache and dropout 0, wrapped so that
+`forward(input_ids, labels)` returns the model's own loss, and exported with
+`torch.onnx.export(opset 17, training=TRAINING, do_constant_folding=False)` and a dynamic
+batch axis. The file is used as written. The module is importable: tests call
+`build(arch)` for the PyTorch reference and `export(arch, directory)` for the ONNX file.
+"""
+import argparse
+import os
+
+import numpy as np
+import torch
+import transformers
+
+VOCAB = 64
+SEQ = 16         # positions per row
+HIDDEN = 32
+LAYERS = 2
+SEED = 0
+SAMPLES = 32     # rows of training data; step s reads rows (s*G + i) mod SAMPLES
+INPUTS = ["input_ids", "labels"]
+MASK_TOKEN = 1   # BERT's [MASK] in these tiny vocabularies
+
+_DECODER = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64,
+                num_hidden_layers=LAYERS, num_attention_heads=4, num_key_value_heads=2,
+                max_position_embeddings=SEQ, attention_dropout=0.0)
+
+# Architecture name -> (model class, config class, config arguments).
+ARCHITECTURES = {
+    "gpt2": (transformers.GPT2LMHeadModel, transformers.GPT2Config,
+             dict(vocab_size=VOCAB, n_positions=SEQ, n_embd=HIDDEN, n_layer=LAYERS, n_head=2,
+                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)),
+    "llama": (transformers.LlamaForCausalLM, transformers.LlamaConfig, _DECODER),
+    # A window shorter than the rows, so that the sliding-window mask differs from causal.
+    "mistral": (transformers.MistralForCausalLM, transformers.MistralConfig,
+                dict(_DECODER, sliding_window=SEQ // 2)),
+    "qwen2": (transformers.Qwen2ForCausalLM, transformers.Qwen2Config, _DECODER),
+    "mixtral": (transformers.MixtralForCausalLM, transformers.MixtralConfig,
+                dict(_DECODER, num_local_experts=4, num_experts_per_tok=2)),
+    "bert": (transformers.BertForMaskedLM, transformers.BertConfig,
+             dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+                  num_attention_heads=2, intermediate_size=64, max_position_embeddings=SEQ,
+                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
+    "t5": (transformers.T5ForConditionalGeneration, transformers.T5Config,
+           dict(vocab_size=VOCAB, d_model=HIDDEN, d_kv=16, d_ff=64, num_layers=LAYERS,
+                num_heads=2, dropout_rate=0.0, decoder_start_token_id=0)),
+}
+
+
+class WithLoss(torch.nn.Module):
+    """The model's own loss as the one output: what Piper trains."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, labels):
+        return self.model(input_ids=input_ids, labels=labels).loss
+
+
+def build(arch, sizes=None):
+    """The wrapped model of `arch` with its seeded random initialisation; `sizes` overrides
+    config arguments (the benchmark's larger Llama)."""
+    model_class, config_class, arguments = ARCHITECTURES[arch]
+    config = config_class(**dict(arguments, **(sizes or {})), use_cache=False,
+                          attn_implementation="eager")
+    torch.manual_seed(SEED)
+    return WithLoss(model_class(config)).train()
+
+
+def data(arch, vocab=VOCAB, seq=SEQ):
+    """(input_ids, labels), [SAMPLES, SEQ] int64 each, with the same number of labelled tokens
+    in every row. Causal LMs label every position with its own token (the model shifts them);
+    BERT replaces every fourth token by MASK_TOKEN and labels only those (-100 elsewhere); T5's
+    labels are other tokens, all labelled. No input is token 0, the padding index of BERT's
+    embedding, whose gradient PyTorch zeroes there and ONNX's Gather cannot express."""
+    rng = np.random.default_rng(1234)
+    input_ids = rng.integers(2, vocab, (SAMPLES, seq)).astype(np.int64)
+    labels = input_ids.copy()
+    if arch == "bert":
+        masked = np.arange(seq) % 4 == 1
+        labels[:, ~masked] = -100
+        input_ids[:, masked] = MASK_TOKEN
+    elif arch == "t5":
+        labels = rng.integers(2, vocab, (SAMPLES, seq)).astype(np.int64)
+    return input_ids, labels
+
+
+def export(arch, directory, sizes=None, vocab=VOCAB, seq=SEQ):
+    """Writes DIRECTORY/model.onnx and DIRECTORY/data/*.npy; returns (model path, model,
+    (input_ids, labels)). The model is the one exported, before any training. With `sizes`,
+    `vocab` and `seq` must agree with them."""
+    os.makedirs(os.path.join(directory, "data"), exist_ok=True)
+    model = build(arch, sizes)
+    arrays = data(arch, vocab, seq)
+    for name, array in zip(INPUTS, arrays):
+        np.save(os.path.join(directory, "data", f"{name}.npy"), array)
+    path = os.path.join(directory, "model.onnx")
+    example = tuple(torch.from_numpy(a[:2]) for a in arrays)
+    torch.onnx.export(model, example, path, opset_version=17,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                      input_names=INPUTS, output_names=["loss"],
+                      dynamic_axes={name: {0: "batch"} for name in INPUTS})
+    return path, model, arrays
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("arch", choices=sorted(ARCHITECTURES) + ["all"])
+    parser.add_argument("-o", "--output", required=True, help="directory; one folder per model")
+    args = parser.parse_args()
+    for arch in sorted(ARCHITECTURES) if args.arch == "all" else [args.arch]:
+        path, _, _ = export(arch, os.path.join(args.output, arch))
+        print(f"{arch}: {path}")
+
+
+if __name__ == "__main__":
+    main()

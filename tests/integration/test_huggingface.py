@@ -1,0 +1,250 @@
+"""HuggingFace `transformers` models as a user exports them (samples/hf/export.py: tiny
+configs, random weights, the model's own loss, torch.onnx.export in training mode, the file
+never edited) train with Piper as with PyTorch from the same weights on the same rows: on one
+rank, on 2 replicas with ZeRO-2 and 2 microbatches, and as a 2-stage 1F1B pipeline, each 10
+AdamW steps with every loss within 1e-4 relative and every final weight within 1e-3; on one
+rank in bf16 within 1e-2 per step of PyTorch's CPU autocast (docs/strategy.md). Attention fuses
+once per layer where the architecture's attention is the fused kernel's.
+
+Runs in the venv tools/install-deps.sh creates (third_party/hf-venv, transformers 4.40.2 over
+/usr/bin/python3's torch); CTest starts it with /usr/bin/python3 and --hf-python VENV_PYTHON,
+and the script re-runs itself there. Each model is exported once per run. PyTorch runs here;
+no reference numbers are stored."""
+import argparse
+import os
+import sys
+
+
+def run_under_hf_python():
+    """Re-executes this script under --hf-python unless transformers is importable here."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--hf-python")
+    args, rest = parser.parse_known_args()
+    sys.argv = [sys.argv[0]] + rest
+    try:
+        import transformers  # noqa: F401
+        return
+    except ImportError:
+        pass
+    python = args.hf_python
+    if python and os.path.exists(python) and not os.environ.get("PIPER_HF_REEXEC"):
+        os.environ["PIPER_HF_REEXEC"] = "1"
+        os.execv(python, [python] + sys.argv)
+    sys.exit(f"FAIL: transformers is not installed in {python or sys.executable}: run "
+             "tools/install-deps.sh, which creates third_party/hf-venv with transformers 4.40.2 "
+             "(or point the CMake cache variable PIPER_HF_PYTHON at such a Python)")
+
+
+run_under_hf_python()
+
+import copy  # noqa: E402
+import fnmatch  # noqa: E402
+import importlib.util  # noqa: E402
+import re  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import unittest  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import harness  # noqa: E402
+from harness import Tools  # noqa: E402
+from test_data_parallel import launch_path, weights_of  # noqa: E402
+
+STEPS = 10
+GLOBAL_BATCH = 4
+LOSS_RTOL = 1e-4
+WEIGHT_RTOL = 1e-3
+AUTOCAST_RTOL = 1e-2  # docs/strategy.md: bf16 against PyTorch's CPU autocast, per step
+OPTIMIZER = {"type": "adamw", "lr": 1e-3, "weight_decay": 0.01}
+
+# Architecture -> the node-name globs of its two layers (the pipeline's stages; embeddings
+# before the first join it, the head and the loss after the last join the last), whether its
+# attention is the fused kernel's (one fused attention per layer expected), and its key
+# biases: parameter-name glob -> the elements that add to the keys. Softmax cancels a key bias
+# (it adds q·b to every score of a query), so its gradient is zero up to rounding, AdamW turns
+# that rounding into full-size updates no two implementations reproduce, and the loss does
+# not depend on it: those elements are left out of the weight comparison. Mixtral is not here:
+# its expert dispatch (torch.where, ONNX NonZero) has shapes known only at run time, which
+# Piper does not plan yet.
+DECODER_LAYERS = ["/model/model/layers.0/*", "/model/model/layers.1/*"]
+ARCHITECTURES = {
+    "gpt2": {"layers": ["/model/transformer/h.0/*", "/model/transformer/h.1/*"],
+             "fuses_attention": True,
+             # c_attn writes q, k and v, HIDDEN (32) each.
+             "key_biases": {"*attn.c_attn.bias": slice(32, 64)}},
+    "llama": {"layers": DECODER_LAYERS, "fuses_attention": True, "key_biases": {}},
+    "mistral": {"layers": DECODER_LAYERS, "fuses_attention": True, "key_biases": {}},
+    "qwen2": {"layers": DECODER_LAYERS, "fuses_attention": True,
+              "key_biases": {"*self_attn.k_proj.bias": slice(None)}},
+    # Encoder, then decoder (which reads the encoder's output and the shared embedding). Only
+    # the cross-attentions fuse: self-attention adds a position bias computed from a trained
+    # table.
+    "t5": {"layers": ["/model/encoder/*", "/model/decoder/*"], "fuses_attention": False,
+           "key_biases": {}},
+    "bert": {"layers": ["/model/bert/encoder/layer.0/*", "/model/bert/encoder/layer.1/*"],
+             "fuses_attention": True,
+             "key_biases": {"*attention.self.key.bias": slice(None)}},
+}
+
+RESULTS = {}  # (architecture, strategy) -> (worst loss error, worst weight error)
+
+
+def export_module():
+    path = os.path.join(Tools.source_dir, "samples", "hf", "export.py")
+    spec = importlib.util.spec_from_file_location("piper_hf_export", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def relative_error(actual, expected):
+    return float(np.linalg.norm(actual - expected) / max(np.linalg.norm(expected), 1e-30))
+
+
+def compared_elements(arch, param, value):
+    """`value` (flattened) without the elements of `param` that are key biases."""
+    keep = np.ones(value.size, dtype=bool)
+    for glob, elements in ARCHITECTURES[arch]["key_biases"].items():
+        if fnmatch.fnmatchcase(param, glob):
+            keep[elements] = False
+    return value.reshape(-1)[keep]
+
+
+def float32_layer_norms(model):
+    """Runs `model`'s LayerNorms in float32, as Piper's bf16 does and torch 1.13's CPU autocast
+    does not (it refuses a LayerNorm of a bfloat16 input with float32 weights)."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.LayerNorm):
+            module.register_forward_pre_hook(lambda _, args: tuple(a.float() for a in args))
+    return model
+
+
+def make_optimizer(params):
+    return torch.optim.AdamW(params, lr=OPTIMIZER["lr"], weight_decay=OPTIMIZER["weight_decay"])
+
+
+class HuggingFaceHarness:
+    """One architecture: exported once, trained by PyTorch once per precision, and by Piper
+    under each strategy."""
+    arch = None
+
+    @classmethod
+    def setUpClass(cls):
+        torch.set_num_threads(1)
+        cls.tmp = tempfile.TemporaryDirectory(prefix=f"piper_hf_{cls.arch}_")
+        started = time.monotonic()
+        cls.model_path, model, cls.arrays = export_module().export(cls.arch, cls.tmp.name)
+        cls.data = os.path.join(cls.tmp.name, "data")
+        cls.initial = copy.deepcopy(model)
+        reference = copy.deepcopy(model)
+        cls.losses = harness.train_like_piper(reference, cls.arrays, make_optimizer, STEPS,
+                                              GLOBAL_BATCH)
+        cls.weights = {name: p.detach().numpy() for name, p in reference.named_parameters()}
+        print(f"[{cls.arch}] exported and trained by PyTorch in "
+              f"{time.monotonic() - started:.1f} s")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def plan(self, name, directives=(), annotations=(), precision="fp32"):
+        work = os.path.join(self.tmp.name, name)
+        os.makedirs(work)
+        strategy = harness.write_json(
+            os.path.join(work, "strategy.json"),
+            harness.strategy(GLOBAL_BATCH, OPTIMIZER, directives=list(directives),
+                             annotations=list(annotations), precision=precision))
+        plans = os.path.join(work, "plans")
+        planned = harness.run_ok([Tools.plan, self.model_path, strategy, "-o", plans])
+        return work, plans, planned.stdout
+
+    def train(self, name, directives=(), annotations=(), precision="fp32"):
+        """Piper's losses and final weights, and piper-plan's summary."""
+        work, plans, summary = self.plan(name, directives, annotations, precision)
+        metrics = os.path.join(work, "metrics.jsonl")
+        trained = os.path.join(work, "trained.onnx")
+        flags = ["--steps", STEPS, "--data", self.data, "--metrics", metrics,
+                 "--save-onnx", trained]
+        if directives:
+            harness.run_ok([launch_path(), "--plans", plans, "--timeout", 60] + flags,
+                           timeout=240)
+        else:
+            harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan")] + flags)
+        losses = [record["loss"] for record in harness.read_metrics(metrics)]
+        return losses, weights_of(trained), summary
+
+    def check_against_pytorch(self, strategy, directives=(), annotations=()):
+        losses, weights, summary = self.train(strategy, directives, annotations)
+        label = f"[{self.arch} {strategy}]"
+        self.assertEqual(len(losses), STEPS, label)
+        loss_errors = [abs(got - want) / abs(want) for got, want in zip(losses, self.losses)]
+        weight_errors = {}
+        for param, want in self.weights.items():
+            self.assertIn(param, weights, f"{label} no trained initializer {param}")
+            weight_errors[param] = relative_error(
+                compared_elements(self.arch, param, weights[param]),
+                compared_elements(self.arch, param, want))
+        worst = max(weight_errors, key=weight_errors.get)
+        RESULTS[(self.arch, strategy)] = (max(loss_errors), weight_errors[worst])
+        print(f"{label} losses {losses[0]:.6f} -> {losses[-1]:.6f}; worst loss error "
+              f"{max(loss_errors):.2e}; worst weight error {weight_errors[worst]:.2e} ({worst})")
+        for step, error in enumerate(loss_errors):
+            self.assertLessEqual(error, LOSS_RTOL, f"{label} step {step}: piper {losses[step]!r}, "
+                                 f"pytorch {self.losses[step]!r}")
+        for param, error in weight_errors.items():
+            self.assertLessEqual(error, WEIGHT_RTOL, f"{label} final {param}: {error:.2e}")
+        return summary
+
+    def test_one_rank(self):
+        summary = self.check_against_pytorch("one_rank")
+        fused = int(re.search(r"fuse-attention (\d+)", summary).group(1))
+        layers = len(ARCHITECTURES[self.arch]["layers"])
+        if ARCHITECTURES[self.arch]["fuses_attention"]:
+            self.assertEqual(fused, layers, f"[{self.arch}] fused attentions\n{summary}")
+
+    def test_two_replicas_zero2_two_microbatches(self):
+        self.check_against_pytorch(
+            "dp2_zero2_mb2",
+            [{"op": "split", "dim_name": "MB", "num_microbatches": 2},
+             {"op": "zero", "stage": 2, "devices": [0, 1]}])
+
+    def test_two_stage_1f1b(self):
+        stages = [{"match": glob, "tags": {"PP": stage}}
+                  for stage, glob in enumerate(ARCHITECTURES[self.arch]["layers"])]
+        self.check_against_pytorch(
+            "pp2_1f1b",
+            [{"op": "pipeline", "schedule": "1f1b", "devices": [0, 1], "num_microbatches": 2}],
+            stages)
+
+    def test_bf16_one_rank_tracks_autocast(self):
+        losses, _, summary = self.train("bf16", precision="bf16")
+        self.assertIn("precision bf16:", summary)
+        autocast = harness.train_like_piper(float32_layer_norms(copy.deepcopy(self.initial)),
+                                            self.arrays,
+                                            make_optimizer, STEPS, GLOBAL_BATCH, autocast=True)
+        errors = [abs(got - want) / abs(want) for got, want in zip(losses, autocast)]
+        RESULTS[(self.arch, "bf16")] = (max(errors), None)
+        print(f"[{self.arch} bf16] losses {losses[0]:.6f} -> {losses[-1]:.6f}; worst loss "
+              f"error to autocast {max(errors):.2e}")
+        self.assertEqual(len(losses), STEPS)
+        for step, error in enumerate(errors):
+            self.assertLessEqual(error, AUTOCAST_RTOL, f"[{self.arch} bf16] step {step}: piper "
+                                 f"{losses[step]!r}, autocast {autocast[step]!r}")
+
+
+def tearDownModule():
+    print("architecture x strategy -> worst loss error, worst weight error")
+    for (arch, strategy), (loss, weight) in sorted(RESULTS.items()):
+        weight = "-" if weight is None else f"{weight:.1e}"
+        print(f"  {arch:8s} {strategy:14s} {loss:.1e} {weight}")
+
+
+for _arch in ARCHITECTURES:
+    _name = f"{_arch.capitalize()}MatchesPyTorch"
+    globals()[_name] = type(_name, (HuggingFaceHarness, unittest.TestCase), {"arch": _arch})
+
+
+if __name__ == "__main__":
+    harness.main()
