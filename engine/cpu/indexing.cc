@@ -362,7 +362,7 @@ int64_t check_elements_indices(const KernelArgs& args, const Shape& data, const 
 
 }  // namespace
 
-int64_t check_gather_elements(const KernelArgs& args, bool grad) {
+GatherOperands check_gather_operands(const KernelArgs& args, bool grad) {
   args.expect_inputs(2, 2);
   args.expect_outputs(1, 1);
   const TensorView& gathered = grad ? args.input(0) : args.output(0);
@@ -373,6 +373,11 @@ int64_t check_gather_elements(const KernelArgs& args, bool grad) {
   } else {
     args.expect_dtype(data, gathered.dtype, "data (input 0)");
   }
+  return {gathered, data};
+}
+
+int64_t check_gather_elements(const KernelArgs& args, bool grad) {
+  const auto [gathered, data] = check_gather_operands(args, grad);
   return check_elements_indices(args, data.shape, gathered, grad ? "dY (input 0)" : "the output");
 }
 

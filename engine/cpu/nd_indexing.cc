@@ -151,16 +151,7 @@ NdGeometry nd_geometry(const KernelArgs& args, const Shape& data, const TensorVi
 }  // namespace
 
 NdGeometry check_gather_nd(const KernelArgs& args, bool grad) {
-  args.expect_inputs(2, 2);
-  args.expect_outputs(1, 1);
-  const TensorView& gathered = grad ? args.input(0) : args.output(0);
-  const TensorView& data = grad ? args.output(0) : args.input(0);
-  if (grad) {
-    args.expect_dtype(gathered, plan::FLOAT32, "dY (input 0)");
-    args.expect_dtype(data, plan::FLOAT32, "dX (output 0)");
-  } else {
-    args.expect_dtype(data, gathered.dtype, "data (input 0)");
-  }
+  const auto [gathered, data] = check_gather_operands(args, grad);
   return nd_geometry(args, data.shape, args.input(1), args.attributes().get_int("batch_dims", 0),
                      gathered.shape, grad ? "dY (input 0)" : "the output");
 }

@@ -28,6 +28,14 @@ void check_pow(const KernelArgs& args);
 // float32 but B, which may be int64.
 void check_pow_grad(const KernelArgs& args, bool base);
 
+// The operands of a gather (`grad` false: data input 0, gathered output 0, one dtype) or of
+// its gradient (dY input 0, dX output 0, both float32), their counts and dtypes checked.
+struct GatherOperands {
+  const TensorView& gathered;  // the output, or dY
+  const TensorView& data;      // input 0, or dX
+};
+GatherOperands check_gather_operands(const KernelArgs& args, bool grad);
+
 // piper.MaxMinGrad(dY, Y, X0, X1, ...) -> dX: returns the attribute `input`, the forward input
 // dX is the gradient of.
 int64_t check_max_min_grad(const KernelArgs& args);
