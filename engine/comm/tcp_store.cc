@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -101,9 +102,17 @@ bool receive_message(const net::Socket& socket, std::string& payload, net::Deadl
     throw Malformed("message of " + std::to_string(size) + " bytes (must be 1 to " +
                     std::to_string(kTcpStoreMaxMessageBytes) + ")");
   }
-  payload.assign(size, '\0');
-  if (!net::read_all(socket, payload.data(), size, deadline)) {
-    throw Error("connection closed in the middle of a message");
+  // Grown as the bytes arrive, so that a peer claiming a large message holds only what it sent
+  // (60 connections claiming 64 MiB each once reserved 4 GB).
+  constexpr size_t kChunkBytes = size_t{64} << 10;
+  payload.clear();
+  while (payload.size() < size) {
+    const size_t at = payload.size();
+    const size_t chunk = std::min(kChunkBytes, size - at);
+    payload.resize(at + chunk);
+    if (!net::read_all(socket, payload.data() + at, chunk, deadline)) {
+      throw Error("connection closed in the middle of a message");
+    }
   }
   return true;
 }

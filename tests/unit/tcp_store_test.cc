@@ -5,9 +5,11 @@
 
 #include <gloo/rendezvous/hash_store.h>
 #include <gmock/gmock.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "engine/comm/file_store.h"
@@ -129,6 +131,34 @@ TEST_F(TcpStoreTest, MalformedAndOversizedMessagesAreRejected) {
   auto store = Client();
   store->set("still", Bytes("serving"));
   EXPECT_EQ(Text(store->get("still")), "serving");
+}
+
+// This process's resident memory (the server runs in it), from /proc/self/statm.
+size_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  size_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// Issue 14, point 4: a message's claimed length reserved memory before any data arrived.
+TEST_F(TcpStoreTest, ClaimedMessageLengthsReserveNothingBeforeTheBytesArrive) {
+  const size_t before = resident_bytes();
+  std::vector<net::Socket> hostile;
+  const std::string claim = [] {
+    const uint32_t size = kTcpStoreMaxMessageBytes;
+    return std::string(reinterpret_cast<const char*>(&size), 4) + std::string(1024, 'x');
+  }();
+  for (int i = 0; i < 60; ++i) {
+    hostile.push_back(net::connect_to("127.0.0.1", server_.port(), net::Clock::now() + 5s));
+    net::write_all(hostile.back(), claim.data(), claim.size(), net::Clock::now() + 5s);
+  }
+  auto store = Client();  // served while the 60 wait for the rest of their messages
+  store->set("key", Bytes("value"));
+  EXPECT_EQ(Text(store->get("key")), "value");
+  EXPECT_EQ(server_.connections(), 61);
+  EXPECT_LT(resident_bytes(), before + (size_t{64} << 20))
+      << "60 connections claiming " << kTcpStoreMaxMessageBytes << " bytes each";
 }
 
 TEST_F(TcpStoreTest, ServerCountsItsConnections) {
