@@ -57,7 +57,12 @@ std::string machine_address() {
 Rendezvous::Rendezvous(RendezvousOptions options) : options_(std::move(options)) {
   const RendezvousUrl url = parse_rendezvous_url(options_.url, options_.url_from);
   if (url.kind == RendezvousUrl::Kind::kTcp && options_.rank == 0) {
-    server_ = std::make_unique<TcpStoreServer>(url.host, url.port);
+    try {
+      server_ = std::make_unique<TcpStoreServer>(url.host, url.port);
+    } catch (const Error& error) {
+      refuse_duplicate_rank0(error);
+      throw;
+    }
   }
   store_ = open_store(options_.timeout);
   if (url.kind == RendezvousUrl::Kind::kTcp) {
@@ -131,6 +136,24 @@ std::unique_ptr<Store> Rendezvous::open_store(milliseconds timeout) const {
   }
   store->set_timeout(timeout);
   return store;
+}
+
+void Rendezvous::refuse_duplicate_rank0(const Error& cannot_listen) const {
+  // Whoever holds the port may be this job's rank 0 already: ask it, briefly.
+  const std::string key = rank_key("rank", 0);
+  nlohmann::json entry;
+  try {
+    const std::unique_ptr<Store> store = open_store(milliseconds(2000));
+    if (!store->check({key})) return;
+    entry = nlohmann::json::parse(value_text(store->get(key)), nullptr, false);
+  } catch (const Error&) {
+    return;  // not a Piper store: the listening error stands
+  }
+  if (entry.is_discarded() || entry.value("plan_id", std::string()) != options_.plan_id) return;
+  throw Error("rank 0 is already running at " + options_.url + " (pid " +
+              std::to_string(entry.value("pid", 0)) + " on " + entry.value("host", std::string()) +
+              ", plan " + entry.value("plan", std::string()) +
+              "): two processes were started as rank 0 (" + cannot_listen.what() + ")");
 }
 
 void Rendezvous::register_rank() {

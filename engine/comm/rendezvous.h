@@ -19,6 +19,7 @@
 
 #include "engine/comm/communicator.h"
 #include "engine/comm/store.h"
+#include "formats/error.h"
 
 namespace piper::engine {
 
@@ -65,6 +66,9 @@ class Rendezvous {
 
  private:
   std::unique_ptr<Store> open_store(std::chrono::milliseconds timeout) const;
+  // Rank 0 could not listen (`cannot_listen`): throws naming the other process when the
+  // store there already holds this plan's rank 0; returns otherwise.
+  void refuse_duplicate_rank0(const Error& cannot_listen) const;
   void register_rank();
   void wait_for_ranks();
   void check_plan_ids();

@@ -285,6 +285,23 @@ class MultiRank(LaunchTest):
             for job in ranks:
                 job.kill()
 
+    def test_a_second_rank_0_is_named_as_a_duplicate(self):
+        url = f"tcp://127.0.0.1:{free_port()}"
+        plan = os.path.join(self.dp2, "rank0.plan")
+        first = Job([Tools.run, "--plan", plan, "--rendezvous", url, "--timeout", 30])
+        try:
+            time.sleep(1)  # the first rank 0 listens and registers, waiting for rank 1
+            second = subprocess.run([Tools.run, "--plan", plan, "--rendezvous", url,
+                                     "--timeout", "30"], capture_output=True, text=True,
+                                    timeout=60)
+            self.assertEqual(second.returncode, 1, second.stderr)
+            self.assertRegex(second.stderr,
+                             rf"rank 0 is already running at {re.escape(url)} \(pid "
+                             rf"{first.process.pid} on .*\): two processes were started as "
+                             r"rank 0")
+        finally:
+            first.kill()
+
     def test_plans_of_two_planning_runs_refuse_to_start(self):
         other = self.plan("dp2_again", [{"op": "zero", "stage": 0, "devices": [0, 1]}])
         mixed = self.dir_with("mixed", {"rank0.plan": os.path.join(self.dp2, "rank0.plan"),
