@@ -381,7 +381,7 @@ int64_t check_gather_elements(const KernelArgs& args, bool grad) {
   return check_elements_indices(args, data.shape, gathered, grad ? "dY (input 0)" : "the output");
 }
 
-int64_t check_scatter_elements(const KernelArgs& args) {
+ScatterOperands check_scatter_operands(const KernelArgs& args) {
   args.expect_inputs(3, 3);
   args.expect_outputs(1, 1);
   const TensorView& data = args.input(0);
@@ -390,6 +390,11 @@ int64_t check_scatter_elements(const KernelArgs& args) {
   args.expect_dtype(data, y.dtype, "data (input 0)");
   args.expect_dtype(updates, y.dtype, "updates (input 2)");
   args.expect_same_shape(data, "data (input 0)", y, "the output");
+  return {data, updates};
+}
+
+int64_t check_scatter_elements(const KernelArgs& args) {
+  const auto [data, updates] = check_scatter_operands(args);
   return check_elements_indices(args, data.shape, updates, "updates (input 2)");
 }
 

@@ -157,14 +157,7 @@ NdGeometry check_gather_nd(const KernelArgs& args, bool grad) {
 }
 
 NdGeometry check_scatter_nd(const KernelArgs& args) {
-  args.expect_inputs(3, 3);
-  args.expect_outputs(1, 1);
-  const TensorView& data = args.input(0);
-  const TensorView& updates = args.input(2);
-  const TensorView& y = args.output(0);
-  args.expect_dtype(data, y.dtype, "data (input 0)");
-  args.expect_dtype(updates, y.dtype, "updates (input 2)");
-  args.expect_same_shape(data, "data (input 0)", y, "the output");
+  const auto [data, updates] = check_scatter_operands(args);
   return nd_geometry(args, data.shape, args.input(1), 0, updates.shape, "updates (input 2)");
 }
 

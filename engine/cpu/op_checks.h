@@ -36,6 +36,14 @@ struct GatherOperands {
 };
 GatherOperands check_gather_operands(const KernelArgs& args, bool grad);
 
+// The operands of a scatter (data input 0, indices input 1, updates input 2, output 0 of
+// data's shape), their counts, dtypes and data's shape checked.
+struct ScatterOperands {
+  const TensorView& data;
+  const TensorView& updates;
+};
+ScatterOperands check_scatter_operands(const KernelArgs& args);
+
 // piper.MaxMinGrad(dY, Y, X0, X1, ...) -> dX: returns the attribute `input`, the forward input
 // dX is the gradient of.
 int64_t check_max_min_grad(const KernelArgs& args);
