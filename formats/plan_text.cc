@@ -319,6 +319,13 @@ std::string tensor_type_to_text(const plan::Tensor& tensor) {
   std::string text = dtype_to_text(tensor.dtype()) + "[";
   for (int i = 0; i < tensor.shape_size(); ++i) {
     text += (i ? "," : "") + std::to_string(tensor.shape(i));
+    // A run-time extent: "<=bound@t7", or "<=bound@3*t7", where t7 holds the count.
+    for (const plan::DynamicDim& dim : tensor.dynamic_dims()) {
+      if (dim.dim() != i) continue;
+      text.insert(text.size() - std::to_string(tensor.shape(i)).size(), "<=");
+      text += "@" + (dim.scale() != 1 ? std::to_string(dim.scale()) + "*" : std::string()) + "t" +
+              std::to_string(dim.extent());
+    }
   }
   return text + "]";
 }

@@ -24,7 +24,8 @@ std::string plan_to_json(const plan::Plan& plan);
 // followed by "  {name=value, ...}" when the kernel has attributes.
 std::string instruction_to_text(const plan::Plan& plan, const plan::Instruction& instruction);
 
-// "f32[32,64]" ("f32[]" for a scalar).
+// "f32[32,64]" ("f32[]" for a scalar; "i64[2,<=32@t7]" for a run-time extent that plan tensor 7
+// holds).
 std::string tensor_type_to_text(const plan::Tensor& tensor);
 
 // "F", "B", "BI", "BW", "U" ("?" when unspecified).

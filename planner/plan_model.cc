@@ -22,6 +22,7 @@
 #include "planner/fusion/fusion.h"
 #include "planner/import/frozen.h"
 #include "planner/import/import.h"
+#include "planner/ir/dynamic_dims.h"
 #include "planner/ir/verify.h"
 #include "planner/lower/lower.h"
 #include "planner/precision/precision.h"
@@ -163,6 +164,15 @@ void check_loss_averages(const ir::OpGraph& graph, const strategy::Strategy& str
               "size)");
 }
 
+// Gradients, casts and recomputed copies of tensors with a run-time extent carry it too.
+void infer_run_time_extents(ir::OpGraph& graph, const std::string& model_path) {
+  try {
+    ir::infer_dynamic_dims(graph);
+  } catch (const Error& error) {
+    throw Error(model_path + ": " + error.what());
+  }
+}
+
 ir::OpGraph training_graph(const std::string& model_path, const strategy::Strategy& strategy,
                            const PlanningOptions& options, PlanningResult& result) {
   onnx::ModelProto model = formats::load_onnx_model(model_path);
@@ -181,6 +191,7 @@ ir::OpGraph training_graph(const std::string& model_path, const strategy::Strate
   }
   add_optimizer(graph, strategy.optimizer);
   if (strategy.precision == "tf32") allow_tf32(graph);
+  infer_run_time_extents(graph, model_path);
   return graph;
 }
 
@@ -212,6 +223,7 @@ PlanningResult plan_model(const std::string& model_path, const strategy::Strateg
     directive_pass(context)(graph, context);
     if (options.verify) ir::verify_or_throw(graph, "after " + context.where());
   }
+  infer_run_time_extents(graph.op_graph(), model_path);
   check_replica_counts(graph, strategy.source);
   check_every_device_computes(graph, strategy.source);
   LowerContext lower_context;

@@ -23,6 +23,7 @@ CpuBackend::CpuBackend() {
   register_data_parallel_kernels(table_);
   register_indexing_kernels(table_);
   register_nd_indexing_kernels(table_);
+  register_non_zero_kernels(table_);
   register_layout_kernels(table_);
   register_sequence_kernels(table_);
   register_einsum_kernels(table_);

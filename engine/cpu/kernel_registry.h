@@ -88,6 +88,7 @@ void register_optimizer_kernels(KernelTable& table);      // optimizers.cc
 void register_data_parallel_kernels(KernelTable& table);  // data_parallel.cc
 void register_indexing_kernels(KernelTable& table);       // indexing.cc
 void register_nd_indexing_kernels(KernelTable& table);    // nd_indexing.cc
+void register_non_zero_kernels(KernelTable& table);       // non_zero.cc
 void register_layout_kernels(KernelTable& table);         // layout_ops.cc
 void register_sequence_kernels(KernelTable& table);       // sequence_ops.cc
 void register_einsum_kernels(KernelTable& table);         // einsum.cc

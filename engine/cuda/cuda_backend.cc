@@ -83,6 +83,7 @@ CudaBackend::CudaBackend() {
   register_scan_kernels(table_);
   register_gather_elements_kernels(table_);
   register_nd_indexing_kernels(table_);
+  register_non_zero_kernels(table_);
   register_einsum_kernels(table_);
 }
 

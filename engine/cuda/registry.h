@@ -40,6 +40,7 @@ void register_selection_kernels(CudaKernelTable& table);        // selection_ops
 void register_scan_kernels(CudaKernelTable& table);             // scan_ops.cc
 void register_gather_elements_kernels(CudaKernelTable& table);  // gather_elements_ops.cc
 void register_nd_indexing_kernels(CudaKernelTable& table);      // nd_indexing_ops.cc
+void register_non_zero_kernels(CudaKernelTable& table);         // non_zero_ops.cc
 void register_einsum_kernels(CudaKernelTable& table);           // einsum_ops.cc
 
 }  // namespace piper::engine::cuda

@@ -8,6 +8,7 @@
 
 #include "engine/comm/self_communicator.h"
 #include "engine/runtime/comm_ops.h"
+#include "engine/runtime/dynamic_kernel.h"
 #include "engine/runtime/finite_check.h"
 #include "engine/runtime/host_staging.h"
 #include "engine/runtime/parameter_exchange.h"
@@ -222,6 +223,51 @@ void Session::load_parameters() {
   }
 }
 
+std::unique_ptr<PreparedKernel> Session::prepare_kernel(const plan::Kernel& kernel,
+                                                        std::vector<TensorView> inputs,
+                                                        std::vector<TensorView> outputs) {
+  std::vector<CheckedOutput> checked;
+  if (options_.check_finite) {
+    for (int k = 0; k < kernel.outputs_size(); ++k) {
+      if (kernel.outputs(k) >= 0) {
+        checked.push_back({tensor_label(plan_, kernel.outputs(k)), outputs[k]});
+      }
+    }
+  }
+  std::unique_ptr<PreparedKernel> prepared =
+      backend_->prepare(kernel, std::move(inputs), std::move(outputs));
+  if (!options_.check_finite) return prepared;
+  return check_finite_outputs(std::move(prepared), std::move(checked), *backend_);
+}
+
+// The run-time extents of a kernel's tensors, inputs first; empty for a kernel of fixed shapes.
+// An extent the kernel writes itself (NonZero's count) leaves its output at the bound.
+std::vector<RunTimeExtent> Session::run_time_extents(const plan::Kernel& kernel) const {
+  std::vector<RunTimeExtent> extents;
+  std::vector<int> tensors(kernel.inputs().begin(), kernel.inputs().end());
+  tensors.insert(tensors.end(), kernel.outputs().begin(), kernel.outputs().end());
+  for (size_t view = 0; view < tensors.size(); ++view) {
+    if (tensors[view] < 0) continue;
+    const plan::Tensor& tensor = plan_.tensors(tensors[view]);
+    for (const plan::DynamicDim& dim : tensor.dynamic_dims()) {
+      const bool valid_extent = dim.extent() >= 0 && dim.extent() < plan_.tensors_size() &&
+                                plan_.tensors(dim.extent()).dtype() == plan::INT64 &&
+                                plan_.tensors(dim.extent()).shape_size() == 0;
+      if (dim.dim() < 0 || dim.dim() >= tensor.shape_size() || dim.scale() < 1 || !valid_extent) {
+        throw Error("tensor '" + tensor.name() + "' has a malformed dynamic dimension " +
+                    std::to_string(dim.dim()) + " (extent tensor " + std::to_string(dim.extent()) +
+                    ", scale " + std::to_string(dim.scale()) +
+                    "); re-plan with this build's piper-plan");
+      }
+      const auto& written = kernel.outputs();
+      if (std::find(written.begin(), written.end(), dim.extent()) != written.end()) continue;
+      extents.push_back(
+          {view, dim.dim(), arena_ + plan_.tensors(dim.extent()).offset(), dim.scale()});
+    }
+  }
+  return extents;
+}
+
 std::unique_ptr<Executor> Session::prepare_streams() {
   std::vector<ExecStream> streams;
   for (const auto& stream : plan_.streams()) {
@@ -250,23 +296,19 @@ std::unique_ptr<Executor> Session::prepare_streams() {
           };
           std::vector<TensorView> inputs = views(kernel.inputs(), "input");
           std::vector<TensorView> outputs = views(kernel.outputs(), "output");
-          std::vector<CheckedOutput> checked;
-          if (options_.check_finite) {
-            for (int k = 0; k < kernel.outputs_size(); ++k) {
-              if (kernel.outputs(k) >= 0) {
-                checked.push_back({tensor_label(plan_, kernel.outputs(k)), outputs[k]});
-              }
-            }
-          }
+          KernelPreparer prepare = [this, &kernel](std::vector<TensorView> in,
+                                                   std::vector<TensorView> out) {
+            return prepare_kernel(kernel, std::move(in), std::move(out));
+          };
           try {
+            std::vector<RunTimeExtent> extents = run_time_extents(kernel);
             exec_instruction.kernel =
-                backend_->prepare(kernel, std::move(inputs), std::move(outputs));
+                extents.empty()
+                    ? prepare(std::move(inputs), std::move(outputs))
+                    : prepare_with_extents(*backend_, std::move(inputs), std::move(outputs),
+                                           std::move(extents), std::move(prepare));
           } catch (const std::exception& error) {
             throw Error(exec_instruction.where + ": " + error.what());
-          }
-          if (options_.check_finite) {
-            exec_instruction.kernel = check_finite_outputs(std::move(exec_instruction.kernel),
-                                                           std::move(checked), *backend_);
           }
           break;
         }

@@ -13,6 +13,7 @@
 #include "engine/runtime/backend.h"
 #include "engine/runtime/batch.h"
 #include "engine/runtime/comm_ops.h"
+#include "engine/runtime/dynamic_kernel.h"
 #include "engine/runtime/executor.h"
 #include "schemas/plan.pb.h"
 
@@ -84,6 +85,11 @@ class Session {
   // The whole initializer rebuilt from every member's slice in `tensor`.
   std::vector<uint8_t> gather_shards(const plan::ParameterShard& shard, const plan::Tensor& tensor);
   std::unique_ptr<Executor> prepare_streams();
+  // The backend's kernel for these views, behind the finite check when it is on.
+  std::unique_ptr<PreparedKernel> prepare_kernel(const plan::Kernel& kernel,
+                                                 std::vector<TensorView> inputs,
+                                                 std::vector<TensorView> outputs);
+  std::vector<RunTimeExtent> run_time_extents(const plan::Kernel& kernel) const;
   void connect_communicators();
   std::unique_ptr<PreparedKernel> prepare_comm(const plan::Instruction& instruction,
                                                const std::string& stream);

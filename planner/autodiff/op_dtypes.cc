@@ -97,6 +97,7 @@ const std::map<std::string, OpDtypes>& op_dtypes() {
       {"Neg", input({F, I})},
       {"NegativeLogLikelihoodLoss", input({F})},
       {"Not", input({B})},
+      {"NonZero", input({F, I, B})},
       {"OneHot", output({F, I})},
       {"Or", input({B})},
       {"PRelu", input({F})},

@@ -29,7 +29,6 @@ const std::set<std::string>& planned_ops() {
       "LessOrEqual",
       "Mean",
       "Mod",
-      "NonZero",
       "Not",
       "Or",
       "ReduceL1",

@@ -94,6 +94,12 @@ class Router {
         if (written.count(in)) read.insert(in);
       }
     }
+    // A tensor with a run-time extent is sent at its bound, and its extent with it.
+    for (ir::TensorId tensor : std::set<ir::TensorId>(read)) {
+      for (const ir::DynamicDim& dim : ops_.tensor(tensor).dynamic) {
+        if (written.count(dim.extent)) read.insert(dim.extent);
+      }
+    }
     return {read.begin(), read.end()};
   }
 

@@ -24,6 +24,9 @@ ir::OpGraph rebuild(const ir::OpGraph& graph, std::vector<KeptOp> ops) {
   const auto renumber = [&](std::vector<ir::TensorId>& ids) {
     for (ir::TensorId& t : ids) t = t < 0 ? -1 : renumbered[t];
   };
+  for (ir::TensorId t = 0; t < result.num_tensors(); ++t) {
+    for (ir::DynamicDim& dim : result.tensor(t).dynamic) dim.extent = renumbered.at(dim.extent);
+  }
   for (KeptOp& kept : ops) {
     renumber(kept.op.inputs);
     renumber(kept.op.outputs);

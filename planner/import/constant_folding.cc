@@ -143,12 +143,14 @@ void infer_shapes(onnx::ModelProto& model) {
   model.mutable_graph()->clear_value_info();
   // ONNX infers what it can; Piper completes the shapes it leaves open (Einsum, OneHot) and
   // lets ONNX propagate them downstream, until nothing changes (each round completes at
-  // least one more node, so there are at most as many rounds as nodes).
+  // least one more node, so there are at most as many rounds as nodes). Data propagation
+  // carries the values of Shape chains that stay unfolded, those of tensors with run-time
+  // extents, into the shapes of the Reshapes they feed.
   int rounds = model.graph().node_size() + 1;
   do {
     try {
       onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
-                                         onnx::ShapeInferenceOptions(false, 1, false));
+                                         onnx::ShapeInferenceOptions(false, 1, true));
     } catch (const std::exception& error) {
       throw Error(std::string("ONNX shape inference failed: ") + error.what());
     }

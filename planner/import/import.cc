@@ -7,8 +7,10 @@
 
 #include "formats/error.h"
 #include "formats/onnx_model.h"
+#include "planner/fusion/fusion.h"
 #include "planner/import/constant_folding.h"
 #include "planner/import/constant_value.h"
+#include "planner/ir/dynamic_dims.h"
 
 namespace piper::planner {
 namespace {
@@ -204,14 +206,10 @@ class GraphBuilder {
       throw Error(model_name_ + ": " + where + ": the shape of '" + name +
                   "' could not be inferred for the planned batch size");
     }
+    // A dimension left symbolic with the batch fixed is a run-time extent (NonZero's count and
+    // what is computed from it) or an error; ir::infer_dynamic_dims tells which.
     for (const auto& dim : type.tensor_type().shape().dim()) {
-      if (!dim.has_dim_value()) {
-        throw Error(model_name_ + ": " + where + ": '" + name + "' has a dynamic dimension '" +
-                    dim.dim_param() +
-                    "' that stays unknown with the batch fixed; only the batch dimension may be "
-                    "dynamic");
-      }
-      tensor.shape.push_back(dim.dim_value());
+      tensor.shape.push_back(dim.has_dim_value() ? dim.dim_value() : ir::kUnknownDim);
     }
     tensor.role = ir::Role::kActivation;
   }
@@ -224,9 +222,20 @@ class GraphBuilder {
     op.name = node.name().empty() ? node.op_type() + "_" + std::to_string(index) : node.name();
     const std::string where = "node '" + op.name + "' (" + op.type + ")";
     for (const auto& input : node.input()) op.inputs.push_back(tensor_for(input, where));
+    // NonZero also writes how many indices it found (docs/plan-format.md), declared first: the
+    // extent of its output's second dimension.
+    const ir::TensorId count = op.type == "NonZero" ? count_tensor(node) : -1;
     for (const auto& output : node.output()) op.outputs.push_back(tensor_for(output, where));
+    if (count >= 0) op.outputs.push_back(count);
     op.attributes = convert_attributes(node, model_name_ + ": " + where);
     ir_.add_op(std::move(op));
+  }
+
+  ir::TensorId count_tensor(const onnx::NodeProto& node) {
+    ir::Tensor count;
+    count.name = (node.output_size() > 0 ? node.output(0) : node.name()) + "/count";
+    count.dtype = ir::DType::kInt64;
+    return ir_.add_tensor(std::move(count));
   }
 
   void find_loss() {
@@ -316,6 +325,31 @@ void set_integer_ranges(ir::OpGraph& graph) {
   }
 }
 
+// Reshape and Expand read their target shape from a tensor, which for a tensor with a run-time
+// extent is computed (Shape, Concat ...) from it each step. The plan states their outputs'
+// shapes with the extents, and kernels take the shape from there, so the target becomes a
+// constant of the bounds and the ops that computed it are removed.
+void drop_run_time_shapes(ir::OpGraph& graph) {
+  for (ir::OpId id = 0; id < graph.num_ops(); ++id) {
+    ir::Op& op = graph.op(id);
+    if ((op.type != "Reshape" && op.type != "Expand") || op.inputs.size() < 2 ||
+        graph.producer(op.inputs[1]) < 0) {
+      continue;
+    }
+    const ir::Shape& shape = graph.tensor(op.outputs.at(0)).shape;
+    ir::Tensor target;
+    target.name = op.name + "/planned_shape";
+    target.dtype = ir::DType::kInt64;
+    target.shape = {static_cast<int64_t>(shape.size())};
+    target.role = ir::Role::kConstant;
+    target.data.resize(shape.size() * sizeof(int64_t));
+    std::memcpy(target.data.data(), shape.data(), target.data.size());
+    const ir::TensorId target_id = graph.add_tensor(std::move(target));
+    graph.op(id).inputs[1] = target_id;
+  }
+  remove_dead_ops(graph);
+}
+
 }  // namespace
 
 ir::OpGraph import_model(onnx::ModelProto model, const ImportOptions& options,
@@ -332,6 +366,12 @@ ir::OpGraph import_model(onnx::ModelProto model, const ImportOptions& options,
   }
   drop_double_casts_into_class_tests(*model.mutable_graph());
   ir::OpGraph graph = GraphBuilder(model.graph(), folded, options, model_name).build();
+  try {
+    ir::infer_dynamic_dims(graph);
+  } catch (const Error& error) {
+    throw Error(model_name + ": " + error.what());
+  }
+  if (ir::has_dynamic_dims(graph)) drop_run_time_shapes(graph);
   set_integer_ranges(graph);
   return graph;
 }

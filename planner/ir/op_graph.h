@@ -11,6 +11,17 @@
 
 namespace piper::ir {
 
+// A bounded dynamic dimension (docs/plan-format.md): `shape[dim]` is its bound, what memory is
+// planned for; in a step its extent is `scale` times the value of the int64 scalar `extent`
+// (a NonZero's count), and the tensor's elements are packed as if its shape had that extent.
+struct DynamicDim {
+  int dim = 0;
+  TensorId extent = -1;
+  int64_t scale = 1;
+
+  bool operator==(const DynamicDim&) const = default;
+};
+
 struct Tensor {
   std::string name;
   DType dtype = DType::kFloat32;
@@ -30,6 +41,9 @@ struct Tensor {
   // each replica holds one slice of this tensor's size, in the order of the replicas of the
   // tasks that use it.
   TensorId shard_of = -1;
+  // Dimensions whose extent is known only at run time, by increasing `dim`
+  // (ir/dynamic_dims.h derives them).
+  std::vector<DynamicDim> dynamic{};
 };
 
 struct Op {

@@ -188,6 +188,12 @@ class Printer {
     if (tensor.int_high != 0) out_ += " high=" + std::to_string(tensor.int_high);
     if (tensor.accumulated) out_ += " accumulated=1";
     if (tensor.shard_of >= 0) out_ += " shard_of=" + tensor_ref(tensor.shard_of);
+    if (!tensor.dynamic.empty()) {
+      out_ += " dynamic=" + list_text(tensor.dynamic, [this](const DynamicDim& dim) {
+                return "(" + std::to_string(dim.dim) + ", " + tensor_ref(dim.extent) + ", " +
+                       std::to_string(dim.scale) + ")";
+              });
+    }
     if (!tensor.data.empty()) out_ += " data=" + data_text(tensor);
     out_ += "\n";
   }
@@ -608,15 +614,34 @@ class Parser {
     tensor.role = in.choice(
         "a role (input, activation, parameter, gradient, optimizer_state, loss, constant)",
         parse_role);
-    in.fields({"init", "high", "accumulated", "shard_of", "data"}, [&](const std::string& key) {
-      if (key == "init") tensor.initializer = in.name("an initializer name");
-      if (key == "high") tensor.int_high = in.integer("an integer");
-      if (key == "accumulated") tensor.accumulated = in.integer("0 or 1") != 0;
-      if (key == "shard_of") tensor.shard_of = tensor_ref(in);
-      if (key == "data") tensor.data = parse_data(in, tensor.dtype);
-    });
+    in.fields({"init", "high", "accumulated", "shard_of", "dynamic", "data"},
+              [&](const std::string& key) {
+                if (key == "init") tensor.initializer = in.name("an initializer name");
+                if (key == "high") tensor.int_high = in.integer("an integer");
+                if (key == "accumulated") tensor.accumulated = in.integer("0 or 1") != 0;
+                if (key == "shard_of") tensor.shard_of = tensor_ref(in);
+                if (key == "dynamic") tensor.dynamic = dynamic_dims(in);
+                if (key == "data") tensor.data = parse_data(in, tensor.dtype);
+              });
     const std::string name = tensor.name;
     names_[name] = ops().add_tensor(std::move(tensor));
+  }
+
+  // [(dim, extent, scale), ...]
+  std::vector<DynamicDim> dynamic_dims(LineReader& in) {
+    std::vector<DynamicDim> dims;
+    in.list("[", "]", [&] {
+      DynamicDim dim;
+      in.expect("(");
+      dim.dim = static_cast<int>(in.integer("a dimension index"));
+      in.expect(",");
+      dim.extent = tensor_ref(in);
+      in.expect(",");
+      dim.scale = in.integer("a scale");
+      in.expect(")");
+      dims.push_back(dim);
+    });
+    return dims;
   }
 
   void parse_op(LineReader& in) {

@@ -39,6 +39,7 @@ class Verifier {
 
   std::vector<std::string> run() {
     index_op_graph();
+    check_dynamic_dims();
     check_tasks();
     check_edges();
     check_acyclic();
@@ -82,6 +83,35 @@ class Verifier {
         } else if (tensor != -1) {
           report(describe_op(id) + " writes tensor id " + std::to_string(tensor) +
                  ", which does not exist");
+        }
+      }
+    }
+  }
+
+  // Each run-time extent sizes an existing dimension, by a positive scale that divides its
+  // bound, and is held by an int64 scalar.
+  void check_dynamic_dims() {
+    for (TensorId id = 0; id < ops_.num_tensors(); ++id) {
+      const Tensor& tensor = ops_.tensor(id);
+      int previous = -1;
+      for (const DynamicDim& dim : tensor.dynamic) {
+        const std::string where =
+            "tensor " + tensor.name + " dynamic dimension " + std::to_string(dim.dim);
+        if (dim.dim <= previous || dim.dim >= static_cast<int>(tensor.shape.size())) {
+          report(where + " is out of order or out of range for shape " + to_string(tensor.shape));
+          continue;
+        }
+        previous = dim.dim;
+        if (dim.scale < 1 || tensor.shape[static_cast<size_t>(dim.dim)] % dim.scale != 0) {
+          report(where + " has scale " + std::to_string(dim.scale) +
+                 ", which does not divide "
+                 "its bound " +
+                 std::to_string(tensor.shape[static_cast<size_t>(dim.dim)]));
+        }
+        if (!valid_tensor(dim.extent) || ops_.tensor(dim.extent).dtype != DType::kInt64 ||
+            !ops_.tensor(dim.extent).shape.empty()) {
+          report(where + " takes its extent from " + tensor_name(dim.extent) +
+                 ", which is not an int64 scalar");
         }
       }
     }

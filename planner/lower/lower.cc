@@ -327,12 +327,23 @@ class Lowering {
     if (tensor < 0) return -1;
     const Instance key{tensor, ir::is_per_microbatch(ops_, tensor) ? microbatch : -1};
     auto found = index_.find(key);
-    if (found == index_.end()) {
+    const bool added = found == index_.end();
+    if (added) {
       found = index_.emplace(key, add_tensor(key)).first;
       lifetimes_.push_back({0, position_, position_, false});
     }
     lifetimes_[found->second].last = position_;
-    return found->second;
+    const int index = found->second;
+    // A run-time extent lives as long as every tensor it sizes.
+    for (const ir::DynamicDim& dim : ops_.tensor(tensor).dynamic) {
+      const int extent = use(dim.extent, microbatch);
+      if (!added) continue;
+      plan::DynamicDim& out = *plan_.mutable_tensors(index)->add_dynamic_dims();
+      out.set_dim(dim.dim);
+      out.set_extent(extent);
+      out.set_scale(dim.scale);
+    }
+    return index;
   }
 
   int add_tensor(const Instance& key) {

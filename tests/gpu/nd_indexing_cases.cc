@@ -1,6 +1,7 @@
 // GatherND (slices, single elements, batch_dims), its gradient piper.GatherNDGrad and
 // ScatterND (none with distinct tuples, whose result is defined; add and mul with repeated
-// ones), negative indices, 8-, 4- and 1-byte data.
+// ones), negative indices, 8-, 4- and 1-byte data; NonZero, whose indices and count the CUDA
+// kernel computes on the host.
 #include "tests/gpu/cases.h"
 
 namespace piper::engine::testing {
@@ -48,6 +49,12 @@ std::vector<OpCase> NdIndexingCases() {
        {Str("reduction", "add")},
        {F({5, 4}), I({6, 2}, -4, 4), F({6})},
        {F({5, 4})}},
+      {"NonZero_bool_bound", "NonZero", {}, {B({3, 4})}, {I({2, 12}, 0, 1), I({}, 0, 1)}},
+      {"NonZero_float",
+       "NonZero",
+       {},
+       {Values({5}, plan::FLOAT32, {0, 1.5, 0, -2, 0})},
+       {I({1, 5}, 0, 1)}},
       {"ScatterND_mul_slices",
        "ScatterND",
        {Str("reduction", "mul")},

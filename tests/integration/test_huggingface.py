@@ -65,9 +65,9 @@ OPTIMIZER = {"type": "adamw", "lr": 1e-3, "weight_decay": 0.01}
 # biases: parameter-name glob -> the elements that add to the keys. Softmax cancels a key bias
 # (it adds q·b to every score of a query), so its gradient is zero up to rounding, AdamW turns
 # that rounding into full-size updates no two implementations reproduce, and the loss does
-# not depend on it: those elements are left out of the weight comparison. Mixtral is not here:
-# its expert dispatch (torch.where, ONNX NonZero) has shapes known only at run time, which
-# Piper does not plan yet.
+# not depend on it: those elements are left out of the weight comparison. Mixtral's expert
+# dispatch (torch.where, ONNX NonZero) gives each expert as many rows as tokens chose it, an
+# extent known only at run time (docs/plan-format.md).
 DECODER_LAYERS = ["/model/model/layers.0/*", "/model/model/layers.1/*"]
 ARCHITECTURES = {
     "gpt2": {"layers": ["/model/transformer/h.0/*", "/model/transformer/h.1/*"],
@@ -76,6 +76,7 @@ ARCHITECTURES = {
              "key_biases": {"*attn.c_attn.bias": slice(32, 64)}},
     "llama": {"layers": DECODER_LAYERS, "fuses_attention": True, "key_biases": {}},
     "mistral": {"layers": DECODER_LAYERS, "fuses_attention": True, "key_biases": {}},
+    "mixtral": {"layers": DECODER_LAYERS, "fuses_attention": True, "key_biases": {}},
     "qwen2": {"layers": DECODER_LAYERS, "fuses_attention": True,
               "key_biases": {"*self_attn.k_proj.bias": slice(None)}},
     # Encoder, then decoder (which reads the encoder's output and the shared embedding). Only

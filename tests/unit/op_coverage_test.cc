@@ -127,6 +127,7 @@ const std::map<std::string, Sample>& samples() {
       {"Mul", binary()},
       {"Neg", unary()},
       {"NegativeLogLikelihoodLoss", {{{{2, 3}}, {{2}, kI, {0, 2}}}, {{{}}}}},
+      {"NonZero", {{{{2, 3}}}, {{{2, 6}, kI}, {{}, kI}}}},
       {"Not", unary()},
       {"OneHot", {{{{3}, kI, {0, 1, 3}}, {{}, kI, {4}}, {{2}, kT, {0, 1}}}, {{{3, 4}}}}},
       {"Or", compare()},

@@ -107,7 +107,8 @@ void add_indexing_rules(GradientRules& rules) {
   rules["ScatterND"] = scatter_nd_rule;
   rules["ScatterElements"] = scatter_elements_rule;
   rules["Tile"] = tile_rule;
-  rules["OneHot"] = no_gradient;  // indices and depth are integers; values are constants
+  rules["NonZero"] = no_gradient;  // integer indices and count
+  rules["OneHot"] = no_gradient;   // indices and depth are integers; values are constants
   rules["ArgMax"] = no_gradient;
   rules["ArgMin"] = no_gradient;
 }
