@@ -139,18 +139,16 @@ std::optional<ConstantValue> fold_node(const onnx::NodeProto& node,
   }
 }
 
-void infer_shapes(onnx::ModelProto& model) {
+void infer_shapes(onnx::ModelProto& model, bool propagate_data) {
   model.mutable_graph()->clear_value_info();
   // ONNX infers what it can; Piper completes the shapes it leaves open (Einsum, OneHot) and
   // lets ONNX propagate them downstream, until nothing changes (each round completes at
-  // least one more node, so there are at most as many rounds as nodes). Data propagation
-  // carries the values of Shape chains that stay unfolded, those of tensors with run-time
-  // extents, into the shapes of the Reshapes they feed.
+  // least one more node, so there are at most as many rounds as nodes).
   int rounds = model.graph().node_size() + 1;
   do {
     try {
       onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
-                                         onnx::ShapeInferenceOptions(false, 1, true));
+                                         onnx::ShapeInferenceOptions(false, 1, propagate_data));
     } catch (const std::exception& error) {
       throw Error(std::string("ONNX shape inference failed: ") + error.what());
     }
@@ -163,9 +161,19 @@ int fold_constants(onnx::ModelProto& model, const IsConstantInitializer& is_cons
   for (;;) {
     infer_shapes(model);
     const int count = fold_once(model, is_constant, folded);
-    if (count == 0) return total;
+    if (count == 0) break;
     total += count;
   }
+  // What stays unfolded around a NonZero are Shape chains of tensors with run-time extents;
+  // data propagation carries their values into the shapes of the Reshapes they feed. Only
+  // then: ONNX 1.12's propagation reports malformed shapes worse than the folder (and crashes
+  // on some), which has checked every folded node by now.
+  const auto& nodes = model.graph().node();
+  if (std::any_of(nodes.begin(), nodes.end(),
+                  [](const onnx::NodeProto& node) { return node.op_type() == "NonZero"; })) {
+    infer_shapes(model, true);
+  }
+  return total;
 }
 
 }  // namespace piper::planner

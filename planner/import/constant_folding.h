@@ -33,7 +33,8 @@ std::optional<ConstantValue> fold_node(const onnx::NodeProto& node,
                                        const std::vector<const ConstantValue*>& inputs,
                                        int index = 0);
 
-// Runs ONNX shape inference, replacing earlier value_info. Throws piper::Error.
-void infer_shapes(onnx::ModelProto& model);
+// Runs ONNX shape inference, replacing earlier value_info, with data propagation (the values
+// of Shape chains carried into the shapes they build) if asked. Throws piper::Error.
+void infer_shapes(onnx::ModelProto& model, bool propagate_data = false);
 
 }  // namespace piper::planner
