@@ -52,13 +52,23 @@ std::string machine_address() {
   return "127.0.0.1";
 }
 
+// Room for every rank's connections: its store and its heartbeat, and one more while it reports
+// or diagnoses a failure; a few more for the second rank 0 asking who holds the port.
+TcpStoreServerOptions server_options(const RendezvousOptions& options) {
+  TcpStoreServerOptions server;
+  server.token = options.token;
+  server.max_clients = 3 * options.world_size + 8;
+  server.max_handshakes = options.world_size + 8;
+  return server;
+}
+
 }  // namespace
 
 Rendezvous::Rendezvous(RendezvousOptions options) : options_(std::move(options)) {
   const RendezvousUrl url = parse_rendezvous_url(options_.url, options_.url_from);
   if (url.kind == RendezvousUrl::Kind::kTcp && options_.rank == 0) {
     try {
-      server_ = std::make_unique<TcpStoreServer>(url.host, url.port);
+      server_ = std::make_unique<TcpStoreServer>(url.host, url.port, server_options(options_));
     } catch (const Error& error) {
       refuse_duplicate_rank0(error);
       throw;
@@ -85,10 +95,8 @@ Rendezvous::Rendezvous(RendezvousOptions options) : options_(std::move(options))
     heartbeat_stop_.notify_all();
     heartbeat_.join();
     store_.reset();
-    if (server_) {  // let the others finish reading before the store goes
-      server_->wait_for_connections_at_most(
-          0, std::min(options_.linger, options_.diagnose_window + milliseconds(1000)));
-    }
+    failed_ = true;
+    linger();
     throw;
   }
   GlooOptions gloo;
@@ -109,14 +117,17 @@ Rendezvous::~Rendezvous() {
   if (heartbeat_.joinable()) heartbeat_.join();
   communicators_.reset();
   store_.reset();
-  if (server_) {
-    // The others may still read the store (a failure report, their last heartbeats).
-    const milliseconds linger =
-        failed_ ? std::min(options_.linger, options_.diagnose_window + milliseconds(1000))
-                : options_.linger;
-    server_->wait_for_connections_at_most(0, linger);
-    server_.reset();
-  }
+  linger();
+  server_.reset();
+}
+
+void Rendezvous::linger() {
+  if (!server_) return;
+  // The others may still read the store (a failure report, their last heartbeats).
+  const milliseconds limit =
+      failed_ ? std::min(options_.linger, options_.diagnose_window + milliseconds(1000))
+              : options_.linger;
+  server_->wait_for_connections_at_most(0, limit);
 }
 
 std::unique_ptr<Store> Rendezvous::open_store(milliseconds timeout) const {
@@ -126,7 +137,8 @@ std::unique_ptr<Store> Rendezvous::open_store(milliseconds timeout) const {
     std::string host = url.host;
     if (is_wildcard(host)) host = host == "::" ? "::1" : "127.0.0.1";
     try {
-      store = std::make_unique<TcpStore>(host, url.port, timeout);
+      store = std::make_unique<TcpStore>(host, url.port, timeout,
+                                         StoreCredentials{options_.token, options_.rank});
     } catch (const Error& error) {
       throw Error("rank " + std::to_string(options_.rank) + ": " + error.what() + " (" +
                   options_.url_from + "; rank 0 hosts the store)");
@@ -162,14 +174,6 @@ void Rendezvous::register_rank() {
     throw Error("rank " + std::to_string(rank) + " is outside the world size " +
                 std::to_string(options_.world_size));
   }
-  if (store_->add(rank_key("joins", rank), 1) > 1) {
-    throw Error("rank " + std::to_string(rank) + " registered twice at " + store_->describe() +
-                ": two processes were started as rank " + std::to_string(rank) +
-                (server_ || store_->describe().rfind("file://", 0) != 0
-                     ? ""
-                     : ", or the directory holds an earlier run's rendezvous (use an empty "
-                       "directory per run)"));
-  }
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   const nlohmann::json entry = {{"plan_id", options_.plan_id},
@@ -178,7 +182,20 @@ void Rendezvous::register_rank() {
                                 {"host", host},
                                 {"pid", ::getpid()}};
   const std::string text = entry.dump();
-  store_->set(rank_key("rank", rank), std::vector<char>(text.begin(), text.end()));
+  const std::string key = rank_key("rank", rank);
+  if (store_->create(key, std::vector<char>(text.begin(), text.end()))) return;
+  const nlohmann::json first = nlohmann::json::parse(value_text(store_->get(key)), nullptr, false);
+  const std::string who = first.is_object()
+                              ? " (first as pid " + std::to_string(first.value("pid", 0)) + " on " +
+                                    first.value("host", std::string("?")) + ", plan " +
+                                    first.value("plan", std::string("?")) + ")"
+                              : "";
+  throw Error("rank " + std::to_string(rank) + " registered twice at " + store_->describe() + who +
+              ": two processes were started as rank " + std::to_string(rank) +
+              (server_ || store_->describe().rfind("file://", 0) != 0
+                   ? ""
+                   : ", or the directory holds an earlier run's rendezvous (use an empty "
+                     "directory per run)"));
 }
 
 void Rendezvous::wait_for_ranks() {

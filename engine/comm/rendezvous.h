@@ -4,7 +4,7 @@
 // another planning run, and then keeps a heartbeat so that the others can tell a
 // rank that died or stopped from one that is merely slow.
 //
-// Keys: piper/rank/<r> (plan id, world size, plan path, host), piper/alive/<r>
+// Keys: piper/rank/<r> (plan id, world size, plan path, host, pid; created once), piper/alive/<r>
 // (heartbeat counter), piper/failed/<r> (the error a rank stopped with), and the
 // communicators' piper/<plan id>/<group>/...
 #pragma once
@@ -32,6 +32,8 @@ struct RendezvousOptions {
   int world_size = 1;
   std::string plan_id;
   std::string plan_path;  // for messages
+  // The job's secret (PIPER_RENDEZVOUS_TOKEN) for the tcp:// store's handshake; empty: none.
+  std::string token;
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   // How often this rank's heartbeat ticks, and how long diagnose() watches the others'.
   std::chrono::milliseconds heartbeat_period{std::chrono::milliseconds(200)};
@@ -73,6 +75,8 @@ class Rendezvous {
   void wait_for_ranks();
   void check_plan_ids();
   void heartbeat_loop();
+  // Rank 0, done: keeps serving while the others may still read the store.
+  void linger();
 
   RendezvousOptions options_;
   std::unique_ptr<TcpStoreServer> server_;

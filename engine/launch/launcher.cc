@@ -9,10 +9,13 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <set>
 
+#include "engine/comm/launch_environment.h"
+#include "engine/comm/secret.h"
 #include "engine/comm/socket.h"
 #include "formats/error.h"
 #include "formats/plan_directory.h"
@@ -31,6 +34,7 @@ const std::set<std::string> kLauncherVariables = {"RANK",
                                                   "MASTER_ADDR",
                                                   "MASTER_PORT",
                                                   "PIPER_RENDEZVOUS",
+                                                  kRendezvousTokenVariable,
                                                   "SLURM_PROCID",
                                                   "SLURM_NTASKS",
                                                   "OMPI_COMM_WORLD_RANK",
@@ -192,6 +196,11 @@ int launch(const LaunchOptions& options) {
     if (kLauncherVariables.count(text.substr(0, text.find('='))) == 0) environment.push_back(text);
   }
   environment.push_back("WORLD_SIZE=" + std::to_string(world_size));
+  // The ranks' store admits only holders of the job's secret; it travels in the environment,
+  // which other users cannot read, never on a command line.
+  const char* token = std::getenv(kRendezvousTokenVariable);
+  environment.push_back(std::string(kRendezvousTokenVariable) + "=" +
+                        (token != nullptr && *token != '\0' ? token : random_token()));
 
   if (::pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     throw Error(std::string("pipe: ") + std::strerror(errno));
