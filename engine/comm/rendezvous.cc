@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
@@ -62,7 +63,32 @@ TcpStoreServerOptions server_options(const RendezvousOptions& options) {
   return server;
 }
 
+constexpr char kNotResponding[] = " is not responding (no heartbeat for ";
+
 }  // namespace
+
+std::string not_responding_text(int rank, milliseconds window) {
+  return "rank " + std::to_string(rank) + kNotResponding + seconds_text(window) +
+         " s: killed, stopped or hung)";
+}
+
+std::vector<int> ranks_reported_not_responding(const std::string& message) {
+  const std::string phrase = kNotResponding;
+  std::vector<int> ranks;
+  for (size_t at = message.find(phrase); at != std::string::npos;
+       at = message.find(phrase, at + 1)) {
+    size_t digits = at;
+    while (digits > 0 && std::isdigit(static_cast<unsigned char>(message[digits - 1])) != 0) {
+      --digits;
+    }
+    if (digits == at || at - digits > 9 || digits < 5 ||
+        message.compare(digits - 5, 5, "rank ") != 0)
+      continue;
+    const int rank = std::stoi(message.substr(digits, at - digits));
+    if (std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) ranks.push_back(rank);
+  }
+  return ranks;
+}
 
 Rendezvous::Rendezvous(RendezvousOptions options) : options_(std::move(options)) {
   const RendezvousUrl url = parse_rendezvous_url(options_.url, options_.url_from);
@@ -123,11 +149,17 @@ Rendezvous::~Rendezvous() {
 
 void Rendezvous::linger() {
   if (!server_) return;
-  // The others may still read the store (a failure report, their last heartbeats).
+  // The others may still read the store (a failure report, their last heartbeats); a stopped
+  // rank never hangs up, so its connections are not waited for.
   const milliseconds limit =
       failed_ ? std::min(options_.linger, options_.diagnose_window + milliseconds(1000))
               : options_.linger;
-  server_->wait_for_connections_at_most(0, limit);
+  std::vector<int> silent;
+  {
+    std::lock_guard lock(diagnosed_mutex_);
+    silent = not_responding_;
+  }
+  server_->wait_for_connections_at_most(0, limit, silent);
 }
 
 std::unique_ptr<Store> Rendezvous::open_store(milliseconds timeout) const {
@@ -301,9 +333,9 @@ std::string Rendezvous::diagnose(const std::vector<int>& ranks) {
       for (size_t i = 0; i < ranks.size(); ++i) {
         if (!findings[i].empty()) continue;
         if (probe->add(rank_key("alive", ranks[i]), 0) == before[i]) {
-          findings[i] = "rank " + std::to_string(ranks[i]) +
-                        " is not responding (no heartbeat for " +
-                        seconds_text(options_.diagnose_window) + " s: killed, stopped or hung)";
+          findings[i] = not_responding_text(ranks[i], options_.diagnose_window);
+          std::lock_guard lock(diagnosed_mutex_);
+          not_responding_.push_back(ranks[i]);
         }
       }
     }

@@ -36,13 +36,21 @@ struct RendezvousOptions {
   std::string token;
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   // How often this rank's heartbeat ticks, and how long diagnose() watches the others'.
+  // A window of five beats: a rank that misses them all is stopped, not slow, and the blame
+  // comes within --timeout + 2 s.
   std::chrono::milliseconds heartbeat_period{std::chrono::milliseconds(200)};
-  std::chrono::milliseconds diagnose_window{std::chrono::seconds(2)};
+  std::chrono::milliseconds diagnose_window{std::chrono::seconds(1)};
   // How long rank 0 keeps serving a tcp:// store after it is done while others are still
   // connected: after a success, for them to finish; after a failure (report_failure), only
-  // long enough for them to read it (diagnose_window + 1 s, at most this).
+  // long enough for them to read it (diagnose_window + 1 s, at most this). Connections of
+  // ranks diagnose() found not responding are not waited for.
   std::chrono::milliseconds linger{std::chrono::seconds(5)};
 };
+
+// How diagnose() words a rank that stopped beating, and the ranks a message says so of
+// (piper-launch reads them from a rank's error to name the rank at fault).
+std::string not_responding_text(int rank, std::chrono::milliseconds window);
+std::vector<int> ranks_reported_not_responding(const std::string& message);
 
 class Rendezvous {
  public:
@@ -85,6 +93,8 @@ class Rendezvous {
   std::unique_ptr<CommunicatorFactory> communicators_;
 
   bool failed_ = false;
+  std::mutex diagnosed_mutex_;
+  std::vector<int> not_responding_;  // found by diagnose(): linger() does not wait for them
   std::mutex heartbeat_mutex_;
   std::condition_variable heartbeat_stop_;
   bool stopping_ = false;

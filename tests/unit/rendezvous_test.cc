@@ -251,6 +251,14 @@ TEST(Rendezvous, ASquatterWithoutTheTokenCannotTakeARank) {
   EXPECT_THAT(squatter, HasSubstr("the rendezvous token does not match"));
 }
 
+TEST(Rendezvous, RanksReportedNotRespondingAreReadBack) {
+  const std::string message = "rank 0 waited 5 s in all_reduce #3: " + not_responding_text(12, 1s) +
+                              "; " + not_responding_text(3, 1s) +
+                              "; rank 4 failed: out of memory; " + not_responding_text(12, 1s);
+  EXPECT_EQ(ranks_reported_not_responding(message), (std::vector<int>{12, 3}));
+  EXPECT_TRUE(ranks_reported_not_responding("rank 1 failed: x").empty());
+}
+
 TEST(LaunchEnvironment, AnOpenStoreOnAReachableAddressIsWarnedOf) {
   EXPECT_EQ(read_launch_environment("", Env({{"PIPER_RENDEZVOUS_TOKEN", "s"}})).token, "s");
   auto warning = [](const std::string& url, const std::string& token) {
@@ -303,6 +311,7 @@ TEST(Rendezvous, DiagnoseTellsFailedFromSilentFromAlive) {
   EXPECT_EQ(errors, std::vector<std::string>(4, ""));
   EXPECT_THAT(diagnosis, HasSubstr("rank 1 failed: out of memory"));
   EXPECT_THAT(diagnosis, HasSubstr("rank 2 is not responding (no heartbeat for 0.4 s"));
+  EXPECT_EQ(ranks_reported_not_responding(diagnosis), std::vector<int>{2});
   EXPECT_THAT(diagnosis, ::testing::Not(HasSubstr("rank 3")));
 }
 
