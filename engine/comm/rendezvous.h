@@ -68,7 +68,7 @@ class Rendezvous {
   CommunicatorFactory& communicators() { return *communicators_; }
 
   // What is known about global `ranks` that stopped answering, e.g. "rank 2 failed: <its
-  // error>; rank 3 is not responding (no heartbeat for 2 s: killed, stopped or hung)", or ""
+  // error>; rank 3 is not responding (no heartbeat for 1 s: killed, stopped or hung)", or ""
   // when every one of them looks alive. Watches heartbeats for diagnose_window.
   std::string diagnose(const std::vector<int>& ranks);
   // Tells the other ranks that this rank stopped with `message` (best effort, never throws).
