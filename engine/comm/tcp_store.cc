@@ -394,8 +394,11 @@ TcpStore::TcpStore(const std::string& host, int port, std::chrono::milliseconds 
       throw Error("no rendezvous store answered at " + description_ + " within " +
                   seconds_text(connect_timeout) + " s (" + error.what() + ")");
     }
-    // Each try gets 10 s, however near the connect timeout: the server answers at once.
-    if (handshake(credentials, net::Clock::now() + std::chrono::seconds(10))) return;
+    // A stopped server accepts (the kernel does) but never answers: the handshake ends with
+    // the connect timeout, so that diagnose()'s short probes stay short; at least 1 s.
+    if (handshake(credentials, std::max(deadline, net::Clock::now() + std::chrono::seconds(1)))) {
+      return;
+    }
     if (net::Clock::now() >= deadline) {
       throw Error("the rendezvous store at " + description_ +
                   " hung up in the handshake until the timeout of " +
@@ -411,8 +414,9 @@ bool TcpStore::handshake(const StoreCredentials& credentials, net::Deadline dead
     if (!receive_message(socket_, challenge, deadline, std::chrono::seconds(5))) return false;
   } catch (const std::exception& error) {
     if (net::Clock::now() < deadline) return false;  // dropped in a flood: try again
-    throw Error("the rendezvous store at " + description_ + " sent no handshake (" + error.what() +
-                "); is it a piper-run of another version?");
+    throw Error("the rendezvous store at " + description_ + " did not start the handshake (" +
+                error.what() +
+                "): its process is stopped or overloaded, or it is a piper-run of another version");
   }
   Reader in(challenge);
   if (in.u8() != kOk || challenge.size() != 2 + kNonceBytes) {

@@ -351,6 +351,18 @@ TEST(TcpStore, ConnectingGivesUpAfterItsTimeoutNamingTheAddress) {
   EXPECT_GE(std::chrono::steady_clock::now() - start, 300ms);
 }
 
+// A stopped rank 0: the kernel accepts the connection but nothing answers. diagnose() probes
+// with 2 s and must hear back within about that, not a fixed handshake allowance.
+TEST(TcpStore, AServerThatNeverStartsTheHandshakeFailsWithinTheConnectTimeout) {
+  net::Socket silent = net::listen_on("127.0.0.1", 0);  // listens, never accepts
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT(ErrorOf([&] { TcpStore("127.0.0.1", net::local_port(silent), 300ms); }),
+              HasSubstr("did not start the handshake"));
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, 300ms);
+  EXPECT_LT(took, 2s);
+}
+
 TEST(TcpStore, ServerRefusesAnAddressInUse) {
   TcpStoreServer first("127.0.0.1", 0);
   EXPECT_THAT(ErrorOf([&] { TcpStoreServer("127.0.0.1", first.port()); }),
