@@ -232,23 +232,30 @@ TEST(Rendezvous, ARankStartedTwiceIsRefused) {
 // Issue 14, point 4: with a token, a client without it cannot take rank 1's place first.
 TEST(Rendezvous, ASquatterWithoutTheTokenCannotTakeARank) {
   const std::string url = FreePortUrl();
-  std::vector<RendezvousOptions> ranks = {Meeting(url, 0, 2), Meeting(url, 1, 2)};
+  std::vector<RendezvousOptions> ranks = {Meeting(url, 0, 2, "plan-A", 30s),
+                                          Meeting(url, 1, 2, "plan-A", 30s)};
   for (RendezvousOptions& rank : ranks) rank.token = "job-secret";
-  std::string squatter;
-  std::thread squat([&] {
-    const int port = parse_rendezvous_url(url, "test").port;
-    squatter = ErrorOf([&] {
-      TcpStore store("127.0.0.1", port, 5s, {"", 1});
-      store.create("piper/rank/1", {});
+  std::vector<std::string> errors(2);
+  auto start = [&](int rank) {
+    return std::thread([&, rank] {
+      errors[static_cast<size_t>(rank)] = ErrorOf([&] {
+        Rendezvous rendezvous(ranks[static_cast<size_t>(rank)]);
+        ReduceOnce(rank, rendezvous, 2);
+      });
     });
+  };
+  std::thread rank0 = start(0);  // hosts the store and waits for rank 1
+  // Before rank 1 comes, the squatter tries to register as rank 1 (retrying until rank 0
+  // listens).
+  const std::string squatter = ErrorOf([&] {
+    TcpStore store("127.0.0.1", parse_rendezvous_url(url, "test").port, 30s, {"", 1});
+    store.create("piper/rank/1", {});
   });
-  std::this_thread::sleep_for(100ms);
-  ranks[0].timeout = ranks[1].timeout = 10s;
-  const auto errors =
-      Meet(ranks, [&](int rank, Rendezvous& rendezvous) { ReduceOnce(rank, rendezvous, 2); });
-  squat.join();
-  EXPECT_EQ(errors, std::vector<std::string>(2, ""));
+  std::thread rank1 = start(1);
+  rank0.join();
+  rank1.join();
   EXPECT_THAT(squatter, HasSubstr("the rendezvous token does not match"));
+  EXPECT_EQ(errors, std::vector<std::string>(2, ""));
 }
 
 TEST(Rendezvous, RanksReportedNotRespondingAreReadBack) {

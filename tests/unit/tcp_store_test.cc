@@ -352,7 +352,7 @@ TEST(TcpStore, ConnectingGivesUpAfterItsTimeoutNamingTheAddress) {
 }
 
 // A stopped rank 0: the kernel accepts the connection but nothing answers. diagnose() probes
-// with 2 s and must hear back within about that, not a fixed handshake allowance.
+// with 2 s and must hear back within about that (at least 1 s), not a fixed handshake allowance.
 TEST(TcpStore, AServerThatNeverStartsTheHandshakeFailsWithinTheConnectTimeout) {
   net::Socket silent = net::listen_on("127.0.0.1", 0);  // listens, never accepts
   const auto start = std::chrono::steady_clock::now();
@@ -360,7 +360,7 @@ TEST(TcpStore, AServerThatNeverStartsTheHandshakeFailsWithinTheConnectTimeout) {
               HasSubstr("did not start the handshake"));
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_GE(took, 300ms);
-  EXPECT_LT(took, 2s);
+  EXPECT_LT(took, 4s) << "a fixed 10 s allowance would wait longer";
 }
 
 TEST(TcpStore, ServerRefusesAnAddressInUse) {
