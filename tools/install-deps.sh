@@ -15,7 +15,7 @@ packages=(
   cmake g++ make
   # libraries
   libonnx-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev libcli11-dev
-  libgtest-dev libopenblas-dev libgloo-dev
+  libgtest-dev libopenblas-dev libgloo-dev libssl-dev
   # reference and test data: PyTorch and ONNX for the sample export and the
   # integration tests, the ONNX backend test cases for conformance tests
   python3-torch python3-onnx python3-numpy python3-venv libonnx-testdata

@@ -12,7 +12,9 @@ int main(int argc, char** argv) {
       "rendezvous on a free localhost port. Every other flag goes to each piper-run "
       "(--steps, --data, --metrics, --timeout, ...). Output lines are prefixed with their "
       "rank; Ctrl-C is passed on; when one rank fails the others are stopped and piper-launch "
-      "exits non-zero naming it."};
+      "exits non-zero naming it (or the rank the others reported as not responding). The ranks "
+      "get PIPER_RENDEZVOUS_TOKEN, the job's secret for the store: a fresh random one unless "
+      "it is set."};
   app.add_option("--plans", options.plans_dir, "Directory of rank0.plan, rank1.plan, ...")
       ->required();
   app.add_option("--piper-run", options.piper_run,

@@ -60,7 +60,12 @@ int main(int argc, char** argv) {
   app.add_option("--rendezvous", options.rendezvous,
                  "Where the ranks of a multi-rank plan meet: tcp://HOST:PORT (rank 0 listens "
                  "there) or file:///shared/dir. Default: PIPER_RENDEZVOUS, else "
-                 "tcp://MASTER_ADDR:MASTER_PORT. Plans of one rank need none");
+                 "tcp://MASTER_ADDR:MASTER_PORT. Plans of one rank need none. A tcp:// store "
+                 "admits only connections that prove they hold the job's secret, "
+                 "PIPER_RENDEZVOUS_TOKEN (the same on every rank, e.g. export "
+                 "PIPER_RENDEZVOUS_TOKEN=$(openssl rand -hex 32)); without it anyone who reaches "
+                 "the port gets in, and rank 0 warns when it listens on an address other hosts "
+                 "reach");
   app.add_option("--timeout", options.timeout_s,
                  "Seconds a rank waits for the others (to start, and in every collective or "
                  "transfer) before it fails, naming the ranks that did not come")

@@ -32,16 +32,20 @@ std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-// Writes `data` to `path` through a temporary file and a rename, so readers see all or nothing.
-void write_file_atomically(const std::string& path, const std::string& data) {
+// Writes `data` to a new temporary file beside `path` and returns its name.
+std::string write_temporary(const std::string& path, const std::string& data) {
   static std::atomic<uint64_t> counter{0};
   const std::string temporary =
       path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    if (!out) throw Error("rendezvous store: cannot write '" + temporary + "'");
-  }
+  std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  if (!out) throw Error("rendezvous store: cannot write '" + temporary + "'");
+  return temporary;
+}
+
+// Writes `data` to `path` through a temporary file and a rename, so readers see all or nothing.
+void write_file_atomically(const std::string& path, const std::string& data) {
+  const std::string temporary = write_temporary(path, data);
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     const std::string reason = std::strerror(errno);
     std::remove(temporary.c_str());
@@ -78,6 +82,17 @@ std::vector<char> FileStore::get(const std::string& key) {
 }
 
 bool FileStore::check(const std::vector<std::string>& keys) { return files_->check(keys); }
+
+bool FileStore::create(const std::string& key, const std::vector<char>& data) {
+  const std::string path = files_->objectPath(key);
+  const std::string temporary = write_temporary(path, std::string(data.begin(), data.end()));
+  const int linked = ::link(temporary.c_str(), path.c_str());
+  const int error = errno;
+  std::remove(temporary.c_str());
+  if (linked == 0) return true;
+  if (error == EEXIST) return false;
+  throw Error("rendezvous store: cannot create '" + path + "': " + std::strerror(error));
+}
 
 void FileStore::wait(const std::vector<std::string>& keys,
                      const std::chrono::milliseconds& timeout) {

@@ -23,6 +23,9 @@ class FileStore : public Store {
             const std::chrono::milliseconds& timeout) override;
   int64_t add(const std::string& key, int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
+  // Atomic through link(2), which fails on an existing name; a later set() may still replace
+  // the key (whoever can write the directory can).
+  bool create(const std::string& key, const std::vector<char>& data) override;
   std::string describe() const override { return "file://" + path_; }
 
  private:

@@ -40,6 +40,7 @@ LaunchEnvironment read_launch_environment(const std::string& rendezvous_flag,
     const char* value = lookup(name);
     return value == nullptr ? "" : value;
   };
+  launch.token = variable(kRendezvousTokenVariable);
   if (!rendezvous_flag.empty()) {
     launch.rendezvous = rendezvous_flag;
     launch.rendezvous_from = "--rendezvous";
@@ -122,6 +123,17 @@ RendezvousUrl parse_rendezvous_url(const std::string& url, const std::string& fr
     return parsed;
   }
   throw Error(what + " is neither tcp://HOST:PORT nor file:///shared/dir");
+}
+
+std::string open_rendezvous_warning(const RendezvousUrl& url, const std::string& token) {
+  if (url.kind != RendezvousUrl::Kind::kTcp || !token.empty() || net::is_loopback(url.host)) {
+    return "";
+  }
+  return "the rendezvous store listens on " + url.host + ":" + std::to_string(url.port) +
+         " without a token: any host that reaches the port can join the job, read its keys or "
+         "take a rank's place; set " +
+         kRendezvousTokenVariable + " to the same secret on every rank (e.g. export " +
+         kRendezvousTokenVariable + "=$(openssl rand -hex 32) before srun or mpirun)";
 }
 
 }  // namespace piper::engine

@@ -3,7 +3,8 @@
 //   rank        RANK (torchrun), OMPI_COMM_WORLD_RANK (mpirun), SLURM_PROCID (srun)
 //   world size  WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS
 //   rendezvous  --rendezvous URL, then PIPER_RENDEZVOUS, then tcp://MASTER_ADDR:MASTER_PORT
-// (the first that is set wins).
+// (the first that is set wins), and the job's secret for the tcp:// store,
+// PIPER_RENDEZVOUS_TOKEN (piper-launch makes one when it is unset).
 #pragma once
 
 #include <cstdlib>
@@ -20,7 +21,11 @@ struct LaunchEnvironment {
   std::string world_size_from;
   std::optional<std::string> rendezvous;
   std::string rendezvous_from;  // "--rendezvous", "PIPER_RENDEZVOUS", "MASTER_ADDR/MASTER_PORT"
+  std::string token;            // PIPER_RENDEZVOUS_TOKEN; empty when unset
 };
+
+// The variable that holds the job's secret.
+inline constexpr char kRendezvousTokenVariable[] = "PIPER_RENDEZVOUS_TOKEN";
 
 using EnvironmentLookup = std::function<const char*(const char*)>;
 
@@ -51,5 +56,9 @@ struct RendezvousUrl {
 
 // Throws piper::Error quoting the URL and where it came from (`from`) when it is neither form.
 RendezvousUrl parse_rendezvous_url(const std::string& url, const std::string& from);
+
+// What rank 0 warns before it listens on a tcp:// rendezvous without a token on an address
+// other hosts can reach ("" when there is nothing to warn of).
+std::string open_rendezvous_warning(const RendezvousUrl& url, const std::string& token);
 
 }  // namespace piper::engine

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
@@ -52,13 +53,48 @@ std::string machine_address() {
   return "127.0.0.1";
 }
 
+// Room for every rank's connections: its store and its heartbeat, and one more while it reports
+// or diagnoses a failure; a few more for the second rank 0 asking who holds the port.
+TcpStoreServerOptions server_options(const RendezvousOptions& options) {
+  TcpStoreServerOptions server;
+  server.token = options.token;
+  server.max_clients = 3 * options.world_size + 8;
+  server.max_handshakes = options.world_size + 8;
+  return server;
+}
+
+constexpr char kNotResponding[] = " is not responding (no heartbeat for ";
+
 }  // namespace
+
+std::string not_responding_text(int rank, milliseconds window) {
+  return "rank " + std::to_string(rank) + kNotResponding + seconds_text(window) +
+         " s: killed, stopped or hung)";
+}
+
+std::vector<int> ranks_reported_not_responding(const std::string& message) {
+  const std::string phrase = kNotResponding;
+  std::vector<int> ranks;
+  for (size_t at = message.find(phrase); at != std::string::npos;
+       at = message.find(phrase, at + 1)) {
+    size_t digits = at;
+    while (digits > 0 && std::isdigit(static_cast<unsigned char>(message[digits - 1])) != 0) {
+      --digits;
+    }
+    if (digits == at || at - digits > 9 || digits < 5 ||
+        message.compare(digits - 5, 5, "rank ") != 0)
+      continue;
+    const int rank = std::stoi(message.substr(digits, at - digits));
+    if (std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) ranks.push_back(rank);
+  }
+  return ranks;
+}
 
 Rendezvous::Rendezvous(RendezvousOptions options) : options_(std::move(options)) {
   const RendezvousUrl url = parse_rendezvous_url(options_.url, options_.url_from);
   if (url.kind == RendezvousUrl::Kind::kTcp && options_.rank == 0) {
     try {
-      server_ = std::make_unique<TcpStoreServer>(url.host, url.port);
+      server_ = std::make_unique<TcpStoreServer>(url.host, url.port, server_options(options_));
     } catch (const Error& error) {
       refuse_duplicate_rank0(error);
       throw;
@@ -85,10 +121,8 @@ Rendezvous::Rendezvous(RendezvousOptions options) : options_(std::move(options))
     heartbeat_stop_.notify_all();
     heartbeat_.join();
     store_.reset();
-    if (server_) {  // let the others finish reading before the store goes
-      server_->wait_for_connections_at_most(
-          0, std::min(options_.linger, options_.diagnose_window + milliseconds(1000)));
-    }
+    failed_ = true;
+    linger();
     throw;
   }
   GlooOptions gloo;
@@ -109,14 +143,23 @@ Rendezvous::~Rendezvous() {
   if (heartbeat_.joinable()) heartbeat_.join();
   communicators_.reset();
   store_.reset();
-  if (server_) {
-    // The others may still read the store (a failure report, their last heartbeats).
-    const milliseconds linger =
-        failed_ ? std::min(options_.linger, options_.diagnose_window + milliseconds(1000))
-                : options_.linger;
-    server_->wait_for_connections_at_most(0, linger);
-    server_.reset();
+  linger();
+  server_.reset();
+}
+
+void Rendezvous::linger() {
+  if (!server_) return;
+  // The others may still read the store (a failure report, their last heartbeats); a stopped
+  // rank never hangs up, so its connections are not waited for.
+  const milliseconds limit =
+      failed_ ? std::min(options_.linger, options_.diagnose_window + milliseconds(1000))
+              : options_.linger;
+  std::vector<int> silent;
+  {
+    std::lock_guard lock(diagnosed_mutex_);
+    silent = not_responding_;
   }
+  server_->wait_for_connections_at_most(0, limit, silent);
 }
 
 std::unique_ptr<Store> Rendezvous::open_store(milliseconds timeout) const {
@@ -126,7 +169,8 @@ std::unique_ptr<Store> Rendezvous::open_store(milliseconds timeout) const {
     std::string host = url.host;
     if (is_wildcard(host)) host = host == "::" ? "::1" : "127.0.0.1";
     try {
-      store = std::make_unique<TcpStore>(host, url.port, timeout);
+      store = std::make_unique<TcpStore>(host, url.port, timeout,
+                                         StoreCredentials{options_.token, options_.rank});
     } catch (const Error& error) {
       throw Error("rank " + std::to_string(options_.rank) + ": " + error.what() + " (" +
                   options_.url_from + "; rank 0 hosts the store)");
@@ -162,14 +206,6 @@ void Rendezvous::register_rank() {
     throw Error("rank " + std::to_string(rank) + " is outside the world size " +
                 std::to_string(options_.world_size));
   }
-  if (store_->add(rank_key("joins", rank), 1) > 1) {
-    throw Error("rank " + std::to_string(rank) + " registered twice at " + store_->describe() +
-                ": two processes were started as rank " + std::to_string(rank) +
-                (server_ || store_->describe().rfind("file://", 0) != 0
-                     ? ""
-                     : ", or the directory holds an earlier run's rendezvous (use an empty "
-                       "directory per run)"));
-  }
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   const nlohmann::json entry = {{"plan_id", options_.plan_id},
@@ -178,7 +214,20 @@ void Rendezvous::register_rank() {
                                 {"host", host},
                                 {"pid", ::getpid()}};
   const std::string text = entry.dump();
-  store_->set(rank_key("rank", rank), std::vector<char>(text.begin(), text.end()));
+  const std::string key = rank_key("rank", rank);
+  if (store_->create(key, std::vector<char>(text.begin(), text.end()))) return;
+  const nlohmann::json first = nlohmann::json::parse(value_text(store_->get(key)), nullptr, false);
+  const std::string who = first.is_object()
+                              ? " (first as pid " + std::to_string(first.value("pid", 0)) + " on " +
+                                    first.value("host", std::string("?")) + ", plan " +
+                                    first.value("plan", std::string("?")) + ")"
+                              : "";
+  throw Error("rank " + std::to_string(rank) + " registered twice at " + store_->describe() + who +
+              ": two processes were started as rank " + std::to_string(rank) +
+              (server_ || store_->describe().rfind("file://", 0) != 0
+                   ? ""
+                   : ", or the directory holds an earlier run's rendezvous (use an empty "
+                     "directory per run)"));
 }
 
 void Rendezvous::wait_for_ranks() {
@@ -284,9 +333,9 @@ std::string Rendezvous::diagnose(const std::vector<int>& ranks) {
       for (size_t i = 0; i < ranks.size(); ++i) {
         if (!findings[i].empty()) continue;
         if (probe->add(rank_key("alive", ranks[i]), 0) == before[i]) {
-          findings[i] = "rank " + std::to_string(ranks[i]) +
-                        " is not responding (no heartbeat for " +
-                        seconds_text(options_.diagnose_window) + " s: killed, stopped or hung)";
+          findings[i] = not_responding_text(ranks[i], options_.diagnose_window);
+          std::lock_guard lock(diagnosed_mutex_);
+          not_responding_.push_back(ranks[i]);
         }
       }
     }

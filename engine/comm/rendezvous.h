@@ -4,7 +4,7 @@
 // another planning run, and then keeps a heartbeat so that the others can tell a
 // rank that died or stopped from one that is merely slow.
 //
-// Keys: piper/rank/<r> (plan id, world size, plan path, host), piper/alive/<r>
+// Keys: piper/rank/<r> (plan id, world size, plan path, host, pid; created once), piper/alive/<r>
 // (heartbeat counter), piper/failed/<r> (the error a rank stopped with), and the
 // communicators' piper/<plan id>/<group>/...
 #pragma once
@@ -32,15 +32,25 @@ struct RendezvousOptions {
   int world_size = 1;
   std::string plan_id;
   std::string plan_path;  // for messages
+  // The job's secret (PIPER_RENDEZVOUS_TOKEN) for the tcp:// store's handshake; empty: none.
+  std::string token;
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   // How often this rank's heartbeat ticks, and how long diagnose() watches the others'.
+  // A window of five beats: a rank that misses them all is stopped, not slow, and the blame
+  // comes within --timeout + 2 s.
   std::chrono::milliseconds heartbeat_period{std::chrono::milliseconds(200)};
-  std::chrono::milliseconds diagnose_window{std::chrono::seconds(2)};
+  std::chrono::milliseconds diagnose_window{std::chrono::seconds(1)};
   // How long rank 0 keeps serving a tcp:// store after it is done while others are still
   // connected: after a success, for them to finish; after a failure (report_failure), only
-  // long enough for them to read it (diagnose_window + 1 s, at most this).
+  // long enough for them to read it (diagnose_window + 1 s, at most this). Connections of
+  // ranks diagnose() found not responding are not waited for.
   std::chrono::milliseconds linger{std::chrono::seconds(5)};
 };
+
+// How diagnose() words a rank that stopped beating, and the ranks a message says so of
+// (piper-launch reads them from a rank's error to name the rank at fault).
+std::string not_responding_text(int rank, std::chrono::milliseconds window);
+std::vector<int> ranks_reported_not_responding(const std::string& message);
 
 class Rendezvous {
  public:
@@ -58,7 +68,7 @@ class Rendezvous {
   CommunicatorFactory& communicators() { return *communicators_; }
 
   // What is known about global `ranks` that stopped answering, e.g. "rank 2 failed: <its
-  // error>; rank 3 is not responding (no heartbeat for 2 s: killed, stopped or hung)", or ""
+  // error>; rank 3 is not responding (no heartbeat for 1 s: killed, stopped or hung)", or ""
   // when every one of them looks alive. Watches heartbeats for diagnose_window.
   std::string diagnose(const std::vector<int>& ranks);
   // Tells the other ranks that this rank stopped with `message` (best effort, never throws).
@@ -73,6 +83,8 @@ class Rendezvous {
   void wait_for_ranks();
   void check_plan_ids();
   void heartbeat_loop();
+  // Rank 0, done: keeps serving while the others may still read the store.
+  void linger();
 
   RendezvousOptions options_;
   std::unique_ptr<TcpStoreServer> server_;
@@ -81,6 +93,8 @@ class Rendezvous {
   std::unique_ptr<CommunicatorFactory> communicators_;
 
   bool failed_ = false;
+  std::mutex diagnosed_mutex_;
+  std::vector<int> not_responding_;  // found by diagnose(): linger() does not wait for them
   std::mutex heartbeat_mutex_;
   std::condition_variable heartbeat_stop_;
   bool stopping_ = false;

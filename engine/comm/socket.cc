@@ -115,6 +115,14 @@ HostPort parse_host_port(const std::string& text, const std::string& what) {
   return result;
 }
 
+bool is_loopback(const std::string& host) {
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return ::inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
 Socket listen_on(const std::string& host, int port) {
   AddrInfo info;
   resolve(host, port, true, info);

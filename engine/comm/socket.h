@@ -40,6 +40,9 @@ struct HostPort {
 // Parses "HOST:PORT" or "[IPV6]:PORT"; throws piper::Error naming `what` when malformed.
 HostPort parse_host_port(const std::string& text, const std::string& what);
 
+// Whether `host` names this machine's loopback only: localhost, 127.0.0.0/8 or ::1.
+bool is_loopback(const std::string& host);
+
 // Binds `host`:`port` (port 0: a free port) and listens; throws piper::Error naming the address.
 Socket listen_on(const std::string& host, int port);
 // The port a socket is bound to.

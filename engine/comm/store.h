@@ -27,6 +27,9 @@ class Store : public gloo::rendezvous::Store {
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
   // Whether every key is set, without waiting.
   virtual bool check(const std::vector<std::string>& keys) = 0;
+  // Sets `key` to `data` only if it is unset, atomically across all clients; false (changing
+  // nothing) when it was set. Such a key is never replaced where the store can enforce it.
+  virtual bool create(const std::string& key, const std::vector<char>& data) = 0;
   // Where the store is, for messages ("tcp://10.0.0.1:29500", "file:///shared/run").
   virtual std::string describe() const = 0;
 

@@ -6,13 +6,20 @@
 #include <cerrno>
 #include <cstring>
 
+#include "engine/comm/secret.h"
 #include "formats/error.h"
 
 namespace piper::engine {
 namespace {
 
-enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4 };
+enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kCreate = 5 };
 enum Status : uint8_t { kOk = 0, kError = 1 };
+
+// 1 had no handshake; 2 starts every connection with one.
+constexpr uint8_t kProtocolVersion = 2;
+constexpr size_t kNonceBytes = 32;
+constexpr size_t kMacBytes = 32;
+constexpr uint32_t kAnswerBytes = kMacBytes + 4;
 
 // Thrown for a request that does not follow the wire format.
 struct Malformed : Error {
@@ -36,7 +43,10 @@ class Writer {
   }
   Writer& str(const std::string& value) {
     u32(static_cast<uint32_t>(value.size()));
-    out_ += value;
+    return raw(value);
+  }
+  Writer& raw(const std::string& bytes) {
+    out_ += bytes;
     return *this;
   }
   std::string take() { return std::move(out_); }
@@ -63,10 +73,8 @@ class Reader {
       value |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
     return static_cast<int64_t>(value);
   }
-  std::string str() {
-    const uint32_t size = u32();
-    return std::string(take(size), size);
-  }
+  std::string str() { return raw(u32()); }
+  std::string raw(size_t size) { return std::string(take(size), size); }
   void end() const {
     if (next_ != in_.size()) {
       throw Malformed(std::to_string(in_.size() - next_) + " unexpected bytes at the end");
@@ -92,15 +100,22 @@ void send_message(const net::Socket& socket, const std::string& payload, net::De
   net::write_all(socket, framed.data(), framed.size(), deadline);
 }
 
-// False when the peer closed the connection cleanly before a message; throws Malformed for an
-// empty or oversized length.
-bool receive_message(const net::Socket& socket, std::string& payload, net::Deadline deadline) {
+// Reads one message whose first byte comes by `deadline` and whose rest follows within
+// `once_begun` (and by `deadline`). False when the peer closed the connection cleanly before
+// a message; throws Malformed for an empty length or one over `max_bytes`.
+bool receive_message(const net::Socket& socket, std::string& payload, net::Deadline deadline,
+                     std::chrono::milliseconds once_begun,
+                     uint32_t max_bytes = kTcpStoreMaxMessageBytes) {
   std::string header(4, '\0');
-  if (!net::read_all(socket, header.data(), 4, deadline)) return false;
+  if (!net::read_all(socket, header.data(), 1, deadline)) return false;
+  deadline = std::min(deadline, net::Clock::now() + once_begun);
+  if (!net::read_all(socket, header.data() + 1, 3, deadline)) {
+    throw Error("connection closed in the middle of a message");
+  }
   const uint32_t size = Reader(header).u32();
-  if (size == 0 || size > kTcpStoreMaxMessageBytes) {
+  if (size == 0 || size > max_bytes) {
     throw Malformed("message of " + std::to_string(size) + " bytes (must be 1 to " +
-                    std::to_string(kTcpStoreMaxMessageBytes) + ")");
+                    std::to_string(max_bytes) + ")");
   }
   // Grown as the bytes arrive, so that a peer claiming a large message holds only what it sent
   // (60 connections claiming 64 MiB each once reserved 4 GB).
@@ -123,12 +138,19 @@ std::string error_reply(const std::string& message) {
 
 constexpr net::Deadline kNoDeadline = net::Deadline::max();
 
+// What the client proves it holds: the token's HMAC of the server's nonce.
+std::string handshake_answer(const std::string& token, const std::string& nonce) {
+  return hmac_sha256(token, nonce);
+}
+
 }  // namespace
 
 // ---- server ----
 
-TcpStoreServer::TcpStoreServer(const std::string& host, int port)
-    : listener_(net::listen_on(host, port)), port_(net::local_port(listener_)) {
+TcpStoreServer::TcpStoreServer(const std::string& host, int port, TcpStoreServerOptions options)
+    : options_(std::move(options)),
+      listener_(net::listen_on(host, port)),
+      port_(net::local_port(listener_)) {
   acceptor_ = std::thread([this] { accept_loop(); });
 }
 
@@ -148,17 +170,37 @@ TcpStoreServer::~TcpStoreServer() {
 int TcpStoreServer::connections() const {
   std::lock_guard lock(mutex_);
   int count = 0;
-  for (const Client& client : clients_) count += !client.done;
+  for (const Client& client : clients_) count += !client.done && !client.dropped;
   return count;
 }
 
-bool TcpStoreServer::wait_for_connections_at_most(int count, std::chrono::milliseconds timeout) {
+bool TcpStoreServer::wait_for_connections_at_most(int count, std::chrono::milliseconds timeout,
+                                                  const std::vector<int>& ignored_ranks) {
   std::unique_lock lock(mutex_);
   return changed_.wait_for(lock, timeout, [&] {
     int connected = 0;
-    for (const Client& client : clients_) connected += !client.done;
+    for (const Client& client : clients_) {
+      const bool ignored = client.rank >= 0 && std::find(ignored_ranks.begin(), ignored_ranks.end(),
+                                                         client.rank) != ignored_ranks.end();
+      connected += !client.done && !client.dropped && !ignored;
+    }
     return connected <= count;
   });
+}
+
+void TcpStoreServer::drop_oldest_handshake_if_full() {
+  int waiting = 0;
+  Client* oldest = nullptr;
+  for (Client& client : clients_) {
+    if (client.done || client.dropped || client.authenticated) continue;
+    if (oldest == nullptr) oldest = &client;
+    ++waiting;
+  }
+  // Its thread wakes, fails its read and ends the connection.
+  if (waiting >= options_.max_handshakes && oldest != nullptr) {
+    oldest->dropped = true;
+    oldest->socket.shutdown();
+  }
 }
 
 void TcpStoreServer::accept_loop() {
@@ -184,16 +226,58 @@ void TcpStoreServer::accept_loop() {
         ++it;
       }
     }
+    drop_oldest_handshake_if_full();
     Client& client = clients_.emplace_back();
     client.socket = net::Socket(fd);
     client.thread = std::thread([this, &client] { serve(client); });
   }
 }
 
+bool TcpStoreServer::admit(Client& client) {
+  const net::Deadline deadline = net::Clock::now() + options_.handshake_timeout;
+  const std::string nonce = random_bytes(kNonceBytes);
+  send_message(client.socket, Writer().u8(kOk).u8(kProtocolVersion).raw(nonce).take(), deadline);
+  std::string answer;
+  if (!receive_message(client.socket, answer, deadline, options_.handshake_timeout, kAnswerBytes)) {
+    return false;
+  }
+  if (answer.size() != kAnswerBytes) {
+    throw Malformed("handshake answer of " + std::to_string(answer.size()) + " bytes (must be " +
+                    std::to_string(kAnswerBytes) + ")");
+  }
+  Reader in(answer);
+  const std::string mac = in.raw(kMacBytes);
+  const auto rank = static_cast<int32_t>(in.u32());
+  std::string refusal;
+  if (!equal_in_constant_time(mac, handshake_answer(options_.token, nonce))) {
+    refusal =
+        "the rendezvous token does not match: every rank needs the same "
+        "PIPER_RENDEZVOUS_TOKEN";
+  } else {
+    std::lock_guard lock(mutex_);
+    int admitted = 0;
+    for (const Client& other : clients_) admitted += !other.done && other.authenticated;
+    if (admitted >= options_.max_clients) {
+      refusal = "the rendezvous store serves at most " + std::to_string(options_.max_clients) +
+                " connections and has no room for another";
+    } else {
+      client.authenticated = true;
+      client.rank = rank;
+    }
+  }
+  send_message(client.socket, refusal.empty() ? Writer().u8(kOk).take() : error_reply(refusal),
+               deadline);
+  return refusal.empty();
+}
+
 void TcpStoreServer::serve(Client& client) {
   try {
+    const bool admitted = admit(client);
     std::string request;
-    while (!stopping_ && receive_message(client.socket, request, kNoDeadline)) {
+    // Between requests a client that passed the handshake may be idle for as long as it likes
+    // (a rank's connection is idle while it trains); only strangers are timed out.
+    while (!stopping_ && admitted &&
+           receive_message(client.socket, request, kNoDeadline, options_.message_timeout)) {
       std::string reply;
       bool close_after = false;
       try {
@@ -233,7 +317,20 @@ std::string TcpStoreServer::handle(const std::string& request) {
       std::string value = in.str();
       in.end();
       std::lock_guard lock(mutex_);
+      if (created_.count(key) != 0) {
+        return error_reply("set: key '" + key + "' was created once and is never replaced");
+      }
       data_[std::move(key)] = std::move(value);
+      break;
+    }
+    case kCreate: {
+      std::string key = in.str();
+      std::string value = in.str();
+      in.end();
+      std::lock_guard lock(mutex_);
+      const bool created = data_.emplace(key, std::move(value)).second;
+      if (created) created_.insert(std::move(key));
+      out.u8(created);
       break;
     }
     case kGet: {
@@ -285,15 +382,70 @@ std::string TcpStoreServer::handle(const std::string& request) {
 
 // ---- client ----
 
-TcpStore::TcpStore(const std::string& host, int port, std::chrono::milliseconds connect_timeout)
+TcpStore::TcpStore(const std::string& host, int port, std::chrono::milliseconds connect_timeout,
+                   const StoreCredentials& credentials)
     : description_("tcp://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) +
                    ":" + std::to_string(port)) {
-  try {
-    socket_ = net::connect_to(host, port, net::Clock::now() + connect_timeout);
-  } catch (const Error& error) {
-    throw Error("no rendezvous store answered at " + description_ + " within " +
-                seconds_text(connect_timeout) + " s (" + error.what() + ")");
+  const net::Deadline deadline = net::Clock::now() + connect_timeout;
+  for (;;) {
+    try {
+      socket_ = net::connect_to(host, port, deadline);
+    } catch (const Error& error) {
+      throw Error("no rendezvous store answered at " + description_ + " within " +
+                  seconds_text(connect_timeout) + " s (" + error.what() + ")");
+    }
+    // A stopped server accepts (the kernel does) but never answers: the handshake ends with
+    // the connect timeout, so that diagnose()'s short probes stay short; at least 1 s.
+    if (handshake(credentials, std::max(deadline, net::Clock::now() + std::chrono::seconds(1)))) {
+      return;
+    }
+    if (net::Clock::now() >= deadline) {
+      throw Error("the rendezvous store at " + description_ +
+                  " hung up in the handshake until the timeout of " +
+                  seconds_text(connect_timeout) + " s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+}
+
+bool TcpStore::handshake(const StoreCredentials& credentials, net::Deadline deadline) {
+  std::string challenge;
+  try {
+    if (!receive_message(socket_, challenge, deadline, std::chrono::seconds(5))) return false;
+  } catch (const std::exception& error) {
+    if (net::Clock::now() < deadline) return false;  // dropped in a flood: try again
+    throw Error("the rendezvous store at " + description_ + " did not start the handshake (" +
+                error.what() +
+                "): its process is stopped or overloaded, or it is a piper-run of another version");
+  }
+  Reader in(challenge);
+  if (in.u8() != kOk || challenge.size() != 2 + kNonceBytes) {
+    throw Error("the rendezvous store at " + description_ + " sent a malformed handshake");
+  }
+  if (const uint8_t version = in.u8(); version != kProtocolVersion) {
+    throw Error("the rendezvous store at " + description_ + " speaks protocol version " +
+                std::to_string(version) + ", this piper-run " + std::to_string(kProtocolVersion) +
+                ": run one version of Piper on every rank");
+  }
+  const std::string nonce = in.raw(kNonceBytes);
+  std::string reply;
+  try {
+    send_message(socket_,
+                 Writer()
+                     .raw(handshake_answer(credentials.token, nonce))
+                     .u32(static_cast<uint32_t>(credentials.rank))
+                     .take(),
+                 deadline);
+    if (!receive_message(socket_, reply, deadline, std::chrono::seconds(5))) return false;
+  } catch (const std::exception&) {
+    return false;  // dropped in the middle: try again
+  }
+  Reader verdict(reply);
+  if (verdict.u8() != kOk) {
+    throw Error("the rendezvous store at " + description_ +
+                " refused this connection: " + verdict.str());
+  }
+  return true;
 }
 
 std::string TcpStore::local_address() const { return net::local_address(socket_); }
@@ -308,7 +460,7 @@ std::string TcpStore::request(const std::string& payload) {
   std::string reply;
   try {
     send_message(socket_, payload, deadline);
-    if (!receive_message(socket_, reply, deadline)) {
+    if (!receive_message(socket_, reply, deadline, timeout())) {
       throw Error("the store closed the connection");
     }
   } catch (const std::exception& error) {
@@ -334,6 +486,12 @@ std::vector<char> TcpStore::get(const std::string& key) {
   if (in.u8() == 0) throw Error("rendezvous store at " + description_ + ": no key '" + key + "'");
   const std::string value = in.str();
   return std::vector<char>(value.begin(), value.end());
+}
+
+bool TcpStore::create(const std::string& key, const std::vector<char>& data) {
+  const std::string reply =
+      request(Writer().u8(kCreate).str(key).str(std::string(data.begin(), data.end())).take());
+  return Reader(reply).u8() != 0;
 }
 
 bool TcpStore::check(const std::vector<std::string>& keys) {

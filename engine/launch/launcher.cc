@@ -7,12 +7,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <set>
 
+#include "engine/comm/launch_environment.h"
+#include "engine/comm/rendezvous.h"
+#include "engine/comm/secret.h"
 #include "engine/comm/socket.h"
 #include "formats/error.h"
 #include "formats/plan_directory.h"
@@ -31,6 +37,7 @@ const std::set<std::string> kLauncherVariables = {"RANK",
                                                   "MASTER_ADDR",
                                                   "MASTER_PORT",
                                                   "PIPER_RENDEZVOUS",
+                                                  kRendezvousTokenVariable,
                                                   "SLURM_PROCID",
                                                   "SLURM_NTASKS",
                                                   "OMPI_COMM_WORLD_RANK",
@@ -64,14 +71,20 @@ bool has_flag(const std::vector<std::string>& args, const std::string& flag) {
   return false;
 }
 
-// Copies a child's output line by line behind its rank prefix.
+// Copies a child's output line by line behind its rank prefix, noting the ranks its errors
+// (stderr) say are not responding.
 class PrefixedOutput {
  public:
-  PrefixedOutput(int source, int target, std::string prefix)
-      : source_(source), target_(target), prefix_(std::move(prefix)) {}
+  PrefixedOutput(int source, int target, int rank)
+      : source_(source),
+        target_(target),
+        rank_(rank),
+        prefix_("[rank " + std::to_string(rank) + "] ") {}
 
   int source() const { return source_; }
   bool open() const { return source_ >= 0; }
+  int rank() const { return rank_; }
+  const std::vector<int>& reported_not_responding() const { return reported_; }
 
   // Reads what is available; closes the source at end of file.
   void pump() {
@@ -96,6 +109,12 @@ class PrefixedOutput {
 
  private:
   void emit(const std::string& line) {
+    for (const int rank :
+         target_ == STDERR_FILENO ? ranks_reported_not_responding(line) : std::vector<int>{}) {
+      if (std::find(reported_.begin(), reported_.end(), rank) == reported_.end()) {
+        reported_.push_back(rank);
+      }
+    }
     const std::string text = prefix_ + line;
     size_t done = 0;
     while (done < text.size()) {
@@ -108,8 +127,10 @@ class PrefixedOutput {
 
   int source_;
   int target_;
+  int rank_;
   std::string prefix_;
   std::string pending_;
+  std::vector<int> reported_;
 };
 
 struct Child {
@@ -153,6 +174,26 @@ std::string free_localhost_port_url() {
   return "tcp://127.0.0.1:" + std::to_string(net::local_port(probe));
 }
 
+// The ranks the others said were not responding, when the first rank to exit is not one of
+// them: a stopped rank lives on until it is killed, so it exits last, but it is the cause.
+std::string blame(const std::vector<PrefixedOutput>& outputs, int first_to_exit) {
+  std::map<int, std::set<int>> reporters;  // silent rank -> ranks that said so
+  for (const PrefixedOutput& output : outputs) {
+    for (const int rank : output.reported_not_responding()) {
+      if (rank != output.rank()) reporters[rank].insert(output.rank());
+    }
+  }
+  if (reporters.empty() || reporters.count(first_to_exit) != 0) return "";
+  std::string text;
+  for (const auto& [rank, by] : reporters) {
+    std::string names;
+    for (const int reporter : by) names += (names.empty() ? "" : ",") + std::to_string(reporter);
+    text += "rank " + std::to_string(rank) + " was not responding, as " +
+            (by.size() == 1 ? "rank " : "ranks ") + names + " reported; ";
+  }
+  return text;
+}
+
 void say(const std::string& message) {
   const std::string line = "piper-launch: " + message + "\n";
   [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, line.data(), line.size());
@@ -192,6 +233,11 @@ int launch(const LaunchOptions& options) {
     if (kLauncherVariables.count(text.substr(0, text.find('='))) == 0) environment.push_back(text);
   }
   environment.push_back("WORLD_SIZE=" + std::to_string(world_size));
+  // The ranks' store admits only holders of the job's secret; it travels in the environment,
+  // which other users cannot read, never on a command line.
+  const char* token = std::getenv(kRendezvousTokenVariable);
+  environment.push_back(std::string(kRendezvousTokenVariable) + "=" +
+                        (token != nullptr && *token != '\0' ? token : random_token()));
 
   if (::pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     throw Error(std::string("pipe: ") + std::strerror(errno));
@@ -219,9 +265,8 @@ int launch(const LaunchOptions& options) {
     child.running = true;
     ::close(out_pipe[1]);
     ::close(err_pipe[1]);
-    const std::string prefix = "[rank " + std::to_string(rank) + "] ";
-    outputs.emplace_back(out_pipe[0], STDOUT_FILENO, prefix);
-    outputs.emplace_back(err_pipe[0], STDERR_FILENO, prefix);
+    outputs.emplace_back(out_pipe[0], STDOUT_FILENO, rank);
+    outputs.emplace_back(err_pipe[0], STDERR_FILENO, rank);
   }
 
   const auto grace = std::chrono::milliseconds(static_cast<int64_t>(options.grace_s * 1000));
@@ -316,8 +361,9 @@ int launch(const LaunchOptions& options) {
       others += (others.empty() ? "" : "; ") + std::string("rank ") + std::to_string(child.rank) +
                 " " + status_text(child.status);
     }
-    say("rank " + std::to_string(failed.rank) + " " + status_text(failed.status) + " (" +
-        plans[static_cast<size_t>(failed.rank)] + ")" + (others.empty() ? "" : "; then " + others));
+    say(blame(outputs, failed.rank) + "rank " + std::to_string(failed.rank) + " " +
+        status_text(failed.status) + " (" + plans[static_cast<size_t>(failed.rank)] + ")" +
+        (others.empty() ? "" : "; then " + others));
     return 1;
   }
   return 0;

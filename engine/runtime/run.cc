@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <ostream>
 
@@ -228,6 +229,12 @@ void run_training(const RunOptions& options, std::ostream& out) {
     meet.plan_id = plan.header().plan_id();
     meet.plan_path = plan_path;
     meet.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000));
+    meet.token = launch.token;
+    if (rank == 0) {
+      const std::string warning =
+          open_rendezvous_warning(parse_rendezvous_url(meet.url, meet.url_from), meet.token);
+      if (!warning.empty()) std::cerr << "piper-run: warning: " << warning << std::endl;
+    }
     rendezvous = std::make_unique<Rendezvous>(meet);
   }
   // Declared before the session, whose communicators it makes: it goes after them.

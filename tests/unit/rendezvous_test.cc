@@ -5,6 +5,7 @@
 #include "engine/comm/rendezvous.h"
 
 #include <gmock/gmock.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <map>
@@ -12,6 +13,7 @@
 
 #include "engine/comm/launch_environment.h"
 #include "engine/comm/socket.h"
+#include "engine/comm/tcp_store.h"
 #include "formats/error.h"
 
 namespace piper::engine {
@@ -221,8 +223,65 @@ TEST(Rendezvous, ARankStartedTwiceIsRefused) {
                             Meeting(url, 1, 2, "plan-A", 1s)},
                            [](int, Rendezvous&) { std::this_thread::sleep_for(1500ms); });
   EXPECT_EQ(errors[0], "");
-  EXPECT_THAT(errors[1] + errors[2], HasSubstr("rank 1 registered twice at " + url +
-                                               ": two processes were started as rank 1"));
+  EXPECT_THAT(errors[1] + errors[2],
+              AllOf(HasSubstr("rank 1 registered twice at " + url + " (first as pid " +
+                              std::to_string(::getpid()) + " on "),
+                    HasSubstr(", plan plans/rank1.plan): two processes were started as rank 1")));
+}
+
+// Issue 14, point 4: with a token, a client without it cannot take rank 1's place first.
+TEST(Rendezvous, ASquatterWithoutTheTokenCannotTakeARank) {
+  const std::string url = FreePortUrl();
+  std::vector<RendezvousOptions> ranks = {Meeting(url, 0, 2, "plan-A", 30s),
+                                          Meeting(url, 1, 2, "plan-A", 30s)};
+  for (RendezvousOptions& rank : ranks) rank.token = "job-secret";
+  std::vector<std::string> errors(2);
+  auto start = [&](int rank) {
+    return std::thread([&, rank] {
+      errors[static_cast<size_t>(rank)] = ErrorOf([&] {
+        Rendezvous rendezvous(ranks[static_cast<size_t>(rank)]);
+        ReduceOnce(rank, rendezvous, 2);
+      });
+    });
+  };
+  std::thread rank0 = start(0);  // hosts the store and waits for rank 1
+  // Before rank 1 comes, the squatter tries to register as rank 1 (retrying until rank 0
+  // listens).
+  const std::string squatter = ErrorOf([&] {
+    TcpStore store("127.0.0.1", parse_rendezvous_url(url, "test").port, 30s, {"", 1});
+    store.create("piper/rank/1", {});
+  });
+  std::thread rank1 = start(1);
+  rank0.join();
+  rank1.join();
+  EXPECT_THAT(squatter, HasSubstr("the rendezvous token does not match"));
+  EXPECT_EQ(errors, std::vector<std::string>(2, ""));
+}
+
+TEST(Rendezvous, RanksReportedNotRespondingAreReadBack) {
+  const std::string message = "rank 0 waited 5 s in all_reduce #3: " + not_responding_text(12, 1s) +
+                              "; " + not_responding_text(3, 1s) +
+                              "; rank 4 failed: out of memory; " + not_responding_text(12, 1s);
+  EXPECT_EQ(ranks_reported_not_responding(message), (std::vector<int>{12, 3}));
+  EXPECT_TRUE(ranks_reported_not_responding("rank 1 failed: x").empty());
+}
+
+TEST(LaunchEnvironment, AnOpenStoreOnAReachableAddressIsWarnedOf) {
+  EXPECT_EQ(read_launch_environment("", Env({{"PIPER_RENDEZVOUS_TOKEN", "s"}})).token, "s");
+  auto warning = [](const std::string& url, const std::string& token) {
+    return open_rendezvous_warning(parse_rendezvous_url(url, "--rendezvous"), token);
+  };
+  EXPECT_THAT(warning("tcp://0.0.0.0:29500", ""),
+              AllOf(HasSubstr("listens on 0.0.0.0:29500 without a token: any host that reaches "
+                              "the port can join"),
+                    HasSubstr("export PIPER_RENDEZVOUS_TOKEN=$(openssl rand -hex 32)")));
+  EXPECT_NE(warning("tcp://node1:29500", ""), "");
+  EXPECT_NE(warning("tcp://10.1.2.3:29500", ""), "");
+  EXPECT_EQ(warning("tcp://10.1.2.3:29500", "secret"), "");
+  for (const char* local : {"tcp://127.0.0.1:1", "tcp://127.0.0.2:1", "tcp://[::1]:1",
+                            "tcp://localhost:1", "file:///shared/run"}) {
+    EXPECT_EQ(warning(local, ""), "") << local;
+  }
 }
 
 TEST(Rendezvous, PlansOfDifferentRunsRefuseToStart) {
@@ -259,6 +318,7 @@ TEST(Rendezvous, DiagnoseTellsFailedFromSilentFromAlive) {
   EXPECT_EQ(errors, std::vector<std::string>(4, ""));
   EXPECT_THAT(diagnosis, HasSubstr("rank 1 failed: out of memory"));
   EXPECT_THAT(diagnosis, HasSubstr("rank 2 is not responding (no heartbeat for 0.4 s"));
+  EXPECT_EQ(ranks_reported_not_responding(diagnosis), std::vector<int>{2});
   EXPECT_THAT(diagnosis, ::testing::Not(HasSubstr("rank 3")));
 }
 

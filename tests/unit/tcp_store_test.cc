@@ -1,6 +1,7 @@
-// The rendezvous stores: Piper's TCP store (set/get/wait/add/check, timeouts that
-// name the missing keys, malformed and oversized messages rejected, connection
-// retries), the file store, and wait_for_keys over any gloo store.
+// The rendezvous stores: Piper's TCP store (set/get/wait/add/check/create, timeouts
+// that name the missing keys, malformed and oversized messages rejected, connection
+// retries, the token handshake and the bounds on connections), the file store, the
+// handshake's HMAC, and wait_for_keys over any gloo store.
 #include "engine/comm/tcp_store.h"
 
 #include <gloo/rendezvous/hash_store.h>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "engine/comm/file_store.h"
+#include "engine/comm/secret.h"
 #include "engine/comm/socket.h"
 #include "formats/error.h"
 
@@ -34,6 +36,42 @@ std::string ErrorOf(const std::function<void()>& body) {
     return error.what();
   }
   return "";
+}
+
+std::string U32(uint32_t value) { return std::string(reinterpret_cast<const char*>(&value), 4); }
+
+// Reads one framed message from a raw socket; "[closed]" when the server hung up first.
+std::string ReadMessage(const net::Socket& socket, std::chrono::milliseconds within = 5s) {
+  std::string header(4, '\0');
+  if (!net::read_all(socket, header.data(), 4, net::Clock::now() + within)) return "[closed]";
+  uint32_t size = 0;
+  std::memcpy(&size, header.data(), 4);
+  std::string payload(size, '\0');
+  net::read_all(socket, payload.data(), size, net::Clock::now() + within);
+  return payload;
+}
+
+bool ClosedWithin(const net::Socket& socket, std::chrono::milliseconds within) {
+  char byte = 0;
+  try {
+    while (net::read_all(socket, &byte, 1, net::Clock::now() + within)) {
+    }
+    return true;
+  } catch (const Error& error) {
+    return std::string(error.what()).find("timed out") == std::string::npos;  // reset: closed
+  }
+}
+
+// A raw connection that passed the handshake with `token`, as a client must before any request.
+net::Socket Admitted(int port, const std::string& token = "") {
+  net::Socket socket = net::connect_to("127.0.0.1", port, net::Clock::now() + 5s);
+  const std::string challenge = ReadMessage(socket);
+  const std::string answer =
+      hmac_sha256(token, challenge.substr(2)) + U32(static_cast<uint32_t>(-1));
+  const std::string framed = U32(static_cast<uint32_t>(answer.size())) + answer;
+  net::write_all(socket, framed.data(), framed.size(), net::Clock::now() + 5s);
+  EXPECT_EQ(ReadMessage(socket), std::string(1, '\0')) << "the handshake was refused";
+  return socket;
 }
 
 class TcpStoreTest : public ::testing::Test {
@@ -102,7 +140,7 @@ TEST_F(TcpStoreTest, AddIsAtomicAcrossClients) {
 // serving everyone else.
 TEST_F(TcpStoreTest, MalformedAndOversizedMessagesAreRejected) {
   auto exchange = [&](const std::string& bytes) {
-    net::Socket socket = net::connect_to("127.0.0.1", server_.port(), net::Clock::now() + 5s);
+    net::Socket socket = Admitted(server_.port());
     net::write_all(socket, bytes.data(), bytes.size(), net::Clock::now() + 5s);
     std::string reply(4, '\0');
     if (!net::read_all(socket, reply.data(), 4, net::Clock::now() + 5s))
@@ -150,7 +188,7 @@ TEST_F(TcpStoreTest, ClaimedMessageLengthsReserveNothingBeforeTheBytesArrive) {
     return std::string(reinterpret_cast<const char*>(&size), 4) + std::string(1024, 'x');
   }();
   for (int i = 0; i < 60; ++i) {
-    hostile.push_back(net::connect_to("127.0.0.1", server_.port(), net::Clock::now() + 5s));
+    hostile.push_back(Admitted(server_.port()));  // no token: the handshake lets them in
     net::write_all(hostile.back(), claim.data(), claim.size(), net::Clock::now() + 5s);
   }
   auto store = Client();  // served while the 60 wait for the rest of their messages
@@ -159,6 +197,132 @@ TEST_F(TcpStoreTest, ClaimedMessageLengthsReserveNothingBeforeTheBytesArrive) {
   EXPECT_EQ(server_.connections(), 61);
   EXPECT_LT(resident_bytes(), before + (size_t{64} << 20))
       << "60 connections claiming " << kTcpStoreMaxMessageBytes << " bytes each";
+}
+
+TEST_F(TcpStoreTest, CreateSetsAKeyOnceAndItIsNeverReplaced) {
+  auto store = Client();
+  EXPECT_TRUE(store->create("piper/rank/1", Bytes("real")));
+  EXPECT_FALSE(Client()->create("piper/rank/1", Bytes("squatter")));
+  EXPECT_THAT(ErrorOf([&] { store->set("piper/rank/1", Bytes("squatter")); }),
+              HasSubstr("key 'piper/rank/1' was created once and is never replaced"));
+  EXPECT_EQ(Text(store->get("piper/rank/1")), "real");
+  store->set("plain", Bytes("a"));
+  EXPECT_FALSE(store->create("plain", Bytes("b")));
+  EXPECT_EQ(Text(store->get("plain")), "a");
+}
+
+// Issue 14, point 4: without the job's token a client reads no key and registers nothing; the
+// token itself never travels.
+TEST(TcpStoreHandshake, WithoutTheTokenNothingIsReadOrWritten) {
+  TcpStoreServerOptions options;
+  options.token = "job-secret";
+  TcpStoreServer server("127.0.0.1", 0, options);
+  auto owner =
+      std::make_unique<TcpStore>("127.0.0.1", server.port(), 5s, StoreCredentials{"job-secret", 0});
+  owner->set("piper/rank/0", Bytes("{\"plan_id\": \"secret plan\"}"));
+
+  // A client that skips the handshake: its GET is read as a (malformed) answer.
+  net::Socket raw = net::connect_to("127.0.0.1", server.port(), net::Clock::now() + 5s);
+  const std::string challenge = ReadMessage(raw);
+  EXPECT_EQ(challenge.size(), 34u) << "status, version and a 32-byte nonce";
+  EXPECT_EQ(challenge.find("job-secret"), std::string::npos);
+  const std::string get = std::string("\x02") + U32(12) + "piper/rank/0";
+  const std::string framed = U32(static_cast<uint32_t>(get.size())) + get;
+  net::write_all(raw, framed.data(), framed.size(), net::Clock::now() + 5s);
+  EXPECT_THAT(ReadMessage(raw),
+              AllOf(HasSubstr("handshake answer of 17 bytes"), Not(HasSubstr("secret plan"))));
+  EXPECT_TRUE(ClosedWithin(raw, 5s));
+
+  // A client that answers without the token (an HMAC under another key).
+  net::Socket guess = net::connect_to("127.0.0.1", server.port(), net::Clock::now() + 5s);
+  const std::string nonce = ReadMessage(guess).substr(2);
+  const std::string answer = hmac_sha256("guess", nonce) + U32(1);
+  const std::string framed_answer = U32(static_cast<uint32_t>(answer.size())) + answer;
+  net::write_all(guess, framed_answer.data(), framed_answer.size(), net::Clock::now() + 5s);
+  EXPECT_THAT(ReadMessage(guess), HasSubstr("the rendezvous token does not match"));
+  EXPECT_TRUE(ClosedWithin(guess, 5s));
+
+  EXPECT_THAT(ErrorOf([&] {
+                TcpStore("127.0.0.1", server.port(), 5s, {"wrong", 1});
+              }),
+              HasSubstr("refused this connection: the rendezvous token does not match: every "
+                        "rank needs the same PIPER_RENDEZVOUS_TOKEN"));
+  EXPECT_THAT(ErrorOf([&] {
+                TcpStore("127.0.0.1", server.port(), 5s, {"", 1});
+              }),
+              HasSubstr("the rendezvous token does not match"));
+  EXPECT_TRUE(owner->create("piper/rank/1", Bytes("the real rank 1")))
+      << "nobody without the token registered rank 1";
+  EXPECT_TRUE(server.wait_for_connections_at_most(1, 5s)) << "the refused are gone";
+}
+
+// Issue 14, point 4: a connection that never answers the handshake, or stops in the middle of a
+// message, is closed; connections in the handshake are bounded, the oldest dropped for a new one.
+TEST(TcpStoreHandshake, SilentAndSlowConnectionsHoldNoSlotForLong) {
+  TcpStoreServerOptions options;
+  options.handshake_timeout = 300ms;
+  options.message_timeout = 300ms;
+  options.max_handshakes = 4;
+  TcpStoreServer server("127.0.0.1", 0, options);
+  std::vector<net::Socket> silent;
+  for (int i = 0; i < 60; ++i) {
+    silent.push_back(net::connect_to("127.0.0.1", server.port(), net::Clock::now() + 5s));
+  }
+  TcpStore store("127.0.0.1", server.port(), 5s);  // gets in while the 60 hold their sockets
+  store.set("k", Bytes("v"));
+  EXPECT_LE(server.connections(), 5);
+  for (const net::Socket& socket : silent) EXPECT_TRUE(ClosedWithin(socket, 2s));
+
+  net::Socket slow = Admitted(server.port());
+  net::write_all(slow, "\x10\x00", 2, net::Clock::now() + 1s);  // half a length, then nothing
+  EXPECT_TRUE(ClosedWithin(slow, 2s));
+  EXPECT_TRUE(server.wait_for_connections_at_most(1, 2s));
+  EXPECT_EQ(Text(store.get("k")), "v") << "an admitted client may idle between requests";
+}
+
+TEST(TcpStoreHandshake, AdmittedConnectionsAreBoundedWithAClearRefusal) {
+  TcpStoreServerOptions options;
+  options.max_clients = 2;
+  TcpStoreServer server("127.0.0.1", 0, options);
+  TcpStore first("127.0.0.1", server.port(), 5s), second("127.0.0.1", server.port(), 5s);
+  EXPECT_THAT(ErrorOf([&] { TcpStore("127.0.0.1", server.port(), 5s); }),
+              HasSubstr("the rendezvous store serves at most 2 connections and has no room for "
+                        "another"));
+  first.set("still", Bytes("served"));
+  EXPECT_EQ(Text(second.get("still")), "served");
+}
+
+TEST(TcpStoreHandshake, WaitingForConnectionsCanIgnoreRanks) {
+  TcpStoreServer server("127.0.0.1", 0);
+  TcpStore stopped("127.0.0.1", server.port(), 5s, {"", 1});
+  TcpStore other("127.0.0.1", server.port(), 5s, {"", 2});
+  stopped.check({"x"});
+  other.check({"x"});
+  EXPECT_FALSE(server.wait_for_connections_at_most(0, 50ms, {1}));
+  EXPECT_FALSE(server.wait_for_connections_at_most(1, 50ms, {}));
+  EXPECT_TRUE(server.wait_for_connections_at_most(1, 50ms, {2}));
+  EXPECT_TRUE(server.wait_for_connections_at_most(0, 50ms, {1, 2}));
+}
+
+// RFC 4231, test case 2; and tokens are fresh.
+TEST(Secret, HmacSha256AndRandomTokens) {
+  const std::string mac = hmac_sha256("Jefe", "what do ya want for nothing?");
+  std::string hex;
+  for (const char byte : mac) {
+    char two[3];
+    std::snprintf(two, sizeof two, "%02x", static_cast<unsigned char>(byte));
+    hex += two;
+  }
+  EXPECT_EQ(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  EXPECT_EQ(hmac_sha256("", "x").size(), 32u);
+  EXPECT_NE(hmac_sha256("", "x"), hmac_sha256("k", "x"));
+  EXPECT_TRUE(equal_in_constant_time(mac, hmac_sha256("Jefe", "what do ya want for nothing?")));
+  EXPECT_FALSE(equal_in_constant_time(mac, hmac_sha256("Jeff", "what do ya want for nothing?")));
+  EXPECT_FALSE(equal_in_constant_time("ab", "abc"));
+  const std::string token = random_token();
+  EXPECT_EQ(token.size(), 64u);
+  EXPECT_EQ(token.find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_NE(token, random_token());
 }
 
 TEST_F(TcpStoreTest, ServerCountsItsConnections) {
@@ -185,6 +349,18 @@ TEST(TcpStore, ConnectingGivesUpAfterItsTimeoutNamingTheAddress) {
               HasSubstr("no rendezvous store answered at tcp://127.0.0.1:" + std::to_string(port) +
                         " within 0.3 s"));
   EXPECT_GE(std::chrono::steady_clock::now() - start, 300ms);
+}
+
+// A stopped rank 0: the kernel accepts the connection but nothing answers. diagnose() probes
+// with 2 s and must hear back within about that (at least 1 s), not a fixed handshake allowance.
+TEST(TcpStore, AServerThatNeverStartsTheHandshakeFailsWithinTheConnectTimeout) {
+  net::Socket silent = net::listen_on("127.0.0.1", 0);  // listens, never accepts
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT(ErrorOf([&] { TcpStore("127.0.0.1", net::local_port(silent), 300ms); }),
+              HasSubstr("did not start the handshake"));
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, 300ms);
+  EXPECT_LT(took, 4s) << "a fixed 10 s allowance would wait longer";
 }
 
 TEST(TcpStore, ServerRefusesAnAddressInUse) {
@@ -217,6 +393,9 @@ TEST(FileStore, SetOverwriteAddCheckAndWait) {
   EXPECT_EQ(store.add("n", 3), 5);
   FileStore other(dir + "/nested");  // another process's view of the same directory
   EXPECT_EQ(other.add("n", 1), 6);
+  EXPECT_TRUE(store.create("once", Bytes("first")));
+  EXPECT_FALSE(other.create("once", Bytes("second")));
+  EXPECT_EQ(Text(other.get("once")), "first");
   EXPECT_THAT(ErrorOf([&] {
                 store.wait({"k/1", "k/2"});
               }),
