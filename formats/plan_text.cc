@@ -270,6 +270,15 @@ void write_optimizer(std::ostringstream& out, const plan::Plan& plan) {
         << operand_to_text(plan, plan.loss(i).tensor());
   }
   out << '\n';
+  if (plan.has_gradient_norm()) {
+    const plan::GradientNorm& norm = plan.gradient_norm();
+    out << "gradient norm: " << operand_to_text(plan, norm.norm()) << ", this rank's share from";
+    if (norm.gradients_size() == 0) out << " (none)";
+    for (int i = 0; i < norm.gradients_size(); ++i) {
+      out << (i ? ", " : " ") << norm.gradients(i).parameter();
+    }
+    out << '\n';
+  }
 }
 
 void write_tensors(std::ostringstream& out, const plan::Plan& plan) {

@@ -20,6 +20,7 @@
 #include "planner/directives/expand.h"
 #include "planner/directives/transfers.h"
 #include "planner/fusion/fusion.h"
+#include "planner/gradient_norm.h"
 #include "planner/import/frozen.h"
 #include "planner/import/import.h"
 #include "planner/ir/dynamic_dims.h"
@@ -226,6 +227,8 @@ PlanningResult plan_model(const std::string& model_path, const strategy::Strateg
   infer_run_time_extents(graph.op_graph(), model_path);
   check_replica_counts(graph, strategy.source);
   check_every_device_computes(graph, strategy.source);
+  add_gradient_norm(graph);
+  if (options.verify) ir::verify_or_throw(graph, "after adding the gradient norm");
   LowerContext lower_context;
   lower_context.plan_id = new_plan_id();
   lower_context.model_path = std::filesystem::absolute(model_path).lexically_normal().string();

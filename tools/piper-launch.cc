@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
   app.footer(
       "Forwarded to every piper-run (piper-run --help describes them): --steps N, --data DIR, "
       "--seed S, --metrics FILE, --save-onnx FILE, --trace FILE, --timeout S, --device "
-      "cpu|cuda, --comm gloo|nccl; %r in a path stands for the rank.");
+      "cpu|cuda, --comm gloo|nccl, --check-finite, --on-nonfinite stop|skip; %r in a path stands "
+      "for the rank.");
   if (const auto exit_code = piper::tools::parse_command_line(app, argc, argv, "piper-launch")) {
     return *exit_code;
   }

@@ -86,13 +86,23 @@ int main(int argc, char** argv) {
   app.add_flag("--check-finite", options.check_finite,
                "Scan every kernel's float outputs as it ends and stop at the first NaN or "
                "infinity, naming the kernel and tensor (slower; --device cpu). Without it a "
-               "non-finite loss stops the run at that step. Either exits 3, saving nothing");
+               "non-finite loss or gradient norm stops the run at that step, naming the first "
+               "non-finite gradient. Either exits 3, saving nothing");
+  std::string on_nonfinite = "stop";
+  app.add_option("--on-nonfinite", on_nonfinite,
+                 "A step whose global gradient norm is NaN or infinite: stop (exit 3 on every "
+                 "rank, saving nothing) or skip (leave its update out on every rank, as AMP's "
+                 "GradScaler does, and train on; the metrics count skipped steps)")
+      ->default_val("stop")
+      ->check(CLI::IsMember({"stop", "skip"}));
   app.add_flag("--allow-other-planner", options.allow_other_planner,
                "Run a plan made by another build of piper-plan (plans record the planner's "
                "build id; see --version)");
   if (const auto exit_code = piper::tools::parse_command_line(app, argc, argv, "piper-run")) {
     return *exit_code;
   }
+  options.on_nonfinite = on_nonfinite == "skip" ? piper::engine::OnNonFinite::kSkip
+                                                : piper::engine::OnNonFinite::kStop;
   try {
     piper::engine::run_training(options, std::cout);
   } catch (const piper::NonFiniteError& error) {

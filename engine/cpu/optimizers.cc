@@ -1,27 +1,24 @@
 // In-place optimizer updates with torch.optim semantics: piper.SGD (momentum,
 // dampening, Nesterov, L2 weight decay) and piper.AdamW (decoupled weight decay,
-// bias correction by the 1-based step number).
+// bias correction by the 1-based optimizer step number). An optional last input, the
+// global gradient norm, skips the update when it is not finite (as AMP's GradScaler skips
+// optimizer.step()).
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <vector>
 
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/optimizer_args.h"
 #include "engine/cpu/parallel.h"
 
 namespace piper::engine::cpu {
 namespace {
 
-// Checks that every input is a float32 tensor shaped like the parameter (input 0).
-void check_state(const KernelArgs& args, const std::vector<const char*>& names) {
-  args.expect_outputs(0, 0);
-  const TensorView& p = args.input(0);
-  for (size_t i = 0; i < names.size(); ++i) {
-    const TensorView& t = args.input(i);
-    args.expect_dtype(t, plan::FLOAT32, names[i]);
-    args.expect_same_shape(t, names[i], p, names[0]);
-  }
-}
+bool skipped(const float* norm) { return norm != nullptr && !std::isfinite(*norm); }
 
 std::unique_ptr<PreparedKernel> sgd_factory(const KernelArgs& args) {
-  args.expect_inputs(2, 3);
+  args.expect_inputs(2, 4);
   const auto& attributes = args.attributes();
   const double lr = attributes.require_float("lr");
   const double momentum = attributes.get_float("momentum", 0.0);
@@ -32,17 +29,19 @@ std::unique_ptr<PreparedKernel> sgd_factory(const KernelArgs& args) {
     args.fail("Nesterov momentum requires momentum > 0 and dampening = 0 (as torch.optim.SGD)");
   }
   if (momentum != 0.0) {
-    check_state(args, {"P (input 0)", "G (input 1)", "momentum buffer M (input 2)"});
+    check_optimizer_state(args, {"P (input 0)", "G (input 1)", "momentum buffer M (input 2)"});
   } else {
-    check_state(args, {"P (input 0)", "G (input 1)"});
+    check_optimizer_state(args, {"P (input 0)", "G (input 1)"});
   }
   const TensorView& p = args.input(0);
   float* m = momentum != 0.0 ? args.input(2).as<float>() : nullptr;
+  const float* norm = gradient_norm_input(args, momentum != 0.0 ? 3 : 2);
   return make_kernel([n = p.elements(), pp = p.as<float>(), pg = args.input(1).as<const float>(), m,
-                      lr = static_cast<float>(lr), mu = static_cast<float>(momentum),
+                      norm, lr = static_cast<float>(lr), mu = static_cast<float>(momentum),
                       keep = static_cast<float>(1.0 - dampening),
                       wd = static_cast<float>(weight_decay), nesterov](const StepContext& context) {
-    const bool first = context.step == 1;
+    if (skipped(norm)) return;
+    const bool first = context.update == 1;
     parallel_for(n, kParallelGrain, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         float g = pg[i];
@@ -78,8 +77,9 @@ void adamw_update(AdamWStep s, float* __restrict p, float* __restrict m, float* 
 }
 
 std::unique_ptr<PreparedKernel> adamw_factory(const KernelArgs& args) {
-  args.expect_inputs(4, 4);
-  check_state(args, {"P (input 0)", "G (input 1)", "M (input 2)", "V (input 3)"});
+  args.expect_inputs(4, 5);
+  check_optimizer_state(args, {"P (input 0)", "G (input 1)", "M (input 2)", "V (input 3)"});
+  const float* norm = gradient_norm_input(args, 4);
   const auto& attributes = args.attributes();
   const double lr = attributes.require_float("lr");
   const double beta1 = attributes.get_float("beta1", 0.9);
@@ -88,9 +88,10 @@ std::unique_ptr<PreparedKernel> adamw_factory(const KernelArgs& args) {
   const double weight_decay = attributes.get_float("weight_decay", 1e-2);
   const TensorView& p = args.input(0);
   return make_kernel([n = p.elements(), pp = p.as<float>(), pg = args.input(1).as<const float>(),
-                      pm = args.input(2).as<float>(), pv = args.input(3).as<float>(), lr, beta1,
-                      beta2, eps, weight_decay](const StepContext& context) {
-    const double t = static_cast<double>(context.step);
+                      pm = args.input(2).as<float>(), pv = args.input(3).as<float>(), norm, lr,
+                      beta1, beta2, eps, weight_decay](const StepContext& context) {
+    if (skipped(norm)) return;
+    const double t = static_cast<double>(context.update);
     const AdamWStep s{static_cast<float>(1.0 - lr * weight_decay),
                       static_cast<float>(beta1),
                       static_cast<float>(beta2),
@@ -105,11 +106,40 @@ std::unique_ptr<PreparedKernel> adamw_factory(const KernelArgs& args) {
   });
 }
 
+// The sum of squares of x[0, n) in double, by blocks of a fixed size added in order, so that
+// it does not change with the thread count.
+double sum_of_squares(const float* x, int64_t n) {
+  const int64_t blocks = (n + kParallelGrain - 1) / kParallelGrain;
+  std::vector<double> partial(static_cast<size_t>(blocks));
+  parallel_for(blocks, 1, [&](int64_t first, int64_t last) {
+    for (int64_t b = first; b < last; ++b) {
+      double sum = 0.0;
+      for (int64_t i = b * kParallelGrain; i < std::min(n, (b + 1) * kParallelGrain); ++i) {
+        sum += static_cast<double>(x[i]) * x[i];
+      }
+      partial[static_cast<size_t>(b)] = sum;
+    }
+  });
+  return std::accumulate(partial.begin(), partial.end(), 0.0);
+}
+
+// piper.SumSquares: this rank's share of the squared global gradient norm.
+std::unique_ptr<PreparedKernel> sum_squares_factory(const KernelArgs& args) {
+  return make_kernel([slices = squared_slices(args)](const StepContext&) {
+    double sum = 0.0;
+    for (size_t i = 0; i < slices.data.size(); ++i) {
+      sum += sum_of_squares(slices.data[i], slices.counts[i]);
+    }
+    *slices.y = static_cast<float>(sum);
+  });
+}
+
 }  // namespace
 
 void register_optimizer_kernels(KernelTable& table) {
   table["piper.SGD"] = sgd_factory;
   table["piper.AdamW"] = adamw_factory;
+  table["piper.SumSquares"] = sum_squares_factory;
 }
 
 }  // namespace piper::engine::cpu

@@ -1,25 +1,21 @@
 // piper.AdamW and piper.SGD on CUDA: in-place updates of the parameter (input 0) and its
-// state, checked as engine/cpu/optimizers.cc checks them.
+// state, checked as engine/cpu/optimizers.cc checks them; the kernels read the optional
+// gradient norm on the device and change nothing when it is not finite.
+#include <algorithm>
 #include <cmath>
 
+#include "engine/cpu/optimizer_args.h"
 #include "engine/cuda/ops.h"
 #include "engine/cuda/optimizers.h"
 
 namespace piper::engine::cuda {
 namespace {
 
-void check_state(const KernelArgs& args, const std::vector<const char*>& names) {
-  args.expect_outputs(0, 0);
-  const TensorView& p = args.input(0);
-  for (size_t i = 0; i < names.size(); ++i) {
-    const TensorView& t = args.input(i);
-    args.expect_dtype(t, plan::FLOAT32, names[i]);
-    args.expect_same_shape(t, names[i], p, names[0]);
-  }
-}
+using cpu::check_optimizer_state;
+using cpu::gradient_norm_input;
 
 std::unique_ptr<PreparedKernel> sgd_factory(const KernelArgs& args, CudaContext& context) {
-  args.expect_inputs(2, 3);
+  args.expect_inputs(2, 4);
   const auto& attributes = args.attributes();
   const double lr = attributes.require_float("lr");
   const double momentum = attributes.get_float("momentum", 0.0);
@@ -30,9 +26,9 @@ std::unique_ptr<PreparedKernel> sgd_factory(const KernelArgs& args, CudaContext&
     args.fail("Nesterov momentum requires momentum > 0 and dampening = 0 (as torch.optim.SGD)");
   }
   if (momentum != 0.0) {
-    check_state(args, {"P (input 0)", "G (input 1)", "momentum buffer M (input 2)"});
+    check_optimizer_state(args, {"P (input 0)", "G (input 1)", "momentum buffer M (input 2)"});
   } else {
-    check_state(args, {"P (input 0)", "G (input 1)"});
+    check_optimizer_state(args, {"P (input 0)", "G (input 1)"});
   }
   SgdStep step;
   step.lr = static_cast<float>(lr);
@@ -43,15 +39,16 @@ std::unique_ptr<PreparedKernel> sgd_factory(const KernelArgs& args, CudaContext&
   const TensorView& p = args.input(0);
   return make_kernel(
       [&context, step, n = p.elements(), pp = p.as<float>(), pg = args.input(1).as<const float>(),
-       pm = momentum != 0.0 ? args.input(2).as<float>() : nullptr](const StepContext& run) mutable {
-        step.first = run.step == 1;
-        launch_sgd(step, n, pp, pg, pm, context.stream());
+       pm = momentum != 0.0 ? args.input(2).as<float>() : nullptr,
+       norm = gradient_norm_input(args, momentum != 0.0 ? 3 : 2)](const StepContext& run) mutable {
+        step.first = run.update == 1;
+        launch_sgd(step, n, pp, pg, pm, norm, context.stream());
       });
 }
 
 std::unique_ptr<PreparedKernel> adamw_factory(const KernelArgs& args, CudaContext& context) {
-  args.expect_inputs(4, 4);
-  check_state(args, {"P (input 0)", "G (input 1)", "M (input 2)", "V (input 3)"});
+  args.expect_inputs(4, 5);
+  check_optimizer_state(args, {"P (input 0)", "G (input 1)", "M (input 2)", "V (input 3)"});
   const auto& attributes = args.attributes();
   const double lr = attributes.require_float("lr");
   const double beta1 = attributes.get_float("beta1", 0.9);
@@ -61,9 +58,9 @@ std::unique_ptr<PreparedKernel> adamw_factory(const KernelArgs& args, CudaContex
   const TensorView& p = args.input(0);
   return make_kernel([&context, n = p.elements(), pp = p.as<float>(),
                       pg = args.input(1).as<const float>(), pm = args.input(2).as<float>(),
-                      pv = args.input(3).as<float>(), lr, beta1, beta2, eps,
-                      weight_decay](const StepContext& run) {
-    const auto t = static_cast<double>(run.step);
+                      pv = args.input(3).as<float>(), norm = gradient_norm_input(args, 4), lr,
+                      beta1, beta2, eps, weight_decay](const StepContext& run) {
+    const auto t = static_cast<double>(run.update);
     AdamWStep step;
     step.decay = static_cast<float>(1.0 - lr * weight_decay);
     step.beta1 = static_cast<float>(beta1);
@@ -73,7 +70,17 @@ std::unique_ptr<PreparedKernel> adamw_factory(const KernelArgs& args, CudaContex
     step.step_size = static_cast<float>(lr / (1.0 - std::pow(beta1, t)));
     step.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, t)));
     step.epsilon = static_cast<float>(eps);
-    launch_adamw(step, n, pp, pg, pm, pv, context.stream());
+    launch_adamw(step, n, pp, pg, pm, pv, norm, context.stream());
+  });
+}
+
+// piper.SumSquares: this rank's share of the squared global gradient norm.
+std::unique_ptr<PreparedKernel> sum_squares_factory(const KernelArgs& args, CudaContext& context) {
+  const cpu::SquaredSlices slices = cpu::squared_slices(args);
+  const std::shared_ptr<double> partials =
+      device_array<double>(std::max<size_t>(slices.data.size(), 1) * kSumSquaresBlocks);
+  return make_kernel([&context, slices, partials](const StepContext&) {
+    launch_sum_squares(slices.data, slices.counts, partials.get(), slices.y, context.stream());
   });
 }
 
@@ -82,6 +89,7 @@ std::unique_ptr<PreparedKernel> adamw_factory(const KernelArgs& args, CudaContex
 void register_optimizer_kernels(CudaKernelTable& table) {
   table["piper.SGD"] = sgd_factory;
   table["piper.AdamW"] = adamw_factory;
+  table["piper.SumSquares"] = sum_squares_factory;
 }
 
 }  // namespace piper::engine::cuda

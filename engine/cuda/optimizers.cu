@@ -1,12 +1,17 @@
 // Optimizer updates: one thread per parameter element, the same float32 arithmetic in
-// the same order as the CPU kernels.
+// the same order as the CPU kernels; and the sum of squares of the gradient norm.
 #include "engine/cuda/device.cuh"
 #include "engine/cuda/optimizers.h"
 
 namespace piper::engine::cuda {
 namespace {
 
-__global__ void adamw_kernel(AdamWStep s, int64_t n, float* p, const float* g, float* m, float* v) {
+// A step skipped for a non-finite gradient norm (read on the device: no host round trip).
+__device__ bool skipped(const float* norm) { return norm != nullptr && !isfinite(*norm); }
+
+__global__ void adamw_kernel(AdamWStep s, int64_t n, float* p, const float* g, float* m, float* v,
+                             const float* norm) {
+  if (skipped(norm)) return;
   PIPER_GRID_STRIDE_LOOP(i, n) {
     const float grad = g[i];
     float param = p[i] * s.decay;
@@ -20,7 +25,9 @@ __global__ void adamw_kernel(AdamWStep s, int64_t n, float* p, const float* g, f
   }
 }
 
-__global__ void sgd_kernel(SgdStep s, int64_t n, float* p, const float* g, float* m) {
+__global__ void sgd_kernel(SgdStep s, int64_t n, float* p, const float* g, float* m,
+                           const float* norm) {
+  if (skipped(norm)) return;
   PIPER_GRID_STRIDE_LOOP(i, n) {
     float grad = g[i];
     if (s.weight_decay != 0.0f) grad += s.weight_decay * p[i];
@@ -33,19 +40,50 @@ __global__ void sgd_kernel(SgdStep s, int64_t n, float* p, const float* g, float
   }
 }
 
+__global__ void sum_squares_kernel(const float* x, int64_t n, double* partials) {
+  __shared__ double shared[32];
+  double sum = 0.0;
+  PIPER_GRID_STRIDE_LOOP(i, n) {
+    const double value = x[i];
+    sum += value * value;
+  }
+  sum = block_sum(sum, shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+__global__ void add_partials_kernel(const double* partials, int64_t n, float* y) {
+  __shared__ double shared[32];
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += partials[i];
+  sum = block_sum(sum, shared);
+  if (threadIdx.x == 0) *y = static_cast<float>(sum);
+}
+
 }  // namespace
 
+void launch_sum_squares(const std::vector<const float*>& x, const std::vector<int64_t>& counts,
+                        double* partials, float* y, cudaStream_t stream) {
+  for (size_t i = 0; i < x.size(); ++i) {
+    sum_squares_kernel<<<kSumSquaresBlocks, kThreads, 0, stream>>>(
+        x[i], counts[i], partials + i * kSumSquaresBlocks);
+    PIPER_CUDA_LAUNCH_CHECK("sum_squares_kernel");
+  }
+  add_partials_kernel<<<1, kThreads, 0, stream>>>(
+      partials, static_cast<int64_t>(x.size()) * kSumSquaresBlocks, y);
+  PIPER_CUDA_LAUNCH_CHECK("add_partials_kernel");
+}
+
 void launch_adamw(const AdamWStep& step, int64_t n, float* p, const float* g, float* m, float* v,
-                  cudaStream_t stream) {
+                  const float* norm, cudaStream_t stream) {
   if (n == 0) return;
-  adamw_kernel<<<blocks_for(n), kThreads, 0, stream>>>(step, n, p, g, m, v);
+  adamw_kernel<<<blocks_for(n), kThreads, 0, stream>>>(step, n, p, g, m, v, norm);
   PIPER_CUDA_LAUNCH_CHECK("adamw_kernel");
 }
 
 void launch_sgd(const SgdStep& step, int64_t n, float* p, const float* g, float* m,
-                cudaStream_t stream) {
+                const float* norm, cudaStream_t stream) {
   if (n == 0) return;
-  sgd_kernel<<<blocks_for(n), kThreads, 0, stream>>>(step, n, p, g, m);
+  sgd_kernel<<<blocks_for(n), kThreads, 0, stream>>>(step, n, p, g, m, norm);
   PIPER_CUDA_LAUNCH_CHECK("sgd_kernel");
 }
 

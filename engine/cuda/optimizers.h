@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace piper::engine::cuda {
 
@@ -16,8 +17,10 @@ struct AdamWStep {
   float epsilon = 1e-8f;
 };
 
+// `norm`, the global gradient norm on the device, may be null; when it is not finite the
+// update changes nothing.
 void launch_adamw(const AdamWStep& step, int64_t n, float* p, const float* g, float* m, float* v,
-                  cudaStream_t stream);
+                  const float* norm, cudaStream_t stream);
 
 struct SgdStep {
   float lr = 0.0f, momentum = 0.0f, keep = 1.0f /* 1 − dampening */, weight_decay = 0.0f;
@@ -25,8 +28,17 @@ struct SgdStep {
   bool first = false;  // the first step seeds the momentum buffer with the gradient
 };
 
-// m is null without momentum.
+// m is null without momentum; `norm` as for launch_adamw.
 void launch_sgd(const SgdStep& step, int64_t n, float* p, const float* g, float* m,
-                cudaStream_t stream);
+                const float* norm, cudaStream_t stream);
+
+// Blocks of each slice's sum in launch_sum_squares: `partials` holds this many doubles per
+// slice.
+constexpr int kSumSquaresBlocks = 256;
+
+// *y = the sum over slices i of x[i][0, counts[i])², in double, by a fixed number of blocks
+// per slice added in order (the result does not depend on timing).
+void launch_sum_squares(const std::vector<const float*>& x, const std::vector<int64_t>& counts,
+                        double* partials, float* y, cudaStream_t stream);
 
 }  // namespace piper::engine::cuda

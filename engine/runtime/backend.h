@@ -20,8 +20,11 @@ class Store;
 
 // What a kernel may depend on besides its tensors.
 struct StepContext {
-  int64_t step = 1;   // 1-based optimizer step number (bias correction, momentum start)
+  int64_t step = 1;   // 1-based training step: what seeded kernels (dropout) key on
   uint64_t seed = 0;  // the run's seed
+  // 1-based optimizer step number (bias correction, momentum start): the updates applied
+  // before this step, plus one. Behind `step` once a step's update was skipped.
+  int64_t update = 1;
 };
 
 // How a backend whose kernels run asynchronously on a device (CUDA) orders a plan's streams

@@ -11,7 +11,7 @@ namespace {
 
 // The index of the first element whose exponent bits are all ones (NaN or infinity), or -1.
 template <typename Bits>
-int64_t first_non_finite(const std::vector<uint8_t>& bytes, Bits exponent) {
+int64_t first_all_ones_exponent(const std::vector<uint8_t>& bytes, Bits exponent) {
   const int64_t count = static_cast<int64_t>(bytes.size() / sizeof(Bits));
   for (int64_t i = 0; i < count; ++i) {
     Bits bits;
@@ -20,6 +20,31 @@ int64_t first_non_finite(const std::vector<uint8_t>& bytes, Bits exponent) {
   }
   return -1;
 }
+
+}  // namespace
+
+std::string NonFiniteValue::describe() const {
+  return std::isnan(value) ? "NaN" : value > 0 ? "+inf" : "-inf";
+}
+
+std::optional<NonFiniteValue> first_non_finite(const std::vector<uint8_t>& bytes,
+                                               plan::DType dtype) {
+  const bool wide = dtype == plan::FLOAT32;
+  const int64_t at = wide ? first_all_ones_exponent<uint32_t>(bytes, 0x7f800000u)
+                          : first_all_ones_exponent<uint16_t>(bytes, 0x7f80u);
+  if (at < 0) return std::nullopt;
+  NonFiniteValue found;
+  found.index = at;
+  if (wide) {
+    std::memcpy(&found.value, bytes.data() + at * 4, 4);
+  } else {
+    const uint32_t widened = static_cast<uint32_t>(bytes[at * 2] | bytes[at * 2 + 1] << 8) << 16;
+    std::memcpy(&found.value, &widened, 4);
+  }
+  return found;
+}
+
+namespace {
 
 class FiniteCheck : public PreparedKernel {
  public:
@@ -32,24 +57,11 @@ class FiniteCheck : public PreparedKernel {
     for (const CheckedOutput& output : outputs_) {
       host_.resize(output.view.bytes());
       backend_.download(host_.data(), output.view.data, host_.size());
-      const int64_t at = output.view.dtype == plan::FLOAT32
-                             ? first_non_finite<uint32_t>(host_, 0x7f800000u)
-                             : first_non_finite<uint16_t>(host_, 0x7f80u);
-      if (at < 0) continue;
-      float value = 0;
-      if (output.view.dtype == plan::FLOAT32) {
-        std::memcpy(&value, host_.data() + at * 4, 4);
-      } else {
-        const uint32_t widened = static_cast<uint32_t>(host_[at * 2] | host_[at * 2 + 1] << 8)
-                                 << 16;
-        std::memcpy(&value, &widened, 4);
-      }
-      throw NonFiniteError("step " + std::to_string(context.step) + ": wrote " +
-                               (std::isnan(value) ? "NaN"
-                                : value > 0       ? "+inf"
-                                                  : "-inf") +
-                               " into " + output.label + " at element " + std::to_string(at) +
-                               " (--check-finite)",
+      const std::optional<NonFiniteValue> found = first_non_finite(host_, output.view.dtype);
+      if (!found) continue;
+      throw NonFiniteError("step " + std::to_string(context.step) + ": wrote " + found->describe() +
+                               " into " + output.label + " at element " +
+                               std::to_string(found->index) + " (--check-finite)",
                            false);
     }
   }

@@ -59,6 +59,23 @@ class MetricsFile {
   std::ofstream out_;
 };
 
+std::string non_finite_name(double value) { return std::isnan(value) ? "NaN" : "infinite"; }
+
+// "step 1 loss 2.302585 grad_norm 0.4172 (0.012 s, 5333 samples/s)", the norm only when the
+// plan has one.
+std::string step_line(int64_t step, double loss, std::optional<double> norm, double seconds,
+                      double samples_per_s, bool skipped) {
+  char line[200];
+  int used = std::snprintf(line, sizeof line, "step %" PRId64 " loss %.6f", step, loss);
+  if (norm) {
+    used += std::snprintf(line + used, sizeof line - used, " grad_norm %.6g", *norm);
+  }
+  std::snprintf(
+      line + used, sizeof line - used, " (%.3f s, %.0f samples/s)%s", seconds, samples_per_s,
+      skipped ? ": update skipped for the non-finite gradient norm (--on-nonfinite skip)" : "");
+  return line;
+}
+
 // Fails before the first step when `path` could not be written once training ends.
 void check_output_path(const std::string& flag, const std::string& path) {
   const std::filesystem::path target = std::filesystem::absolute(path);
@@ -109,6 +126,7 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
   }
   std::optional<MetricsFile> metrics;
   if (metrics_path) metrics.emplace(*metrics_path);
+  int64_t skipped_steps = 0;
   for (int64_t step = 0; step < options.steps; ++step) {
     // Only the last step is traced: the others read no clock.
     if (trace_path) session.set_tracing(step + 1 == options.steps);
@@ -118,28 +136,52 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double samples_per_s = seconds > 0 ? static_cast<double>(global_batch) / seconds : 0.0;
-    char line[160];
-    std::snprintf(line, sizeof line, "step %" PRId64 " loss %.6f (%.3f s, %.0f samples/s)",
-                  step + 1, loss, seconds, samples_per_s);
-    out << line << std::endl;
+    const std::optional<double> norm = session.grad_norm();
+    const bool norm_finite = !norm || std::isfinite(*norm);
+    // The norm is global, so every rank makes the same choice (the update kernels have left
+    // the step out already).
+    const bool skipped = !norm_finite && options.on_nonfinite == OnNonFinite::kSkip;
+    skipped_steps += skipped;
+    out << step_line(step + 1, loss, norm, seconds, samples_per_s, skipped) << std::endl;
     if (metrics) {
-      metrics->write({{"step", step + 1},
-                      {"loss", loss},
-                      {"seconds", seconds},
-                      {"samples_per_s", samples_per_s},
-                      {"peak_bytes", session.peak_bytes()},
-                      {"peak_rss_bytes", peak_resident_bytes()}});
+      nlohmann::json line = {{"step", step + 1},
+                             {"loss", loss},
+                             {"seconds", seconds},
+                             {"samples_per_s", samples_per_s},
+                             {"peak_bytes", session.peak_bytes()},
+                             {"peak_rss_bytes", peak_resident_bytes()}};
+      if (norm) {
+        line["grad_norm"] = *norm;
+        line["skipped"] = skipped;
+        line["skipped_steps"] = skipped_steps;
+      }
+      metrics->write(line);
     }
+    if (skipped || (norm_finite && std::isfinite(loss))) continue;
+    // Every rank holds the global loss and norm, so every rank stops here on its own.
+    std::string what = "step " + std::to_string(step + 1) + ": the ";
     if (!std::isfinite(loss)) {
-      // Every rank holds the global loss, so every rank stops here on its own.
-      throw NonFiniteError(
-          "step " + std::to_string(step + 1) + ": the loss is " +
-              (std::isnan(loss) ? "NaN" : "infinite") + " on rank " + std::to_string(rank) +
-              "; training stopped and nothing was saved. piper-run --check-finite names the "
-              "first kernel that writes a non-finite value (a learning rate too large, or "
-              "NaN in the data, are the usual causes)",
-          true);
+      what += "loss is " + non_finite_name(loss) + " on rank " + std::to_string(rank);
+      if (!norm_finite) what += ", and the gradient norm " + non_finite_name(*norm);
+    } else {
+      what += "gradient norm is " + non_finite_name(*norm) + " on rank " + std::to_string(rank);
     }
+    if (!norm_finite) {
+      const std::string gradient = session.first_non_finite_gradient();
+      what += gradient.empty() ? " (this rank's gradients are finite; another rank's are not)"
+                               : " (the first non-finite gradient on this rank: " + gradient + ")";
+    }
+    throw NonFiniteError(
+        what +
+            "; training stopped and nothing was saved. piper-run --check-finite names the "
+            "first kernel that writes a non-finite value (a learning rate too large, or "
+            "NaN in the data, are the usual causes); --on-nonfinite skip leaves such steps' "
+            "updates out instead",
+        true);
+  }
+  if (skipped_steps > 0) {
+    out << skipped_steps << " of " << options.steps
+        << " steps skipped their update for a non-finite gradient norm\n";
   }
   if (options.save_onnx_path) {
     // Every rank takes part: sharded parameters are gathered from all of them.

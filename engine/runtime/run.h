@@ -9,6 +9,12 @@
 
 namespace piper::engine {
 
+// What a step whose global gradient norm is not finite does (piper-run --on-nonfinite).
+enum class OnNonFinite {
+  kStop,  // stop the run at that step on every rank (exit 3), saving nothing
+  kSkip,  // leave that step's update out on every rank and train on, counting it
+};
+
 struct RunOptions {
   std::string plan_path;  // %r stands for the rank the launcher gives (RANK, SLURM_PROCID, ...)
   int64_t steps = 10;
@@ -31,14 +37,15 @@ struct RunOptions {
   bool allow_other_planner = false;
   // Stops at the first kernel that writes a NaN or infinity, naming it (SessionOptions).
   bool check_finite = false;
+  OnNonFinite on_nonfinite = OnNonFinite::kStop;
 };
 
 // Trains as `options` say, printing a summary and one line per step to `out`
-// ("step 1 loss 2.302585 (0.012 s, 5333 samples/s)"). The metrics file is written to
-// PATH.tmp as steps complete and renamed to PATH at the end, so a failed run leaves none;
-// the trained model is written atomically. A plan of several ranks first meets the other
-// ranks (engine/comm/rendezvous.h); when this rank fails it tells them so. Throws
-// piper::Error on any failure.
+// ("step 1 loss 2.302585 grad_norm 0.4172 (0.012 s, 5333 samples/s)"). The metrics file is written
+// to PATH.tmp as steps complete and renamed to PATH at the end, so a failed run leaves none; the
+// trained model is written atomically. A plan of several ranks first meets the other ranks
+// (engine/comm/rendezvous.h); when this rank fails it tells them so. Throws piper::Error on any
+// failure.
 void run_training(const RunOptions& options, std::ostream& out);
 
 }  // namespace piper::engine

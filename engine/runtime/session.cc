@@ -1,6 +1,7 @@
 #include "engine/runtime/session.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <set>
@@ -130,6 +131,16 @@ void Session::check_tensors() {
     }
   }
   for (const auto& constant : plan_.constants()) check_index(constant.tensor(), "a constant");
+  if (plan_.has_gradient_norm()) {
+    const int norm = plan_.gradient_norm().norm();
+    check_index(norm, "the gradient norm");
+    if (plan_.tensors(norm).dtype() != plan::FLOAT32 || plan_.tensors(norm).bytes() != 4) {
+      throw Error("the gradient norm " + tensor_label(plan_, norm) + " must be a float32 scalar");
+    }
+    for (const auto& gradient : plan_.gradient_norm().gradients()) {
+      check_index(gradient.tensor(), "the gradient of '" + gradient.parameter() + "'");
+    }
+  }
   for (int i = 0; i < plan_.tensors_size(); ++i) {
     if (!plan_.tensors(i).zero_at_step_start()) continue;
     zeroed_.push_back(i);
@@ -551,8 +562,18 @@ double Session::step(const Batch& batch) {
   for (const auto& input : plan_.inputs()) {
     upload_input(input, batch);
   }
-  executor_->run_step(StepContext{steps_done_ + 1, options_.seed});
+  executor_->run_step(StepContext{steps_done_ + 1, options_.seed, updates_done_ + 1});
   ++steps_done_;
+  if (plan_.has_gradient_norm()) {
+    float norm = 0.0f;
+    backend_->download(&norm, arena_ + plan_.tensors(plan_.gradient_norm().norm()).offset(),
+                       sizeof norm);
+    grad_norm_ = norm;
+    // The update kernels skipped this step when the norm is not finite.
+    if (std::isfinite(norm)) ++updates_done_;
+  } else {
+    ++updates_done_;
+  }
   double loss = 0.0;
   for (const auto& term : plan_.loss()) {
     float value = 0.0f;
@@ -560,6 +581,19 @@ double Session::step(const Batch& batch) {
     loss += term.weight() * static_cast<double>(value);
   }
   return loss;
+}
+
+std::string Session::first_non_finite_gradient() const {
+  if (!plan_.has_gradient_norm()) return "";
+  for (const plan::NormedGradient& gradient : plan_.gradient_norm().gradients()) {
+    const std::vector<uint8_t> bytes = download(plan_.tensors(gradient.tensor()));
+    const std::optional<NonFiniteValue> found = first_non_finite_float32(bytes);
+    if (found) {
+      return "'" + gradient.parameter() + "' (" + found->describe() + " at element " +
+             std::to_string(found->index) + ")";
+    }
+  }
+  return "";
 }
 
 const plan::Tensor& Session::tensor_named(const std::string& name) const {

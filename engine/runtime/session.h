@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,8 +46,18 @@ class Session {
   // batch, see data.h), runs the streams and returns the loss, the sum of weight * value over
   // plan.loss(). Throws piper::Error naming a missing or mismatched input.
   double step(const Batch& batch);
-  // Steps run so far; the next step's 1-based optimizer step number is steps_done() + 1.
+  // Steps run so far.
   int64_t steps_done() const { return steps_done_; }
+  // Steps whose update was applied: those whose global gradient norm was finite (a step with a
+  // non-finite norm updates nothing, on every rank). The next update's 1-based optimizer step
+  // number is updates_done() + 1.
+  int64_t updates_done() const { return updates_done_; }
+  // The global gradient norm of the last step (Plan.gradient_norm), or none when the plan
+  // trains nothing or no step ran.
+  std::optional<double> grad_norm() const { return grad_norm_; }
+  // The first gradient of this rank's share of the norm holding a NaN or infinity, as
+  // "'fc1.weight' (NaN at element 3)", or empty when this rank's are all finite.
+  std::string first_non_finite_gradient() const;
 
   const plan::Plan& plan() const { return plan_; }
   Backend& backend() { return *backend_; }
@@ -116,6 +127,8 @@ class Session {
   // Declared last: its kernels use the communicators, so it goes first.
   std::unique_ptr<Executor> executor_;
   int64_t steps_done_ = 0;
+  int64_t updates_done_ = 0;
+  std::optional<double> grad_norm_;
 };
 
 }  // namespace piper::engine

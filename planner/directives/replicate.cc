@@ -324,6 +324,7 @@ struct Replication {
       const std::string name = ops().tensor(gradient).name;
       const ir::TensorId shard =
           add_shard_tensor(name + "/shard", shard_elements(gradient), ir::Role::kGradient);
+      ops().tensor(shard).shard_of = gradient;
       ir::TensorId partial_shard = shard;
       if (accumulated) {
         partial_shard = add_shard_tensor(name + "/microbatch/shard", shard_elements(gradient),

@@ -37,9 +37,9 @@ struct Tensor {
   int64_t int_high = 0;
   // Zeroed at the start of every step; piper.Accumulate ops add into it.
   bool accumulated = false;
-  // For a parameter shard (ZeRO-3): the whole parameter, flattened and zero-padded, of which
-  // each replica holds one slice of this tensor's size, in the order of the replicas of the
-  // tasks that use it.
+  // For a parameter shard (ZeRO-3) or a gradient shard (ZeRO-2): the whole tensor, flattened
+  // and zero-padded, of which each replica holds one slice of this tensor's size, in the order
+  // of the replicas of the tasks that use it.
   TensorId shard_of = -1;
   // Dimensions whose extent is known only at run time, by increasing `dim`
   // (ir/dynamic_dims.h derives them).
@@ -89,6 +89,9 @@ class OpGraph {
   // The constant d(step loss)/d(loss): 1, or 1/M with M microbatches.
   TensorId loss_seed = -1;
   std::vector<TrainedParameter> trained;
+  // The global L2 norm of the gradients the update ops apply (planner/gradient_norm.h), a
+  // float32 scalar that every update op reads; -1 until that pass runs.
+  TensorId grad_norm = -1;
 
  private:
   std::vector<Tensor> tensors_;

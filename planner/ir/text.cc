@@ -6,6 +6,7 @@
 //   inputs NAME ...
 //   loss NAME [seed=NAME]
 //   trained NAME [grad=NAME] [state=[NAME, ...]]
+//   grad_norm NAME
 //   task INDEX KIND PASS [mb=INT] [tags={...}] [devices=[INT, ...]] [stream=NAME]
 //        [ops=[INT, ...]] [tensors=[NAME, ...]] [peer=INT] [average=1]
 //   edge FROM -> TO [data | temporal | window]
@@ -160,6 +161,7 @@ class Printer {
       out_ += "\n";
     }
     for (const TrainedParameter& trained : ops_.trained) print_trained(trained);
+    if (ops_.grad_norm >= 0) out_ += "grad_norm " + tensor_ref(ops_.grad_norm) + "\n";
     for (TaskId id = 0; id < graph_.num_tasks(); ++id) print_task(id);
     for (const Edge& edge : graph_.edges()) {
       out_ += "edge " + std::to_string(edge.from) + " -> " + std::to_string(edge.to) + " " +
@@ -553,10 +555,12 @@ class Parser {
         {"tensor", &Parser::parse_tensor},   {"op", &Parser::parse_op},
         {"inputs", &Parser::parse_inputs},   {"loss", &Parser::parse_loss},
         {"trained", &Parser::parse_trained}, {"task", &Parser::parse_task},
-        {"edge", &Parser::parse_edge},
+        {"edge", &Parser::parse_edge},       {"grad_norm", &Parser::parse_grad_norm},
     };
     const auto found = kLines.find(in.peek_word());
-    if (found == kLines.end()) in.fail("tensor, op, inputs, loss, trained, task or edge");
+    if (found == kLines.end()) {
+      in.fail("tensor, op, inputs, loss, trained, grad_norm, task or edge");
+    }
     in.skip();
     (this->*found->second)(in);
   }
@@ -676,6 +680,8 @@ class Parser {
     ops().loss = tensor_ref(in);
     in.fields({"seed"}, [&](const std::string&) { ops().loss_seed = tensor_ref(in); });
   }
+
+  void parse_grad_norm(LineReader& in) { ops().grad_norm = tensor_ref(in); }
 
   void parse_trained(LineReader& in) {
     TrainedParameter trained;

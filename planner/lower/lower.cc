@@ -246,6 +246,26 @@ class Lowering {
       }
     }
     for (ir::TensorId out_id : op.outputs) kernel.add_outputs(use(out_id, task.microbatch));
+    if (op.type == "piper.SumSquares") describe_norm_share(op, kernel);
+    if (!op.outputs.empty() && op.outputs[0] == ops_.grad_norm) {
+      plan_.mutable_gradient_norm()->set_norm(kernel.outputs(0));
+    }
+  }
+
+  // The gradients of this rank's share of the norm, named by their parameters.
+  void describe_norm_share(const ir::Op& op, const plan::Kernel& kernel) {
+    std::map<ir::TensorId, std::string> parameters;
+    for (const ir::TrainedParameter& trained : ops_.trained) {
+      const ir::Tensor& parameter = ops_.tensor(trained.parameter);
+      parameters[trained.gradient] =
+          parameter.initializer.empty() ? parameter.name : parameter.initializer;
+    }
+    plan::GradientNorm& norm = *plan_.mutable_gradient_norm();
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      plan::NormedGradient& gradient = *norm.add_gradients();
+      gradient.set_tensor(kernel.inputs(static_cast<int>(i)));
+      gradient.set_parameter(parameters.at(op.inputs[i]));
+    }
   }
 
   void emit_collective(plan::Stream& out, const ir::Task& task, ir::TaskId id) {
@@ -445,6 +465,8 @@ class Lowering {
           break;
       }
     }
+    // The engine reads the norm after the step, as it reads the loss.
+    if (plan_.has_gradient_norm()) lifetimes_[plan_.gradient_norm().norm()].last = position_;
     keep_comm_buffers_alive();
     const std::vector<int> buffer = share_reshaped_buffers();
     const MemoryPlan placed = plan_memory(lifetimes_);

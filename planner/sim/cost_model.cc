@@ -166,6 +166,7 @@ double flops_per_element(const std::string& type) {
       {"piper.PowExponentGrad", 10},
       {"piper.SGD", 4},
       {"piper.AdamW", 16},
+      {"piper.SumSquares", 2},
   };
   if (kFree.count(type)) return 0;
   const auto found = kCosts.find(type);

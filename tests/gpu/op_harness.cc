@@ -83,7 +83,7 @@ std::vector<std::vector<uint8_t>> run_case(Backend& backend, const OpCase& c,
     }
   }
   std::unique_ptr<PreparedKernel> prepared = backend.prepare(kernel, inputs, outputs);
-  for (int step = 1; step <= c.steps; ++step) prepared->run(StepContext{step, 7});
+  for (int step = 1; step <= c.steps; ++step) prepared->run(StepContext{step, 7, step});
   after_run();
   std::vector<std::vector<uint8_t>> result;
   for (const auto* views : {&inputs, &outputs}) {

@@ -134,7 +134,7 @@ class KernelRunner {
   // Prepares and runs once with the given 1-based step.
   void Run(const std::string& op, const std::vector<int>& inputs, const std::vector<int>& outputs,
            const std::vector<plan::Attribute>& attributes = {}, int64_t step = 1) {
-    Prepare(op, inputs, outputs, attributes)->run(StepContext{step, 0});
+    Prepare(op, inputs, outputs, attributes)->run(StepContext{step, 0, step});
   }
 
   cpu::CpuBackend& backend() { return backend_; }

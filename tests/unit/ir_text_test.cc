@@ -79,6 +79,7 @@ TaskGraph graph_with_every_feature() {
   ops.loss_seed = scale;
   ops.tensor(dw).accumulated = true;
   ops.trained = {{w, dw, {m, v}}, {scale, -1, {}}};
+  ops.grad_norm = l;
 
   TaskGraph graph(std::move(ops));
   const TaskId a = graph.add_task(
@@ -154,6 +155,7 @@ void expect_equal(const TaskGraph& a, const TaskGraph& b) {
   EXPECT_EQ(x.inputs, y.inputs);
   EXPECT_EQ(x.loss, y.loss);
   EXPECT_EQ(x.loss_seed, y.loss_seed);
+  EXPECT_EQ(x.grad_norm, y.grad_norm);
   ASSERT_EQ(x.trained.size(), y.trained.size());
   for (size_t i = 0; i < x.trained.size(); ++i) {
     EXPECT_EQ(x.trained[i].parameter, y.trained[i].parameter);
@@ -186,6 +188,7 @@ TEST(TextTest, PrintsReadableLines) {
     EXPECT_NE(text.find(line + "\n"), std::string::npos) << "missing: " << line << "\n" << text;
   };
   has_line("tensor x f32[4,8] input");
+  has_line("grad_norm \"_\"");
   has_line("tensor ids i64[4] input high=1000");
   has_line("tensor \"onnx::Gemm_5\" f32[8,16] parameter init=fc1.weight");
   has_line("tensor \"_\" f32[] loss");
@@ -287,7 +290,7 @@ TEST(TextTest, ErrorsNameTheLineAndWhatWasExpected) {
   const std::string x = "tensor x f32[2] input\n";
   expect_parse_error(
       "tensr x f32[2] input",
-      "line 1: expected tensor, op, inputs, loss, trained, task or edge, got 'tensr'");
+      "line 1: expected tensor, op, inputs, loss, trained, grad_norm, task or edge, got 'tensr'");
   expect_parse_error("\ntensor x f64[2] input",
                      "line 2: expected a dtype (f32, i64, bool), got 'f64'");
   expect_parse_error("tensor x f32[2,] input", "line 1: expected a dimension, got ']'");

@@ -1,5 +1,6 @@
 // piper.SGD and piper.AdamW against torch.optim's update rules written out in double,
-// over three steps with changing gradients.
+// over three steps with changing gradients; the gradient norm that skips a step; and
+// piper.SumSquares against a sum in double.
 #include <gmock/gmock.h>
 
 #include "engine_test_util.h"
@@ -35,7 +36,7 @@ void CheckSgd(const SgdCase& c) {
   for (int step = 1; step <= kSteps; ++step) {
     const auto grad = Gradient(step);
     r.Set(g, grad);
-    kernel->run(StepContext{step, 0});
+    kernel->run(StepContext{step, 0, step});
     for (int64_t i = 0; i < kSize; ++i) {
       double d = grad[i] + c.weight_decay * param[i];
       if (c.momentum != 0) {
@@ -70,7 +71,7 @@ TEST(OptimizerKernels, AdamW) {
   for (int step = 1; step <= kSteps; ++step) {
     const auto grad = Gradient(step);
     r.Set(g, grad);
-    kernel->run(StepContext{step, 0});
+    kernel->run(StepContext{step, 0, step});
     for (int64_t i = 0; i < kSize; ++i) {
       param[i] *= 1 - lr * wd;
       mm[i] = b1 * mm[i] + (1 - b1) * grad[i];
@@ -114,6 +115,87 @@ TEST(OptimizerKernels, RejectsMissingLrAndMismatchedState) {
   }
   EXPECT_THROW(r.Prepare("piper.AdamW", {p, g, m, m}, {}, {Float("lr", 0.1)}), Error);
   EXPECT_THROW(r.Prepare("piper.SGD", {p, g}, {}, {Float("lr", 0.1), Float("momentum", 0.9)}),
+               Error);
+}
+
+// A non-finite norm leaves parameter and state as they were; a finite one updates as without
+// a norm, and the optimizer step number (bias correction) is StepContext::update.
+TEST(OptimizerKernels, AdamWSkipsTheUpdateWhenTheGradientNormIsNotFinite) {
+  const std::vector<float> p0 = TestValues(kSize, 8);
+  const std::vector<plan::Attribute> attributes = {Float("lr", 0.1), Float("weight_decay", 0.1)};
+  KernelRunner gated, plain;
+  const int p = gated.Input({kSize}, p0);
+  const int g = gated.Input({kSize}, Gradient(1));
+  const int m = gated.Output({kSize});
+  const int v = gated.Output({kSize});
+  const int n = gated.Input({}, {1.0f});
+  plain.Input({kSize}, p0);
+  plain.Input({kSize}, Gradient(1));
+  plain.Output({kSize});
+  plain.Output({kSize});
+  auto with_norm = gated.Prepare("piper.AdamW", {p, g, m, v, n}, {}, attributes);
+  auto without = plain.Prepare("piper.AdamW", {p, g, m, v}, {}, attributes);
+  with_norm->run(StepContext{1, 0, 1});
+  without->run(StepContext{1, 0, 1});
+  for (const float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    gated.Set(n, {bad});
+    const auto before = {gated.Floats(p), gated.Floats(m), gated.Floats(v)};
+    with_norm->run(StepContext{2, 0, 2});
+    const auto after = {gated.Floats(p), gated.Floats(m), gated.Floats(v)};
+    EXPECT_TRUE(std::equal(before.begin(), before.end(), after.begin())) << bad;
+  }
+  gated.Set(n, {3.0f});
+  with_norm->run(StepContext{5, 0, 2});
+  without->run(StepContext{2, 0, 2});
+  for (int t : {p, m, v}) EXPECT_EQ(gated.Floats(t), plain.Floats(t)) << "tensor " << t;
+}
+
+TEST(OptimizerKernels, SgdReadsTheNormAfterItsState) {
+  for (const bool momentum : {false, true}) {
+    KernelRunner r;
+    const std::vector<float> p0 = TestValues(kSize, 9);
+    const int p = r.Input({kSize}, p0);
+    const int g = r.Input({kSize}, Gradient(1));
+    std::vector<int> inputs = {p, g};
+    if (momentum) inputs.push_back(r.Output({kSize}));
+    const int n = r.Input({}, {std::nanf("")});
+    inputs.push_back(n);
+    auto kernel = r.Prepare("piper.SGD", inputs, {},
+                            {Float("lr", 0.1), Float("momentum", momentum ? 0.9 : 0.0)});
+    kernel->run(StepContext{1, 0, 1});
+    EXPECT_EQ(r.Floats(p), p0) << "momentum " << momentum;
+    r.Set(n, {2.0f});
+    kernel->run(StepContext{1, 0, 1});
+    EXPECT_NE(r.Floats(p), p0) << "momentum " << momentum;
+  }
+}
+
+TEST(OptimizerKernels, RejectsANormThatIsNotAScalar) {
+  KernelRunner r;
+  const int p = r.Input({2}, {1, 2});
+  const int g = r.Input({2}, {1, 2});
+  try {
+    r.Prepare("piper.SGD", {p, g, g}, {}, {Float("lr", 0.1)});
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("the gradient norm N (input 2) must be a scalar"));
+  }
+}
+
+TEST(SumSquares, AddsTheSquaresOfEverySliceInDouble) {
+  KernelRunner r;
+  const int64_t big = 200000;  // several blocks of partial sums
+  const std::vector<float> a = TestValues(big, 3), b = TestValues(21, 4);
+  const int x0 = r.Input({big}, a);
+  const int x1 = r.Input({7, 3}, b);
+  const int y = r.Output({});
+  r.Run("piper.SumSquares", {x0, x1}, {y}, {Ints("starts", {5, 20}), Ints("counts", {big - 9, 1})});
+  double expected = static_cast<double>(b[20]) * b[20];
+  for (int64_t i = 5; i < big - 4; ++i) expected += static_cast<double>(a[i]) * a[i];
+  ExpectNear(r.Floats(y), {expected}, 0.0, "sum of squares", 1e-7);
+  EXPECT_THROW(r.Run("piper.SumSquares", {x0}, {y}, {Ints("starts", {1}), Ints("counts", {big})}),
+               Error);
+  EXPECT_THROW(r.Run("piper.SumSquares", {x0, x1}, {y}, {Ints("starts", {0}), Ints("counts", {1})}),
                Error);
 }
 

@@ -164,6 +164,19 @@ TEST(PlanTextTest, HeaderMemoryAndSettings) {
                        "nesterov=false  weight_decay=0"))
       << text;
   EXPECT_TRUE(has_line(text, "loss: 1 * loss f32[]")) << text;
+  EXPECT_EQ(text.find("gradient norm:"), std::string::npos) << text;
+}
+
+TEST(PlanTextTest, GradientNormNamesTheShare) {
+  plan::Plan plan = small_plan();
+  const int norm = add_tensor(plan, "grad_norm", plan::FLOAT32, {}, plan::ACTIVATION);
+  plan.mutable_gradient_norm()->set_norm(norm);
+  plan::NormedGradient& gradient = *plan.mutable_gradient_norm()->add_gradients();
+  gradient.set_tensor(3);
+  gradient.set_parameter("fc2.weight");
+  const std::string text = plan_to_text(plan);
+  EXPECT_TRUE(has_line(text, "gradient norm: grad_norm f32[], this rank's share from fc2.weight"))
+      << text;
 }
 
 TEST(PlanTextTest, CommunicationLines) {

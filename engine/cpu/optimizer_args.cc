@@ -1,0 +1,57 @@
+#include "engine/cpu/optimizer_args.h"
+
+#include <string>
+
+namespace piper::engine::cpu {
+
+void check_optimizer_state(const KernelArgs& args, const std::vector<const char*>& names) {
+  args.expect_outputs(0, 0);
+  const TensorView& p = args.input(0);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const TensorView& t = args.input(i);
+    args.expect_dtype(t, plan::FLOAT32, names[i]);
+    args.expect_same_shape(t, names[i], p, names[0]);
+  }
+}
+
+const float* gradient_norm_input(const KernelArgs& args, size_t index) {
+  if (args.num_inputs() != index + 1) return nullptr;
+  const std::string what = "the gradient norm N (input " + std::to_string(index) + ")";
+  const TensorView& norm = args.input(index);
+  args.expect_dtype(norm, plan::FLOAT32, what);
+  if (norm.elements() != 1) {
+    args.fail(what + " must be a scalar, but has " + std::to_string(norm.elements()) + " elements");
+  }
+  return norm.as<const float>();
+}
+
+SquaredSlices squared_slices(const KernelArgs& args) {
+  args.expect_outputs(1, 1);
+  const std::vector<int64_t> starts = args.attributes().get_ints("starts", {});
+  const std::vector<int64_t> counts = args.attributes().get_ints("counts", {});
+  if (starts.size() != args.num_inputs() || counts.size() != args.num_inputs()) {
+    args.fail("attributes starts and counts must hold one value per input (" +
+              std::to_string(args.num_inputs()) + "), but hold " + std::to_string(starts.size()) +
+              " and " + std::to_string(counts.size()));
+  }
+  SquaredSlices slices;
+  for (size_t i = 0; i < args.num_inputs(); ++i) {
+    const std::string what = "input " + std::to_string(i);
+    const TensorView& x = args.input(i);
+    args.expect_dtype(x, plan::FLOAT32, what);
+    if (starts[i] < 0 || counts[i] < 0 || starts[i] > x.elements() ||
+        counts[i] > x.elements() - starts[i]) {
+      args.fail(what + ": elements [" + std::to_string(starts[i]) + ", +" +
+                std::to_string(counts[i]) + ") lie outside its " + std::to_string(x.elements()));
+    }
+    slices.data.push_back(x.as<const float>() + starts[i]);
+    slices.counts.push_back(counts[i]);
+  }
+  const TensorView& y = args.output(0);
+  args.expect_dtype(y, plan::FLOAT32, "output 0");
+  if (y.elements() != 1) args.fail("output 0 must be a scalar");
+  slices.y = y.as<float>();
+  return slices;
+}
+
+}  // namespace piper::engine::cpu
