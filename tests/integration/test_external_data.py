@@ -209,6 +209,29 @@ class Loading(ExternalDataTest):
                 shutil.rmtree(self.folder)
                 os.mkdir(self.folder)
 
+    def test_sharded_parameters_read_their_slices(self):
+        # ZeRO-3 over two processes: each rank loads only its slice of every weight.
+        strategy = harness.write_json(self.path("zero3.json"), harness.strategy(
+            GLOBAL_BATCH, SGD, directives=[{"op": "zero", "stage": 3, "devices": [0, 1]}]))
+        launch = os.path.join(os.path.dirname(Tools.run), "piper-launch")
+        results = []
+        for name, model in (("inline", save_proto(mlp(), self.path("inline.onnx"))),
+                            ("external", self.external_mlp())):
+            plans = self.path(name + "_plans")
+            harness.run_ok([Tools.plan, model, strategy, "-o", plans])
+            metrics = self.path(name + ".jsonl")
+            trained = self.path(name + "_trained.onnx")
+            harness.run_ok([launch, "--plans", plans, "--steps", 3, "--data", self.data,
+                            "--metrics", metrics, "--save-onnx", trained, "--timeout", 60],
+                           timeout=240)
+            results.append(([r["loss"] for r in harness.read_metrics(metrics)],
+                            {t.name: numpy_helper.to_array(t)
+                             for t in onnx.load(trained).graph.initializer}))
+        (losses, weights), (got_losses, got_weights) = results
+        self.assertEqual(got_losses, losses)
+        for name, value in weights.items():
+            np.testing.assert_array_equal(got_weights[name], value, name)
+
     def test_offset_and_length_are_honoured(self):
         # The weights at unaligned offsets, after bytes that are not theirs, in one file.
         model = mlp()
