@@ -356,15 +356,6 @@ void ExternalData::read(const onnx::TensorProto& tensor, uint64_t offset, uint64
   ::close(fd);
 }
 
-std::vector<uint8_t> ExternalData::read_all(const onnx::TensorProto& tensor) const {
-  std::vector<uint8_t> bytes;
-  const uint64_t length = range(tensor).length;
-  bytes.reserve(static_cast<size_t>(length));
-  read(tensor, 0, length,
-       [&](const uint8_t* data, size_t size) { bytes.insert(bytes.end(), data, data + size); });
-  return bytes;
-}
-
 onnx::ModelProto ExternalData::with_resolved_locations(const onnx::ModelProto& model) const {
   onnx::ModelProto resolved = model;
   visit_tensors(resolved, [&](onnx::TensorProto& tensor) {

@@ -49,8 +49,6 @@ class ExternalData {
   // is held. Throws piper::Error when the range exceeds the tensor or the read fails.
   void read(const onnx::TensorProto& tensor, uint64_t offset, uint64_t count,
             const ByteSink& sink) const;
-  // All of the data of `tensor`.
-  std::vector<uint8_t> read_all(const onnx::TensorProto& tensor) const;
   // The byte length of the data of `tensor`.
   uint64_t length(const onnx::TensorProto& tensor) const;
 

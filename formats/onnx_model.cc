@@ -107,12 +107,6 @@ std::vector<uint8_t> initializer_bytes(const onnx::TensorProto& tensor) {
   }
 }
 
-std::vector<uint8_t> initializer_bytes(const onnx::TensorProto& tensor,
-                                       const ExternalData& external) {
-  if (tensor.data_location() == onnx::TensorProto::EXTERNAL) return external.read_all(tensor);
-  return initializer_bytes(tensor);
-}
-
 void save_onnx_with_initializers(const onnx::ModelProto& model,
                                  const std::map<std::string, std::vector<uint8_t>>& values,
                                  const ExternalData& external, const std::string& path) {

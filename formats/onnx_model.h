@@ -24,9 +24,6 @@ size_t onnx_element_size(int data_type);
 // The raw little-endian bytes of an initializer stored inline (raw_data or typed fields).
 // Throws piper::Error for external data.
 std::vector<uint8_t> initializer_bytes(const onnx::TensorProto& tensor);
-// The same, reading external data through `external` (the model's).
-std::vector<uint8_t> initializer_bytes(const onnx::TensorProto& tensor,
-                                       const ExternalData& external);
 
 // Writes `model` to `path` with the named initializers' values replaced by
 // `values` (raw bytes, same dtype and shape), every tensor inline: what `external` (the
