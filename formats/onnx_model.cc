@@ -6,26 +6,10 @@
 
 #include "formats/atomic_file.h"
 #include "formats/error.h"
+#include "formats/external_data.h"
 
 namespace piper::formats {
 namespace {
-
-size_t element_size(int data_type) {
-  switch (data_type) {
-    case onnx::TensorProto::FLOAT:
-    case onnx::TensorProto::INT32:
-      return 4;
-    case onnx::TensorProto::INT64:
-    case onnx::TensorProto::DOUBLE:
-      return 8;
-    case onnx::TensorProto::BOOL:
-    case onnx::TensorProto::UINT8:
-    case onnx::TensorProto::INT8:
-      return 1;
-    default:
-      return 0;
-  }
-}
 
 template <typename Field>
 std::vector<uint8_t> pack(const Field& values, size_t width) {
@@ -41,6 +25,30 @@ std::vector<uint8_t> pack(const Field& values, size_t width) {
 
 }  // namespace
 
+size_t onnx_element_size(int data_type) {
+  switch (data_type) {
+    case onnx::TensorProto::FLOAT:
+    case onnx::TensorProto::INT32:
+    case onnx::TensorProto::UINT32:
+      return 4;
+    case onnx::TensorProto::INT64:
+    case onnx::TensorProto::UINT64:
+    case onnx::TensorProto::DOUBLE:
+      return 8;
+    case onnx::TensorProto::BFLOAT16:
+    case onnx::TensorProto::FLOAT16:
+    case onnx::TensorProto::INT16:
+    case onnx::TensorProto::UINT16:
+      return 2;
+    case onnx::TensorProto::BOOL:
+    case onnx::TensorProto::UINT8:
+    case onnx::TensorProto::INT8:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
 onnx::ModelProto load_onnx_model(const std::string& path) {
   return parse_onnx_model(read_file(path), path);
 }
@@ -54,8 +62,11 @@ onnx::ModelProto parse_onnx_model(const std::string& bytes, const std::string& p
   if (!model.has_graph() || model.graph().node_size() == 0) {
     throw Error("'" + path + "' is not an ONNX model: it has no graph nodes");
   }
+  // Before the checker, which looks every external location up relative to the working
+  // directory: what it finds would tell a model's author which paths exist.
+  const ExternalData external(model, path);
   try {
-    onnx::checker::check_model(model);
+    onnx::checker::check_model(external.empty() ? model : external.with_resolved_locations(model));
   } catch (const std::exception& error) {
     throw Error("ONNX model '" + path + "' fails the ONNX checker: " + error.what());
   }
@@ -65,7 +76,8 @@ onnx::ModelProto parse_onnx_model(const std::string& bytes, const std::string& p
 std::vector<uint8_t> initializer_bytes(const onnx::TensorProto& tensor) {
   if (tensor.data_location() == onnx::TensorProto::EXTERNAL) {
     throw Error("initializer '" + tensor.name() +
-                "' uses external data; export the model with its weights inside the file");
+                "' keeps its data in an external file; it is read with the model's "
+                "formats::ExternalData");
   }
   if (tensor.has_raw_data()) {
     const std::string& raw = tensor.raw_data();
@@ -88,7 +100,7 @@ std::vector<uint8_t> initializer_bytes(const onnx::TensorProto& tensor) {
     case onnx::TensorProto::BOOL:
     case onnx::TensorProto::UINT8:
     case onnx::TensorProto::INT8:
-      return pack(tensor.int32_data(), element_size(tensor.data_type()));
+      return pack(tensor.int32_data(), onnx_element_size(tensor.data_type()));
     default:
       throw Error("initializer '" + tensor.name() + "' has unsupported data type " +
                   std::to_string(tensor.data_type()));
@@ -97,7 +109,7 @@ std::vector<uint8_t> initializer_bytes(const onnx::TensorProto& tensor) {
 
 void save_onnx_with_initializers(const onnx::ModelProto& model,
                                  const std::map<std::string, std::vector<uint8_t>>& values,
-                                 const std::string& path) {
+                                 const ExternalData& external, const std::string& path) {
   onnx::ModelProto trained = model;
   size_t replaced = 0;
   for (auto& initializer : *trained.mutable_graph()->mutable_initializer()) {
@@ -109,12 +121,23 @@ void save_onnx_with_initializers(const onnx::ModelProto& model,
     initializer.clear_float_data();
     initializer.clear_int64_data();
     initializer.clear_int32_data();
+    initializer.clear_external_data();
+    initializer.clear_data_location();
     initializer.set_raw_data(bytes.data(), bytes.size());
     ++replaced;
   }
   if (replaced != values.size()) {
     throw Error("cannot save '" + path + "': " + std::to_string(values.size() - replaced) +
                 " trained tensors have no initializer of that name in the model");
+  }
+  // The saved model stands on its own, wherever it is written: what stayed in external files
+  // (frozen weights) comes inline too.
+  inline_external_data(trained, external, [](const onnx::TensorProto&) { return true; });
+  const size_t size = trained.ByteSizeLong();
+  if (size > static_cast<size_t>(INT32_MAX)) {
+    throw Error("cannot save '" + path + "': the trained model is " + std::to_string(size) +
+                " bytes, over protobuf's 2 GB limit on one .onnx, and --save-onnx writes no "
+                "external data yet");
   }
   std::string bytes;
   if (!trained.SerializeToString(&bytes)) {

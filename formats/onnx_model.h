@@ -7,22 +7,29 @@
 #include <string>
 #include <vector>
 
+#include "formats/external_data.h"
+
 namespace piper::formats {
 
-// Parses `path` and runs the ONNX checker. Throws piper::Error naming the file
-// when it is missing, unreadable, not ONNX, truncated or invalid.
+// Parses `path`, checks its external data (formats::ExternalData: locations confined to the
+// model's folder, before any lookup) and runs the ONNX checker. Throws piper::Error naming
+// the file when it is missing, unreadable, not ONNX, truncated or invalid.
 onnx::ModelProto load_onnx_model(const std::string& path);
 // The same for a model file's bytes already read from `path`.
 onnx::ModelProto parse_onnx_model(const std::string& bytes, const std::string& path);
 
-// The raw little-endian bytes of an initializer, whether stored inline
-// (raw_data or typed fields). Throws piper::Error for external data.
+// The width in bytes of one element of an ONNX data type; 0 for strings and unknown types.
+size_t onnx_element_size(int data_type);
+
+// The raw little-endian bytes of an initializer stored inline (raw_data or typed fields).
+// Throws piper::Error for external data.
 std::vector<uint8_t> initializer_bytes(const onnx::TensorProto& tensor);
 
 // Writes `model` to `path` with the named initializers' values replaced by
-// `values` (raw bytes, same dtype and shape). Atomic: a temporary file renamed.
+// `values` (raw bytes, same dtype and shape), every tensor inline: what `external` (the
+// model's) holds is read into the file. Atomic: a temporary file renamed.
 void save_onnx_with_initializers(const onnx::ModelProto& model,
                                  const std::map<std::string, std::vector<uint8_t>>& values,
-                                 const std::string& path);
+                                 const ExternalData& external, const std::string& path);
 
 }  // namespace piper::formats

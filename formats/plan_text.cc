@@ -177,6 +177,9 @@ void write_header(std::ostringstream& out, const plan::Plan& plan) {
   field(out, "format version", std::to_string(header.format_version()));
   field(out, "plan id", header.plan_id());
   field(out, "model", header.model_path());
+  for (const plan::ExternalFile& file : header.external_files()) {
+    field(out, "external data", file.location() + ", " + sized(file.size()));
+  }
   field(out, "planner", header.planner_version());
   field(out, "global batch", std::to_string(plan.global_batch()));
   size_t instructions = 0;

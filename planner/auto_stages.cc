@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "formats/error.h"
-#include "formats/onnx_model.h"
 #include "planner/sim/cost_model.h"
 
 namespace piper::planner {
@@ -71,8 +70,7 @@ strategy::Strategy resolve_auto_stages(const std::string& model_path,
   for (strategy::Directive& directive : resolved.directives) {
     auto* pipeline = std::get_if<strategy::PipelineDirective>(&directive.spec);
     if (pipeline == nullptr || !pipeline->auto_stages) continue;
-    const ir::OpGraph graph =
-        import_model(formats::load_onnx_model(model_path), options, model_path);
+    const ir::OpGraph graph = import_model(load_model_for_import(model_path), options, model_path);
     const auto stages = balanced_stages(graph, *pipeline, strategy.source + ": " + directive.path);
     resolved.annotations.insert(resolved.annotations.end(), stages.begin(), stages.end());
     pipeline->auto_stages = false;

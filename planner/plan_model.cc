@@ -176,7 +176,7 @@ void infer_run_time_extents(ir::OpGraph& graph, const std::string& model_path) {
 
 ir::OpGraph training_graph(const std::string& model_path, const strategy::Strategy& strategy,
                            const PlanningOptions& options, PlanningResult& result) {
-  onnx::ModelProto model = formats::load_onnx_model(model_path);
+  onnx::ModelProto model = load_model_for_import(model_path, &result.external_files);
   result.frozen = match_frozen(model, strategy.frozen, strategy.source);
   ir::OpGraph graph = import_model(std::move(model), import_options(strategy), model_path);
   check_supported_ops(graph, model_path);
@@ -233,6 +233,9 @@ PlanningResult plan_model(const std::string& model_path, const strategy::Strateg
   lower_context.plan_id = new_plan_id();
   lower_context.model_path = std::filesystem::absolute(model_path).lexically_normal().string();
   lower_context.model_checksum = formats::fnv1a64(formats::read_file(model_path));
+  for (const formats::ExternalFile& file : result.external_files) {
+    lower_context.external_files.push_back(formats::to_plan(file));
+  }
   lower_context.global_batch = strategy.global_batch;
   lower_context.optimizer = strategy.optimizer;
   result.num_tasks = graph.num_tasks();

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/external_data.h"
 #include "formats/strategy.h"
 #include "planner/import/frozen.h"
 #include "planner/sim/cost_model.h"
@@ -33,6 +34,8 @@ struct PlanningResult {
   int bf16_casts = 0;
   // What each of the strategy's "frozen" globs froze.
   std::vector<FrozenMatch> frozen;
+  // The files of the model's external data, as found (the plans record them).
+  std::vector<formats::ExternalFile> external_files;
 };
 
 // The strategy as planned: "stages": "auto" resolved into annotations

@@ -187,8 +187,10 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
     // Every rank takes part: sharded parameters are gathered from all of them.
     const auto trained = session.trained_parameters();
     if (save_onnx_path) {
-      const onnx::ModelProto model = formats::load_onnx_model(session.plan().header().model_path());
-      formats::save_onnx_with_initializers(model, trained, *save_onnx_path);
+      const std::string& model_path = session.plan().header().model_path();
+      const onnx::ModelProto model = formats::load_onnx_model(model_path);
+      formats::save_onnx_with_initializers(model, trained, formats::ExternalData(model, model_path),
+                                           *save_onnx_path);
       out << "saved the trained model to " << *save_onnx_path << "\n";
     }
   }

@@ -186,6 +186,8 @@ void Session::load_parameters() {
                 "re-plan with the model as it is now");
   }
   const onnx::ModelProto model = formats::parse_onnx_model(bytes, path);
+  const formats::ExternalData external(model, path);
+  formats::check_unchanged(external, plan_.header().external_files(), path);
   std::unordered_map<std::string, const onnx::TensorProto*> initializers;
   for (const auto& initializer : model.graph().initializer()) {
     initializers.emplace(initializer.name(), &initializer);
@@ -216,21 +218,33 @@ void Session::load_parameters() {
                            : shape_string(shape)) +
                   "; re-plan for this model");
     }
-    const std::vector<uint8_t> bytes = formats::initializer_bytes(initializer);
+    // External data is read straight from its file, only the planned slice.
+    const bool in_file = initializer.data_location() == onnx::TensorProto::EXTERNAL;
+    const std::vector<uint8_t> bytes =
+        in_file ? std::vector<uint8_t>() : formats::initializer_bytes(initializer);
+    const uint64_t stored = in_file ? external.length(initializer) : bytes.size();
     const size_t element = dtype_size(dtype);
     const size_t whole = static_cast<size_t>(num_elements(dims)) * element;
-    if (bytes.size() != whole) {
-      throw Error(what + " holds " + std::to_string(bytes.size()) + " bytes of data, its shape " +
+    if (stored != whole) {
+      throw Error(what + " holds " + std::to_string(stored) + " bytes of data, its shape " +
                   shape_string(dims) + " needs " + std::to_string(whole));
     }
     const uint64_t offset = sharded ? load.shard().element_offset() * element : 0;
-    const uint64_t count = sharded ? load.shard().element_count() * element : bytes.size();
-    if (offset + count > bytes.size() || count > tensor.bytes()) {
+    const uint64_t count = sharded ? load.shard().element_count() * element : stored;
+    if (offset + count > stored || count > tensor.bytes()) {
       throw Error(what + ": the plan loads elements [" + std::to_string(offset / element) + ", " +
                   std::to_string((offset + count) / element) + ") into " +
                   tensor_label(plan_, load.tensor()) + ", which do not fit; re-plan");
     }
-    backend_->upload(arena_ + tensor.offset(), bytes.data() + offset, count);
+    uint8_t* target = arena_ + tensor.offset();
+    if (!in_file) {
+      backend_->upload(target, bytes.data() + offset, count);
+      continue;
+    }
+    external.read(initializer, offset, count, [&](const uint8_t* data, size_t size) {
+      backend_->upload(target, data, size);
+      target += size;
+    });
   }
 }
 

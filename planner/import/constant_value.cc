@@ -53,6 +53,9 @@ ConstantValue int_vector(const std::vector<int64_t>& ints) {
 }
 
 bool from_tensor_proto(const onnx::TensorProto& tensor, ConstantValue& value) {
+  // Float weights kept in external files (frozen ones included) are the engine's to load:
+  // their values fold into nothing, and reading gigabytes of them here would cost the plan.
+  if (tensor.data_location() == onnx::TensorProto::EXTERNAL) return false;
   value.data_type = tensor.data_type();
   value.shape.assign(tensor.dims().begin(), tensor.dims().end());
   value.ints.clear();

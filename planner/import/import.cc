@@ -352,6 +352,17 @@ void drop_run_time_shapes(ir::OpGraph& graph) {
 
 }  // namespace
 
+onnx::ModelProto load_model_for_import(const std::string& model_path,
+                                       std::vector<formats::ExternalFile>* files) {
+  onnx::ModelProto model = formats::load_onnx_model(model_path);
+  const formats::ExternalData external(model, model_path);
+  formats::inline_external_data(model, external, [](const onnx::TensorProto& tensor) {
+    return tensor.data_type() != onnx::TensorProto::FLOAT;
+  });
+  if (files) *files = external.files();
+  return model;
+}
+
 ir::OpGraph import_model(onnx::ModelProto model, const ImportOptions& options,
                          const std::string& model_name) {
   specialize_batch(*model.mutable_graph(), options.batch, model_name);

@@ -6,7 +6,9 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
+#include "formats/external_data.h"
 #include "planner/ir/op_graph.h"
 
 namespace piper::planner {
@@ -19,6 +21,13 @@ struct ImportOptions {
     return false;
   };
 };
+
+// Loads `model_path` for import_model. Of external data, what planning reads (integer
+// shapes, axes and indices: every tensor but float32 ones) is read into the model; float32
+// weights stay in their files, for the engine to load. `files`, when given, receives the
+// external data files.
+onnx::ModelProto load_model_for_import(const std::string& model_path,
+                                       std::vector<formats::ExternalFile>* files = nullptr);
 
 // Builds the forward op graph. `model_name` is used in messages. Throws
 // piper::Error naming the input or node when the model cannot be planned.

@@ -133,6 +133,7 @@ class Lowering {
     header.set_plan_id(context_.plan_id);
     header.set_model_path(context_.model_path);
     header.set_model_checksum(context_.model_checksum);
+    for (const auto& file : context_.external_files) *header.add_external_files() = file;
     header.set_planner_version(formats::piper_build_id());
     plan_.set_global_batch(context_.global_batch);
     plan::Optimizer& optimizer = *plan_.mutable_optimizer();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "formats/strategy.h"
 #include "planner/ir/task_graph.h"
@@ -11,8 +12,9 @@ namespace piper::planner {
 
 struct LowerContext {
   std::string plan_id;
-  std::string model_path;  // absolute
-  uint64_t model_checksum = 0;  // formats::fnv1a64 of the model file
+  std::string model_path;                          // absolute
+  uint64_t model_checksum = 0;                     // formats::fnv1a64 of the model file
+  std::vector<plan::ExternalFile> external_files;  // the files of its external data
   int64_t global_batch = 0;
   strategy::Optimizer optimizer;
 };
