@@ -11,7 +11,7 @@ namespace piper::planner {
 
 struct LowerContext {
   std::string plan_id;
-  std::string model_path;  // absolute
+  std::string model_path;       // absolute
   uint64_t model_checksum = 0;  // formats::fnv1a64 of the model file
   int64_t global_batch = 0;
   strategy::Optimizer optimizer;
