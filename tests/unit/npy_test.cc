@@ -126,6 +126,19 @@ TEST(Npy, ErrorsNameTheFileAndTheProblem) {
               HasSubstr("malformed .npy header"));
 }
 
+// Found by fuzz_npy: a dimension past int64 overflowed while it was read, and a shape whose
+// size overflows wrapped around to a small one, so (2**62, 8) int64 read as 0 bytes.
+TEST(Npy, HugeShapesAreErrorsNotOverflows) {
+  EXPECT_THAT(
+      ExpectParseError(NumpyBytes(
+          "{'descr': '|b1', 'fortran_order': False, 'shape': (55555555555555555555,), }", "")),
+      HasSubstr("a dimension past int64"));
+  EXPECT_THAT(
+      ExpectParseError(NumpyBytes(
+          "{'descr': '<i8', 'fortran_order': False, 'shape': (4611686018427387904, 8), }", "")),
+      HasSubstr("a shape whose size overflows 64 bits"));
+}
+
 TEST(Npy, MissingFileNamesThePath) {
   try {
     read_npy("/nonexistent/dir/x.npy");
