@@ -117,16 +117,21 @@ class HeaderParser {
 };
 
 // The bytes of data `array`'s shape and dtype need; the shape comes from a file, so the
-// product is checked (a shape of (2**62, 8) once wrapped around to a small size).
+// product is checked (a shape of (2**62, 8) once wrapped around to a small size). A zero
+// dimension does not excuse the others: their product must fit too, as elements() takes it
+// in order.
 uint64_t data_bytes(const NpyArray& array, const std::string& source) {
-  uint64_t bytes = npy_dtype_size(array.dtype);
+  auto bytes = static_cast<int64_t>(npy_dtype_size(array.dtype));
+  bool empty = false;
   for (int64_t dim : array.shape) {
-    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(dim), &bytes)) {
+    if (dim == 0) {
+      empty = true;
+    } else if (__builtin_mul_overflow(bytes, dim, &bytes)) {
       throw Error("'" + source +
                   "' has a shape whose size overflows 64 bits; it cannot be an array");
     }
   }
-  return bytes;
+  return empty ? 0 : static_cast<uint64_t>(bytes);
 }
 
 }  // namespace

@@ -137,6 +137,17 @@ TEST(Npy, HugeShapesAreErrorsNotOverflows) {
       ExpectParseError(NumpyBytes(
           "{'descr': '<i8', 'fortran_order': False, 'shape': (4611686018427387904, 8), }", "")),
       HasSubstr("a shape whose size overflows 64 bits"));
+  // Past int64 but within uint64 before a zero dimension: it once passed, and counting the
+  // elements overflowed (fuzz_npy).
+  EXPECT_THAT(
+      ExpectParseError(NumpyBytes(
+          "{'descr': '|b1', 'fortran_order': False, 'shape': (4294967296, 3000000000, 0), }", "")),
+      HasSubstr("a shape whose size overflows 64 bits"));
+  // Below the limit an empty array still reads.
+  const NpyArray empty = parse_npy(
+      NumpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1048576, 0), }", ""), "e");
+  EXPECT_EQ(empty.elements(), 0);
+  EXPECT_TRUE(empty.data.empty());
 }
 
 TEST(Npy, MissingFileNamesThePath) {
