@@ -45,6 +45,10 @@ class TcpStoreServer {
   // Waits until at most `count` clients are connected; false when `timeout` passed first.
   bool wait_for_connections_at_most(int count, std::chrono::milliseconds timeout);
 
+  // Handles one request payload; returns the reply payload. Throws on a malformed request.
+  // Public so that the store's fuzz target (tests/fuzz/store_fuzz.cc) feeds it bytes.
+  std::string handle(const std::string& request);
+
  private:
   struct Client {
     net::Socket socket;
@@ -53,8 +57,6 @@ class TcpStoreServer {
   };
   void accept_loop();
   void serve(Client& client);
-  // Handles one request payload; returns the reply payload. Throws on a malformed request.
-  std::string handle(const std::string& request);
 
   net::Socket listener_;
   int port_ = 0;
