@@ -21,7 +21,8 @@ NpyArray Make(NpyDType dtype, std::vector<int64_t> shape, const std::vector<T>& 
   array.dtype = dtype;
   array.shape = std::move(shape);
   array.data.resize(values.size() * sizeof(T));
-  std::memcpy(array.data.data(), values.data(), array.data.size());
+  // Empty vectors may hold null pointers, which memcpy must not get even for 0 bytes (UBSan).
+  if (!values.empty()) std::memcpy(array.data.data(), values.data(), array.data.size());
   return array;
 }
 
