@@ -100,7 +100,10 @@ class HeaderParser {
       if (!std::isdigit(static_cast<unsigned char>(peek()))) fail("bad shape");
       int64_t value = 0;
       while (std::isdigit(static_cast<unsigned char>(peek()))) {
-        value = value * 10 + (text_[at_++] - '0');
+        if (__builtin_mul_overflow(value, 10, &value) ||
+            __builtin_add_overflow(value, text_[at_++] - '0', &value)) {
+          fail("a dimension past int64");
+        }
       }
       values.push_back(value);
       skip_space();
@@ -112,6 +115,24 @@ class HeaderParser {
   const std::string& source_;
   size_t at_ = 0;
 };
+
+// The bytes of data `array`'s shape and dtype need; the shape comes from a file, so the
+// product is checked (a shape of (2**62, 8) once wrapped around to a small size). A zero
+// dimension does not excuse the others: their product must fit too, as elements() takes it
+// in order.
+uint64_t data_bytes(const NpyArray& array, const std::string& source) {
+  auto bytes = static_cast<int64_t>(npy_dtype_size(array.dtype));
+  bool empty = false;
+  for (int64_t dim : array.shape) {
+    if (dim == 0) {
+      empty = true;
+    } else if (__builtin_mul_overflow(bytes, dim, &bytes)) {
+      throw Error("'" + source +
+                  "' has a shape whose size overflows 64 bits; it cannot be an array");
+    }
+  }
+  return empty ? 0 : static_cast<uint64_t>(bytes);
+}
 
 }  // namespace
 
@@ -190,7 +211,7 @@ NpyArray parse_npy(std::string_view bytes, const std::string& source) {
                 "' stores its array in Fortran order; save a C-order copy with "
                 "numpy.save(path, numpy.ascontiguousarray(array))");
   }
-  const uint64_t expected = static_cast<uint64_t>(array.elements()) * npy_dtype_size(array.dtype);
+  const uint64_t expected = data_bytes(array, source);
   const std::string_view data = bytes.substr(preamble + header_length);
   if (data.size() < expected) {
     throw Error("'" + source + "' is truncated: shape needs " + std::to_string(expected) +

@@ -77,8 +77,10 @@ void write_plan_file(const std::string& path, const plan::Plan& plan) {
 }
 
 plan::Plan read_plan_file(const std::string& path) {
-  const std::string bytes = read_file(path);
-  const std::string_view view(bytes);
+  return parse_plan_file(read_file(path), path);
+}
+
+plan::Plan parse_plan_file(std::string_view view, const std::string& path) {
   if (view.size() < kMagic.size() || view.substr(0, kMagic.size()) != kMagic) {
     throw Error("'" + path + "' is not a Piper plan (bad magic); write plans with piper-plan");
   }

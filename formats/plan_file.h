@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "schemas/plan.pb.h"
 
@@ -16,5 +17,7 @@ void write_plan_file(const std::string& path, const plan::Plan& plan);
 // Throws piper::Error naming the path when the file is missing, not a plan,
 // truncated, corrupted (checksum) or of another format version.
 plan::Plan read_plan_file(const std::string& path);
+// The same for a plan file's bytes already read from `path`.
+plan::Plan parse_plan_file(std::string_view bytes, const std::string& path);
 
 }  // namespace piper::formats

@@ -16,6 +16,8 @@ packages=(
   # libraries
   libonnx-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev libcli11-dev
   libgtest-dev libopenblas-dev libgloo-dev libssl-dev
+  # the sanitizer and fuzzing builds (clang, its ASan/UBSan/libFuzzer runtimes), the format check
+  clang libclang-rt-dev clang-format
   # reference and test data: PyTorch and ONNX for the sample export and the
   # integration tests, the ONNX backend test cases for conformance tests
   python3-torch python3-onnx python3-numpy python3-venv libonnx-testdata

@@ -143,9 +143,13 @@ int64_t FileStore::add(const std::string& key, int64_t delta) {
       throw Error("rendezvous store: add: key '" + key + "' holds a value that is not an integer");
     }
   }
-  value += delta;
-  write_file_atomically(path, std::to_string(value));
-  return value;
+  int64_t sum = 0;
+  if (__builtin_add_overflow(value, delta, &sum)) {
+    throw Error("rendezvous store: add: key '" + key + "' holds " + std::to_string(value) +
+                ", adding " + std::to_string(delta) + " passes int64");
+  }
+  write_file_atomically(path, std::to_string(sum));
+  return sum;
 }
 
 }  // namespace piper::engine

@@ -360,7 +360,10 @@ std::string TcpStoreServer::handle(const std::string& request) {
           return error_reply("add: key '" + key + "' holds a value that is not an integer");
         }
       }
-      current += delta;
+      if (__builtin_add_overflow(current, delta, &current)) {
+        return error_reply("add: key '" + key + "' holds " + value + ", adding " +
+                           std::to_string(delta) + " passes int64");
+      }
       value = std::to_string(current);
       out.i64(current);
       break;

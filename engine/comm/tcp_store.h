@@ -75,6 +75,10 @@ class TcpStoreServer {
   bool wait_for_connections_at_most(int count, std::chrono::milliseconds timeout,
                                     const std::vector<int>& ignored_ranks = {});
 
+  // Handles one request payload; returns the reply payload. Throws on a malformed request.
+  // Public so that the store's fuzz target (tests/fuzz/store_fuzz.cc) feeds it bytes.
+  std::string handle(const std::string& request);
+
  private:
   struct Client {
     net::Socket socket;
@@ -91,8 +95,6 @@ class TcpStoreServer {
   // The server's side of the handshake; false (after telling the client why, when it
   // answered) when the client may not go on.
   bool admit(Client& client);
-  // Handles one request payload; returns the reply payload. Throws on a malformed request.
-  std::string handle(const std::string& request);
 
   TcpStoreServerOptions options_;
   net::Socket listener_;

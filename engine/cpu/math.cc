@@ -53,8 +53,8 @@ std::unique_ptr<PreparedKernel> make_pow(const TensorView& a, const TensorView& 
   const bool scalar_exponent = b.elements() == 1 && a.shape == y.shape;
   return make_kernel([loop, scalar_exponent, n = y.elements(), pa = a.as<const T>(),
                       pb = b.as<const E>(), py = y.as<T>()](const StepContext&) {
-    if constexpr (std::is_floating_point_v<T>) {
-      if (scalar_exponent) {
+    if (scalar_exponent) {
+      if constexpr (std::is_floating_point_v<T>) {
         const float e = static_cast<float>(pb[0]);
         parallel_for(n, kParallelGrain, [&](int64_t begin, int64_t end) {
           if (e == 2.0f) {

@@ -288,8 +288,8 @@ TEST(RecomputeDirective, SplitAfterRecomputeClonesTheRecomputeTasks) {
       {"op": "split", "dim_name": "MB", "num_microbatches": 2}])");
   for (int mb = 0; mb < 2; ++mb) {
     const ir::TaskId recompute = Find(graph, ir::Pass::kBackward, 0, mb, true);
-    EXPECT_TRUE(HasEdge(graph, Find(graph, ir::Pass::kBackward, 1, mb), recompute,
-                        ir::EdgeKind::kWindow));
+    EXPECT_TRUE(
+        HasEdge(graph, Find(graph, ir::Pass::kBackward, 1, mb), recompute, ir::EdgeKind::kWindow));
   }
 }
 

@@ -53,8 +53,7 @@ TEST(SplitDirective, MustComeBeforeTransfers) {
     apply_directives(graph, R"([{"op": "split", "dim_name": "MB", "num_microbatches": 2}])");
     FAIL() << "expected an error";
   } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("$.directives[0]"), std::string::npos)
-        << error.what();
+    EXPECT_NE(std::string(error.what()).find("$.directives[0]"), std::string::npos) << error.what();
   }
 }
 

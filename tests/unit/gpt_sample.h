@@ -14,8 +14,8 @@ inline ir::OpGraph import_gpt_sample(int64_t batch) {
   options.is_frozen = [](const std::string& name) {
     return name.find("mask") != std::string::npos;
   };
-  return planner::import_model(
-      formats::load_onnx_model(PIPER_SOURCE_DIR "/samples/gpt/model.onnx"), options, "gpt");
+  return planner::import_model(formats::load_onnx_model(PIPER_SOURCE_DIR "/samples/gpt/model.onnx"),
+                               options, "gpt");
 }
 
 }  // namespace piper::testing

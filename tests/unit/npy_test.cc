@@ -21,7 +21,8 @@ NpyArray Make(NpyDType dtype, std::vector<int64_t> shape, const std::vector<T>& 
   array.dtype = dtype;
   array.shape = std::move(shape);
   array.data.resize(values.size() * sizeof(T));
-  std::memcpy(array.data.data(), values.data(), array.data.size());
+  // Empty vectors may hold null pointers, which memcpy must not get even for 0 bytes (UBSan).
+  if (!values.empty()) std::memcpy(array.data.data(), values.data(), array.data.size());
   return array;
 }
 
@@ -124,6 +125,30 @@ TEST(Npy, ErrorsNameTheFileAndTheProblem) {
   EXPECT_THAT(ExpectParseError(whole.substr(0, 30)), HasSubstr("truncated"));
   EXPECT_THAT(ExpectParseError(NumpyBytes("{'descr': '<f4', 'shape': (2,), }", std::string(8, 0))),
               HasSubstr("malformed .npy header"));
+}
+
+// Found by fuzz_npy: a dimension past int64 overflowed while it was read, and a shape whose
+// size overflows wrapped around to a small one, so (2**62, 8) int64 read as 0 bytes.
+TEST(Npy, HugeShapesAreErrorsNotOverflows) {
+  EXPECT_THAT(
+      ExpectParseError(NumpyBytes(
+          "{'descr': '|b1', 'fortran_order': False, 'shape': (55555555555555555555,), }", "")),
+      HasSubstr("a dimension past int64"));
+  EXPECT_THAT(
+      ExpectParseError(NumpyBytes(
+          "{'descr': '<i8', 'fortran_order': False, 'shape': (4611686018427387904, 8), }", "")),
+      HasSubstr("a shape whose size overflows 64 bits"));
+  // Past int64 but within uint64 before a zero dimension: it once passed, and counting the
+  // elements overflowed (fuzz_npy).
+  EXPECT_THAT(
+      ExpectParseError(NumpyBytes(
+          "{'descr': '|b1', 'fortran_order': False, 'shape': (4294967296, 3000000000, 0), }", "")),
+      HasSubstr("a shape whose size overflows 64 bits"));
+  // Below the limit an empty array still reads.
+  const NpyArray empty = parse_npy(
+      NumpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1048576, 0), }", ""), "e");
+  EXPECT_EQ(empty.elements(), 0);
+  EXPECT_TRUE(empty.data.empty());
 }
 
 TEST(Npy, MissingFileNamesThePath) {

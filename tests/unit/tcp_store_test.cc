@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 #include "engine/comm/file_store.h"
@@ -138,6 +139,18 @@ TEST_F(TcpStoreTest, AddIsAtomicAcrossClients) {
 
 // Raw bytes to the server: it answers a malformed request with an error and hangs up, and keeps
 // serving everyone else.
+// Found by fuzz_store: an add past int64 was signed overflow in the server (UBSan).
+TEST_F(TcpStoreTest, AddPastInt64IsRefusedKeepingTheValue) {
+  auto store = Client();
+  EXPECT_EQ(store->add("n", std::numeric_limits<int64_t>::max()),
+            std::numeric_limits<int64_t>::max());
+  EXPECT_THAT(ErrorOf([&] { store->add("n", 1); }), HasSubstr("passes int64"));
+  EXPECT_EQ(store->add("n", -1), std::numeric_limits<int64_t>::max() - 1);
+  EXPECT_EQ(store->add("m", std::numeric_limits<int64_t>::min()),
+            std::numeric_limits<int64_t>::min());
+  EXPECT_THAT(ErrorOf([&] { store->add("m", -1); }), HasSubstr("passes int64"));
+}
+
 TEST_F(TcpStoreTest, MalformedAndOversizedMessagesAreRejected) {
   auto exchange = [&](const std::string& bytes) {
     net::Socket socket = Admitted(server_.port());
@@ -400,6 +413,18 @@ TEST(FileStore, SetOverwriteAddCheckAndWait) {
                 store.wait({"k/1", "k/2"});
               }),
               AllOf(HasSubstr("file://" + dir + "/nested"), HasSubstr("waited 0.2 s for 'k/2'")));
+  std::filesystem::remove_all(dir);
+}
+
+// As the TCP store's (found by fuzz_store): an add past int64 is refused, not wrapped.
+TEST(FileStore, AddPastInt64IsRefusedKeepingTheValue) {
+  const std::string dir = ::testing::TempDir() + "/piper_file_store_overflow_test";
+  std::filesystem::remove_all(dir);
+  FileStore store(dir);
+  EXPECT_EQ(store.add("n", std::numeric_limits<int64_t>::max()),
+            std::numeric_limits<int64_t>::max());
+  EXPECT_THAT(ErrorOf([&] { store.add("n", 1); }), HasSubstr("passes int64"));
+  EXPECT_EQ(store.add("n", 0), std::numeric_limits<int64_t>::max());
   std::filesystem::remove_all(dir);
 }
 
