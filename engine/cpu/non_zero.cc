@@ -1,7 +1,6 @@
 #include "engine/cpu/non_zero.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "formats/error.h"
 

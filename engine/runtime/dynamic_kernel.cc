@@ -11,7 +11,7 @@ class ExtentKernel : public PreparedKernel {
                std::vector<RunTimeExtent> extents, KernelPreparer prepare)
       : backend_(backend),
         bounds_(std::move(inputs)),
-        outputs_(bounds_.size()),
+        num_inputs_(bounds_.size()),
         extents_(std::move(extents)),
         prepare_(std::move(prepare)) {
     bounds_.insert(bounds_.end(), outputs.begin(), outputs.end());
@@ -26,19 +26,19 @@ class ExtentKernel : public PreparedKernel {
       TensorView& view = views.at(extent.view);
       const int64_t bound = view.shape.at(static_cast<size_t>(extent.dim));
       if (value < 0 || value > bound / extent.scale) {
-        throw Error(std::string(extent.view < outputs_ ? "input " : "output ") +
-                    std::to_string(extent.view < outputs_ ? extent.view : extent.view - outputs_) +
-                    " dimension " + std::to_string(extent.dim) + ": the run-time extent " +
-                    std::to_string(value) + " x " + std::to_string(extent.scale) +
-                    " exceeds the planned bound " + std::to_string(bound));
+        throw Error("tensor '" + extent.tensor + "' dimension " + std::to_string(extent.dim) +
+                    ": the run-time extent " + std::to_string(value) + " x " +
+                    std::to_string(extent.scale) + " exceeds the planned bound " +
+                    std::to_string(bound));
       }
       view.shape[static_cast<size_t>(extent.dim)] = value * extent.scale;
       sizes.push_back(value);
     }
     if (!kernel_ || sizes != sizes_) {
       kernel_.reset();
-      std::vector<TensorView> inputs(views.begin(), views.begin() + outputs_);
-      std::vector<TensorView> outputs(views.begin() + outputs_, views.end());
+      const auto split = views.begin() + static_cast<std::ptrdiff_t>(num_inputs_);
+      std::vector<TensorView> inputs(views.begin(), split);
+      std::vector<TensorView> outputs(split, views.end());
       kernel_ = prepare_(std::move(inputs), std::move(outputs));
       sizes_ = std::move(sizes);
     }
@@ -48,7 +48,7 @@ class ExtentKernel : public PreparedKernel {
  private:
   Backend& backend_;
   std::vector<TensorView> bounds_;  // inputs, then outputs
-  size_t outputs_;                  // where the outputs start in bounds_
+  size_t num_inputs_;               // where the outputs start in bounds_
   std::vector<RunTimeExtent> extents_;
   KernelPreparer prepare_;
   std::unique_ptr<PreparedKernel> kernel_;

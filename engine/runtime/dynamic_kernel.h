@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/runtime/backend.h"
@@ -16,6 +17,7 @@ namespace piper::engine {
 // Dimension `dim` of view `view` (inputs first, then outputs) has extent `scale` times the
 // int64 at `extent`, at most the view's planned size.
 struct RunTimeExtent {
+  std::string tensor;  // the view's plan tensor, for errors
   size_t view = 0;
   int dim = 0;
   const void* extent = nullptr;
@@ -26,7 +28,7 @@ using KernelPreparer = std::function<std::unique_ptr<PreparedKernel>(std::vector
                                                                      std::vector<TensorView>)>;
 
 // A kernel that reads its extents from `backend` memory each run, checks them against the
-// bounds (a piper::Error naming the tensor's dimension when one exceeds it) and runs what
+// bounds (a piper::Error naming the tensor and dimension when one exceeds it) and runs what
 // `prepare` made for those shapes.
 std::unique_ptr<PreparedKernel> prepare_with_extents(Backend& backend,
                                                      std::vector<TensorView> inputs,

@@ -286,8 +286,8 @@ std::vector<RunTimeExtent> Session::run_time_extents(const plan::Kernel& kernel)
       }
       const auto& written = kernel.outputs();
       if (std::find(written.begin(), written.end(), dim.extent()) != written.end()) continue;
-      extents.push_back(
-          {view, dim.dim(), arena_ + plan_.tensors(dim.extent()).offset(), dim.scale()});
+      extents.push_back({tensor.name(), view, dim.dim(),
+                         arena_ + plan_.tensors(dim.extent()).offset(), dim.scale()});
     }
   }
   return extents;

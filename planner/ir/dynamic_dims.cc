@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <map>
 #include <optional>
 
@@ -80,6 +79,16 @@ std::string dims_text(const Dims& dims, const OpGraph& graph) {
 Dims static_dims(const Shape& shape) {
   Dims dims;
   for (int64_t size : shape) dims.push_back({size, -1, 1});
+  return dims;
+}
+
+Dims dims_of(const OpGraph& graph, TensorId id) {
+  const Tensor& tensor = graph.tensor(id);
+  Dims dims = static_dims(tensor.shape);
+  for (const DynamicDim& dynamic : tensor.dynamic) {
+    dims.at(static_cast<size_t>(dynamic.dim)).extent = dynamic.extent;
+    dims.at(static_cast<size_t>(dynamic.dim)).scale = dynamic.scale;
+  }
   return dims;
 }
 
@@ -361,8 +370,6 @@ std::vector<Dims> reduce(const OpView& view) {
   return {out};
 }
 
-std::vector<Dims> shape_of(const OpView& view) { return planned_output(view); }
-
 const std::map<std::string, Rule>& rules() {
   static const std::map<std::string, Rule> kRules = [] {
     std::map<std::string, Rule> table = {
@@ -382,8 +389,8 @@ const std::map<std::string, Rule>& rules() {
         {"Expand", expand},
         {"piper.BroadcastTo", expand},
         {"piper.SumTo", sum_to},
-        {"Shape", shape_of},
-        {"Size", shape_of},
+        {"Shape", planned_output},
+        {"Size", planned_output},
         {"ConstantOfShape", planned_output},
         {"piper.GatherGrad", planned_output},
         {"piper.GatherElementsGrad", planned_output},
@@ -442,16 +449,6 @@ class Inference {
     return order;
   }
 
-  Dims dims_of(TensorId id) const {
-    const Tensor& tensor = graph_.tensor(id);
-    Dims dims = static_dims(tensor.shape);
-    for (const DynamicDim& dynamic : tensor.dynamic) {
-      dims[static_cast<size_t>(dynamic.dim)].extent = dynamic.extent;
-      dims[static_cast<size_t>(dynamic.dim)].scale = dynamic.scale;
-    }
-    return dims;
-  }
-
   void infer(const Op& op) {
     std::vector<Dims> storage;
     storage.reserve(op.inputs.size());
@@ -462,7 +459,7 @@ class Inference {
         in.push_back(nullptr);
         continue;
       }
-      storage.push_back(dims_of(id));
+      storage.push_back(dims_of(graph_, id));
       dynamic = dynamic || any_dynamic(storage.back());
       in.push_back(&storage.back());
     }
@@ -521,12 +518,7 @@ bool has_dynamic_dims(const OpGraph& graph) {
 }
 
 std::string describe_shape(const OpGraph& graph, TensorId tensor) {
-  Dims dims = static_dims(graph.tensor(tensor).shape);
-  for (const DynamicDim& dynamic : graph.tensor(tensor).dynamic) {
-    dims.at(static_cast<size_t>(dynamic.dim)).extent = dynamic.extent;
-    dims.at(static_cast<size_t>(dynamic.dim)).scale = dynamic.scale;
-  }
-  return dims_text(dims, graph);
+  return dims_text(dims_of(graph, tensor), graph);
 }
 
 }  // namespace piper::ir
