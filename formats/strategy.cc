@@ -67,10 +67,12 @@ json to_json(const DirectiveSpec& spec) {
           },
           [](const ShardDirective& d) -> json {
             json j = {{"filter", to_json(d.filter)},
-                      {"devices", d.devices},
+                      {"devices", d.groups},
                       {"style", d.style},
                       {"stream", d.stream}};
             if (d.tag) j["tag"] = *d.tag;
+            if (!d.params.empty()) j["params"] = d.params;
+            if (d.sequence_parallel) j["sequence_parallel"] = true;
             return j;
           },
           [](const OrderDirective& d) -> json {

@@ -27,6 +27,14 @@ inline constexpr int64_t kDefaultBucketSize = int64_t{25} << 20;
 // The microbatch of a task that no split has cloned: it matches only "MB": "*".
 inline constexpr int64_t kNoMicrobatch = -1;
 
+// One named axis of the device mesh, "mesh": [["dp", 2], ["tp", 2]]. Devices are numbered
+// row-major over the axes, the last fastest.
+struct MeshAxis {
+  std::string name;
+  int64_t size = 1;
+  bool operator==(const MeshAxis&) const = default;
+};
+
 // Selects tasks by tag values, microbatch and pass. `{}` matches every task.
 struct Filter {
   // Tag name -> value; "MB" (the microbatch) is kept here too. nullopt = "*".
@@ -71,6 +79,7 @@ struct PlaceDirective {
   static constexpr std::string_view kOp = "place";
   Filter filter;
   std::vector<int64_t> devices;
+  std::optional<std::string> axis;  // "axis": NAME as written; `devices` holds its resolution
   std::string stream = "compute";
   bool operator==(const PlaceDirective&) const = default;
 };
@@ -81,6 +90,7 @@ struct ReplicateDirective {
   static constexpr std::string_view kOp = "replicate";
   Filter filter;
   std::vector<int64_t> devices;
+  std::optional<std::string> axis;  // "axis": NAME as written; `devices` holds its resolution
   int64_t bucket_size = kDefaultBucketSize;  // bytes
   bool shard_optimizer = false;
   bool shard_grads = false;
@@ -90,11 +100,21 @@ struct ReplicateDirective {
   bool operator==(const ReplicateDirective&) const = default;
 };
 
+// Tensor parallelism: the initializers `params` names are split along a dimension over each
+// group; every other directive names a group by its first device (its leader), which the
+// group's devices then run as one. With style "expert", the experts `tag` numbers are spread
+// over each group instead.
 struct ShardDirective {
   static constexpr std::string_view kOp = "shard";
   Filter filter;
-  std::vector<int64_t> devices;
-  std::string style;               // "column" | "row" | "expert"
+  // Initializer glob -> the dimension of the stored tensor that is split.
+  std::map<std::string, int64_t> params;
+  // Disjoint groups of devices, in group order ("devices": [0, 1] is one group; "axis": NAME
+  // resolves into one group per set of devices that differ only in that axis' coordinate).
+  std::vector<std::vector<int64_t>> groups;
+  std::optional<std::string> axis;  // as written, for --expand
+  bool sequence_parallel = false;
+  std::string style;               // "" (params) | "expert"
   std::optional<std::string> tag;  // set exactly when style is "expert"
   std::string stream = "compute";
   bool operator==(const ShardDirective&) const = default;
@@ -119,6 +139,7 @@ struct PipelineDirective {
   std::string schedule;
   std::string tag = "PP";
   std::vector<int64_t> devices;
+  std::optional<std::string> axis;  // "axis": NAME as written; `devices` holds its resolution
   int64_t num_microbatches = 1;
   int64_t chunks = 1;        // > 1 only for "interleaved"
   bool auto_stages = false;  // "stages": "auto"
@@ -129,6 +150,7 @@ struct ZeroDirective {
   static constexpr std::string_view kOp = "zero";
   int64_t stage = 0;  // 0..3
   std::vector<int64_t> devices;
+  std::optional<std::string> axis;     // "axis": NAME as written; `devices` holds its resolution
   std::optional<int64_t> bucket_size;  // bytes
   bool operator==(const ZeroDirective&) const = default;
 };
@@ -155,6 +177,7 @@ struct Strategy {
   std::string precision = "fp32";   // "fp32" | "tf32" | "bf16"
   std::vector<std::string> frozen;  // glob patterns over initializer names
   std::vector<Annotation> annotations;
+  std::vector<MeshAxis> mesh;  // empty: no mesh; directives name devices
   std::vector<Directive> directives;
   bool operator==(const Strategy&) const = default;
 };

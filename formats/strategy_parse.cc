@@ -311,6 +311,7 @@ SplitDirective read_split(const Object& o) {
 PlaceDirective read_place(const Object& o) {
   return {.filter = o.filter("filter"),
           .devices = *o.devices("devices"),
+          .axis = std::nullopt,
           .stream = o.string("stream", "compute")};
 }
 
@@ -329,7 +330,8 @@ ReplicateDirective read_replicate(const Object& o) {
                                   " true (sharded gradients or parameters imply sharded "
                                   "optimizer state); drop shard_optimizer or set it true");
   }
-  ReplicateDirective d{.filter = o.filter("filter"), .devices = *o.devices("devices")};
+  ReplicateDirective d{
+      .filter = o.filter("filter"), .devices = *o.devices("devices"), .axis = std::nullopt};
   d.bucket_size = o.integer("bucket_size", 1).value_or(kDefaultBucketSize);
   d.shard_params = params.value_or(false);
   d.shard_grads = grads.value_or(false) || d.shard_params;
@@ -342,7 +344,7 @@ ReplicateDirective read_replicate(const Object& o) {
 ShardDirective read_shard(const Object& o) {
   ShardDirective d;
   d.filter = o.filter("filter");
-  d.devices = *o.devices("devices");
+  d.groups = {*o.devices("devices")};
   d.style = *o.choice("style", {"column", "row", "expert"});
   d.tag = o.tag_name("tag");
   if (d.style == "expert" && !d.tag) {
@@ -384,6 +386,7 @@ PipelineDirective read_pipeline(const Object& o) {
                                                          "dualpipe", "dualpipev"}),
                       .tag = o.tag_name("tag").value_or("PP"),
                       .devices = *o.devices("devices"),
+                      .axis = std::nullopt,
                       .num_microbatches = *o.integer("num_microbatches", 1, kMaxMicrobatches),
                       .chunks = o.integer("chunks", 1).value_or(1),
                       .auto_stages = o.choice("stages", {"auto"}).has_value()};
@@ -397,6 +400,7 @@ PipelineDirective read_pipeline(const Object& o) {
 ZeroDirective read_zero(const Object& o) {
   return {.stage = *o.integer("stage", 0, 3),
           .devices = *o.devices("devices"),
+          .axis = std::nullopt,
           .bucket_size = o.integer("bucket_size", 1)};
 }
 

@@ -123,6 +123,7 @@ TEST(StrategyParse, FullStrategyGivesEveryStruct) {
   EXPECT_EQ(spec_of<PlaceDirective>(s, 1),
             (PlaceDirective{.filter = {.tags = {{"PP", 0}, {"MB", 2}}, .pass = "F"},
                             .devices = {0, 1},
+                            .axis = std::nullopt,
                             .stream = "side"}));
   ReplicateDirective replicate;
   replicate.filter.tags = {{"PP", 1}};
@@ -135,7 +136,7 @@ TEST(StrategyParse, FullStrategyGivesEveryStruct) {
   EXPECT_EQ(spec_of<ReplicateDirective>(s, 2), replicate);
   ShardDirective shard;
   shard.filter.tags = {{"LAYER", 1}};
-  shard.devices = {0, 1};
+  shard.groups = {{0, 1}};
   shard.style = "expert";
   shard.tag = "Expert_2";
   shard.stream = "ep";
@@ -151,11 +152,13 @@ TEST(StrategyParse, FullStrategyGivesEveryStruct) {
   EXPECT_EQ(spec_of<PipelineDirective>(s, 6), (PipelineDirective{.schedule = "interleaved",
                                                                  .tag = "STAGE",
                                                                  .devices = {0, 1},
+                                                                 .axis = std::nullopt,
                                                                  .num_microbatches = 8,
                                                                  .chunks = 2,
                                                                  .auto_stages = true}));
   EXPECT_EQ(spec_of<ZeroDirective>(s, 7),
-            (ZeroDirective{.stage = 2, .devices = {0, 1, 2, 3}, .bucket_size = 4096}));
+            (ZeroDirective{
+                .stage = 2, .devices = {0, 1, 2, 3}, .axis = std::nullopt, .bucket_size = 4096}));
 }
 
 TEST(StrategyParse, DefaultsFollowPyTorch) {
@@ -198,7 +201,8 @@ TEST(StrategyParse, DirectiveDefaults) {
   ])"),
                                     "s.json");
   EXPECT_EQ(spec_of<SplitDirective>(s, 0).filter, Filter{});
-  EXPECT_EQ(spec_of<PlaceDirective>(s, 1), (PlaceDirective{.filter = {}, .devices = {0}}));
+  EXPECT_EQ(spec_of<PlaceDirective>(s, 1),
+            (PlaceDirective{.filter = {}, .devices = {0}, .axis = std::nullopt}));
   const ReplicateDirective& zero3 = spec_of<ReplicateDirective>(s, 2);
   EXPECT_TRUE(zero3.shard_params && zero3.shard_grads && zero3.shard_optimizer);
   const ReplicateDirective& plain = spec_of<ReplicateDirective>(s, 3);
