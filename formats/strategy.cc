@@ -67,7 +67,7 @@ json to_json(const DirectiveSpec& spec) {
           },
           [](const ShardDirective& d) -> json {
             json j = {{"filter", to_json(d.filter)},
-                      {"devices", d.groups},
+                      {"devices", d.groups.front()},
                       {"style", d.style},
                       {"stream", d.stream}};
             if (d.tag) j["tag"] = *d.tag;
