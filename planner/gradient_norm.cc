@@ -35,7 +35,8 @@ class GradientNorm {
       partial_sums.push_back(add_partial_sum(device, squares));
     }
     std::vector<ir::TaskId> summed = partial_sums;
-    if (world > 1) {
+    // With tensor parallelism the members of a device's group add their blocks too.
+    if (world > 1 || !graph_.shard_groups.empty()) {
       ir::Task reduce;
       reduce.kind = ir::TaskKind::kAllReduce;
       reduce.pass = ir::Pass::kUpdate;

@@ -74,15 +74,20 @@ int64_t planned_batch(const strategy::Strategy& strategy) {
   return strategy.global_batch / parts;
 }
 
-// The devices a place or replicate directive names, or null.
-const std::vector<int64_t>* named_devices(const strategy::Directive& directive) {
+// The devices a place, replicate or shard directive names (none for the others).
+std::vector<int64_t> named_devices(const strategy::Directive& directive) {
   if (const auto* place = std::get_if<strategy::PlaceDirective>(&directive.spec)) {
-    return &place->devices;
+    return place->devices;
   }
   if (const auto* replicate = std::get_if<strategy::ReplicateDirective>(&directive.spec)) {
-    return &replicate->devices;
+    return replicate->devices;
   }
-  return nullptr;
+  std::vector<int64_t> devices;
+  if (const auto* shard = std::get_if<strategy::ShardDirective>(&directive.spec)) {
+    for (const auto& group : shard->groups)
+      devices.insert(devices.end(), group.begin(), group.end());
+  }
+  return devices;
 }
 
 // Devices are ranks 0 to N-1, N one more than the largest device named: a
@@ -94,10 +99,10 @@ void check_device_numbering(const strategy::Strategy& strategy) {
   int64_t largest = -1;
   std::string largest_path;  // the directive naming it first
   for (const strategy::Directive& directive : strategy.directives) {
-    const std::vector<int64_t>* devices = named_devices(directive);
-    if (devices == nullptr) continue;
-    named.insert(devices->begin(), devices->end());
-    const int64_t top = *std::max_element(devices->begin(), devices->end());
+    const std::vector<int64_t> devices = named_devices(directive);
+    if (devices.empty()) continue;
+    named.insert(devices.begin(), devices.end());
+    const int64_t top = *std::max_element(devices.begin(), devices.end());
     if (top > largest) {
       largest = top;
       largest_path = directive.path;
@@ -196,6 +201,24 @@ ir::OpGraph training_graph(const std::string& model_path, const strategy::Strate
   return graph;
 }
 
+// The simulated step of each device the tasks name, given to every rank of its group.
+void plan_timeline(const ir::TaskGraph& graph, const sim::DeviceRates& rates,
+                   std::vector<plan::Plan>& plans) {
+  if (graph.shard_groups.empty()) {
+    sim::add_planned_timeline(graph, rates, plans);
+    return;
+  }
+  std::vector<plan::Plan> leaders;
+  for (const auto& group : graph.shard_groups) leaders.push_back(plans.at(group.front()));
+  sim::add_planned_timeline(graph, rates, leaders);
+  for (size_t g = 0; g < leaders.size(); ++g) {
+    for (int rank : graph.shard_groups[g]) {
+      *plans[rank].mutable_planned_tasks() = leaders[g].planned_tasks();
+      *plans[rank].mutable_planned_step() = leaders[g].planned_step();
+    }
+  }
+}
+
 }  // namespace
 
 strategy::Strategy expand_strategy(const std::string& model_path,
@@ -219,7 +242,8 @@ PlanningResult plan_model(const std::string& model_path, const strategy::Strateg
     }
   }();
   if (options.verify) ir::verify_or_throw(graph, "after building the task DAG");
-  for (const strategy::Directive& directive : strategy.directives) {
+  const strategy::Strategy grouped = on_shard_groups(strategy);
+  for (const strategy::Directive& directive : grouped.directives) {
     const DirectiveContext context{directive, strategy.source};
     directive_pass(context)(graph, context);
     if (options.verify) ir::verify_or_throw(graph, "after " + context.where());
@@ -240,10 +264,10 @@ PlanningResult plan_model(const std::string& model_path, const strategy::Strateg
   lower_context.optimizer = strategy.optimizer;
   result.num_tasks = graph.num_tasks();
   result.num_ops = num_ops;
-  for (int rank = 0; rank < graph.world_size(); ++rank) {
+  for (int rank = 0; rank < graph.num_ranks(); ++rank) {
     result.plans.push_back(lower(graph, rank, lower_context));
   }
-  sim::add_planned_timeline(graph, options.rates, result.plans);
+  plan_timeline(graph, options.rates, result.plans);
   return result;
 }
 

@@ -15,9 +15,10 @@ DirectivePass directive_pass(const DirectiveContext& context) {
   if (context.directive.op == "replicate") return apply_replicate;
   if (context.directive.op == "recompute") return apply_recompute;
   if (context.directive.op == "order") return apply_order;
+  if (context.directive.op == "shard") return apply_shard;
   throw Error(context.where() + ": directive '" + context.directive.op +
               "' is not implemented yet; this version implements: split, place, replicate, "
-              "order, recompute, and the generators zero and pipeline");
+              "shard, order, recompute, and the generators zero and pipeline");
 }
 
 bool selects(const strategy::Filter& filter, const ir::Task& task) {

@@ -28,6 +28,14 @@ void apply_split(ir::TaskGraph& graph, const DirectiveContext& context);
 void apply_replicate(ir::TaskGraph& graph, const DirectiveContext& context);
 void apply_recompute(ir::TaskGraph& graph, const DirectiveContext& context);
 void apply_order(ir::TaskGraph& graph, const DirectiveContext& context);
+void apply_shard(ir::TaskGraph& graph, const DirectiveContext& context);
+
+// The strategy as the planner applies it: a shard directive (at most one) first, since it
+// decides the program every member of a group runs, and every device the other directives
+// name replaced by the index of the tensor-parallel group it leads (TaskGraph::shard_groups).
+// Unchanged without a shard directive. Throws piper::Error naming a directive that names a
+// device which leads no group.
+strategy::Strategy on_shard_groups(const strategy::Strategy& strategy);
 
 // Whether a task is selected by a filter (tags, microbatch, pass).
 bool selects(const strategy::Filter& filter, const ir::Task& task);

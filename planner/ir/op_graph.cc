@@ -1,6 +1,32 @@
 #include "planner/ir/op_graph.h"
 
+#include <stdexcept>
+
 namespace piper::ir {
+
+std::string to_string(const Placement& placement) {
+  switch (placement.kind) {
+    case Placement::Kind::kReplicated:
+      return "R";
+    case Placement::Kind::kSharded:
+      return "S(" + std::to_string(placement.dim) + ")";
+    case Placement::Kind::kPartial:
+      return "P";
+  }
+  return "?";
+}
+
+Placement parse_placement(const std::string& text) {
+  if (text == "R") return Placement::replicated();
+  if (text == "P") return Placement::partial();
+  if (text.size() > 3 && text.rfind("S(", 0) == 0 && text.back() == ')') {
+    const std::string digits = text.substr(2, text.size() - 3);
+    if (digits.find_first_not_of("0123456789") == std::string::npos && digits.size() < 4) {
+      return Placement::sharded(std::stoi(digits));
+    }
+  }
+  throw std::invalid_argument("placement '" + text + "': expected R, P or S(DIM)");
+}
 
 TensorId OpGraph::add_tensor(Tensor tensor) {
   tensors_.push_back(std::move(tensor));

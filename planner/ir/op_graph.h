@@ -22,6 +22,27 @@ struct DynamicDim {
   bool operator==(const DynamicDim&) const = default;
 };
 
+// How the members of a tensor-parallel group hold a tensor (ir/placement.h): whole on every
+// member, one block along `dim` on each (consecutive blocks in group order), or a partial sum
+// the members' values add up to.
+struct Placement {
+  enum class Kind { kReplicated, kSharded, kPartial };
+  Kind kind = Kind::kReplicated;
+  int dim = -1;  // kSharded only
+
+  static Placement replicated() { return {}; }
+  static Placement sharded(int dim) { return {Kind::kSharded, dim}; }
+  static Placement partial() { return {Kind::kPartial, -1}; }
+  bool is_replicated() const { return kind == Kind::kReplicated; }
+  bool is_sharded() const { return kind == Kind::kSharded; }
+  bool is_partial() const { return kind == Kind::kPartial; }
+  bool operator==(const Placement&) const = default;
+};
+
+// "R", "S(1)", "P"; parse_placement is its inverse (throws std::invalid_argument).
+std::string to_string(const Placement& placement);
+Placement parse_placement(const std::string& text);
+
 struct Tensor {
   std::string name;
   DType dtype = DType::kFloat32;
@@ -44,6 +65,8 @@ struct Tensor {
   // Dimensions whose extent is known only at run time, by increasing `dim`
   // (ir/dynamic_dims.h derives them).
   std::vector<DynamicDim> dynamic{};
+  // Over the tensor-parallel group of the devices computing it; `shape` is one member's block.
+  Placement placement{};
 };
 
 struct Op {

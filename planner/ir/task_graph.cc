@@ -117,6 +117,13 @@ int TaskGraph::world_size() const {
   return largest + 1;
 }
 
+int TaskGraph::num_ranks() const {
+  if (shard_groups.empty()) return world_size();
+  int ranks = 0;
+  for (const auto& group : shard_groups) ranks += static_cast<int>(group.size());
+  return ranks;
+}
+
 std::string TaskGraph::describe(TaskId id) const {
   const Task& t = task(id);
   return "task " + std::to_string(id) + " (" + to_string(t.kind) + " " + to_string(t.pass) +

@@ -87,6 +87,15 @@ class TaskGraph {
   // A readable name for messages: "task 3 (compute F mb=0 {LAYER:1})".
   std::string describe(TaskId id) const;
 
+  // The ranks the plans are for: world_size(), or with tensor parallelism every member of
+  // every group.
+  int num_ranks() const;
+
+  // Tensor parallelism (directives/shard.cc): the op graph is what one member of a group runs,
+  // and device d of the tasks stands for the group of ranks shard_groups[d], in group order.
+  // Empty: devices are ranks.
+  std::vector<std::vector<int>> shard_groups;
+
  private:
   OpGraph ops_;
   std::vector<Task> tasks_;

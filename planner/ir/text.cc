@@ -1,12 +1,13 @@
 // The IR's text form. One item per line, in this order when printed:
 //
 //   tensor NAME DTYPE[DIMS] ROLE [init=NAME] [high=INT] [accumulated=1]
-//          [shard_of=NAME] [data=0xHEX | data=[NUMBERS]]
+//          [shard_of=NAME] [placement=S(DIM) | placement=P] [data=0xHEX | data=[NUMBERS]]
 //   op INDEX TYPE "NAME" (IN, ...) -> (OUT, ...) [{KEY=VALUE, ...}] [pass=PASS] [tags={K:V, ...}]
 //   inputs NAME ...
 //   loss NAME [seed=NAME]
 //   trained NAME [grad=NAME] [state=[NAME, ...]]
 //   grad_norm NAME
+//   shard_groups [INT, ...] ...
 //   task INDEX KIND PASS [mb=INT] [tags={...}] [devices=[INT, ...]] [stream=NAME]
 //        [ops=[INT, ...]] [tensors=[NAME, ...]] [peer=INT] [average=1]
 //   edge FROM -> TO [data | temporal | window]
@@ -162,6 +163,11 @@ class Printer {
     }
     for (const TrainedParameter& trained : ops_.trained) print_trained(trained);
     if (ops_.grad_norm >= 0) out_ += "grad_norm " + tensor_ref(ops_.grad_norm) + "\n";
+    if (!graph_.shard_groups.empty()) {
+      out_ += "shard_groups";
+      for (const auto& group : graph_.shard_groups) out_ += " " + list_text(group, int_text);
+      out_ += "\n";
+    }
     for (TaskId id = 0; id < graph_.num_tasks(); ++id) print_task(id);
     for (const Edge& edge : graph_.edges()) {
       out_ += "edge " + std::to_string(edge.from) + " -> " + std::to_string(edge.to) + " " +
@@ -190,6 +196,7 @@ class Printer {
     if (tensor.int_high != 0) out_ += " high=" + std::to_string(tensor.int_high);
     if (tensor.accumulated) out_ += " accumulated=1";
     if (tensor.shard_of >= 0) out_ += " shard_of=" + tensor_ref(tensor.shard_of);
+    if (!tensor.placement.is_replicated()) out_ += " placement=" + to_string(tensor.placement);
     if (!tensor.dynamic.empty()) {
       out_ += " dynamic=" + list_text(tensor.dynamic, [this](const DynamicDim& dim) {
                 return "(" + std::to_string(dim.dim) + ", " + tensor_ref(dim.extent) + ", " +
@@ -552,14 +559,19 @@ class Parser {
 
   void parse_line(LineReader& in) {
     static const std::map<std::string, LineParser> kLines = {
-        {"tensor", &Parser::parse_tensor},   {"op", &Parser::parse_op},
-        {"inputs", &Parser::parse_inputs},   {"loss", &Parser::parse_loss},
-        {"trained", &Parser::parse_trained}, {"task", &Parser::parse_task},
-        {"edge", &Parser::parse_edge},       {"grad_norm", &Parser::parse_grad_norm},
+        {"tensor", &Parser::parse_tensor},
+        {"op", &Parser::parse_op},
+        {"inputs", &Parser::parse_inputs},
+        {"loss", &Parser::parse_loss},
+        {"trained", &Parser::parse_trained},
+        {"task", &Parser::parse_task},
+        {"edge", &Parser::parse_edge},
+        {"grad_norm", &Parser::parse_grad_norm},
+        {"shard_groups", &Parser::parse_shard_groups},
     };
     const auto found = kLines.find(in.peek_word());
     if (found == kLines.end()) {
-      in.fail("tensor, op, inputs, loss, trained, grad_norm, task or edge");
+      in.fail("tensor, op, inputs, loss, trained, grad_norm, shard_groups, task or edge");
     }
     in.skip();
     (this->*found->second)(in);
@@ -618,12 +630,13 @@ class Parser {
     tensor.role = in.choice(
         "a role (input, activation, parameter, gradient, optimizer_state, loss, constant)",
         parse_role);
-    in.fields({"init", "high", "accumulated", "shard_of", "dynamic", "data"},
+    in.fields({"init", "high", "accumulated", "shard_of", "placement", "dynamic", "data"},
               [&](const std::string& key) {
                 if (key == "init") tensor.initializer = in.name("an initializer name");
                 if (key == "high") tensor.int_high = in.integer("an integer");
                 if (key == "accumulated") tensor.accumulated = in.integer("0 or 1") != 0;
                 if (key == "shard_of") tensor.shard_of = tensor_ref(in);
+                if (key == "placement") tensor.placement = placement(in);
                 if (key == "dynamic") tensor.dynamic = dynamic_dims(in);
                 if (key == "data") tensor.data = parse_data(in, tensor.dtype);
               });
@@ -682,6 +695,23 @@ class Parser {
   }
 
   void parse_grad_norm(LineReader& in) { ops().grad_norm = tensor_ref(in); }
+
+  void parse_shard_groups(LineReader& in) {
+    while (in.peek().kind != TokenKind::kEnd) {
+      std::vector<int>& group = graph_.shard_groups.emplace_back();
+      in.list("[", "]", [&] { group.push_back(static_cast<int>(in.integer("a rank"))); });
+    }
+  }
+
+  // R, P or S(DIM).
+  Placement placement(LineReader& in) {
+    if (in.peek_word() != "S") return in.choice("a placement (R, P or S(DIM))", parse_placement);
+    in.skip();
+    in.expect("(");
+    const auto dim = static_cast<int>(in.integer("a dimension"));
+    in.expect(")");
+    return Placement::sharded(dim);
+  }
 
   void parse_trained(LineReader& in) {
     TrainedParameter trained;

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "planner/ir/placement.h"
+
 namespace piper::ir {
 namespace {
 
@@ -49,6 +51,7 @@ class Verifier {
     }
     check_sends_and_recvs();
     check_collectives();
+    check_placements();
     return std::move(messages_);
   }
 
@@ -369,6 +372,46 @@ class Verifier {
 
   // Tasks with the same kind, tensors, microbatch and stream form one
   // collective; they must agree on its device set.
+  // With tensor parallelism, every op reads its inputs placed as its rule needs them (a
+  // reshard goes before it otherwise) and writes what the rule gives. ZeRO's flat slices and
+  // the norm's per-rank sum of squares have no block structure to check.
+  void check_placements() {
+    if (graph_.shard_groups.empty()) return;
+    const auto parts = static_cast<int64_t>(graph_.shard_groups.front().size());
+    std::vector<Shape> whole;
+    for (const Tensor& tensor : ops_.tensors()) {
+      whole.push_back(whole_shape(tensor.shape, tensor.placement, parts));
+    }
+    for (OpId id = 0; id < ops_.num_ops(); ++id) {
+      const Op& op = ops_.op(id);
+      if (op.type == "piper.SumSquares" || touches_flat_slices(op)) continue;
+      std::vector<Placement> given;
+      for (TensorId in : op.inputs)
+        given.push_back(in >= 0 ? ops_.tensor(in).placement : Placement{});
+      const OpPlacement needed = place_op(ops_, op, given, whole, parts);
+      for (size_t i = 0; i < op.inputs.size(); ++i) {
+        if (op.inputs[i] < 0 || given[i] == needed.inputs[i]) continue;
+        report(describe_op(id) + " reads '" + ops_.tensor(op.inputs[i]).name + "' placed " +
+               to_string(given[i]) + " but needs it " + to_string(needed.inputs[i]) +
+               "; a reshard must come first");
+      }
+      for (size_t j = 0; j < op.outputs.size(); ++j) {
+        if (op.outputs[j] < 0) continue;
+        const Placement& placed = ops_.tensor(op.outputs[j]).placement;
+        if (placed == needed.outputs[j]) continue;
+        report(describe_op(id) + " writes '" + ops_.tensor(op.outputs[j]).name + "' as " +
+               to_string(needed.outputs[j]) + " but it is placed " + to_string(placed));
+      }
+    }
+  }
+
+  bool touches_flat_slices(const Op& op) const {
+    const auto flat = [&](TensorId t) { return t >= 0 && ops_.tensor(t).shard_of >= 0; };
+    return std::any_of(op.inputs.begin(), op.inputs.end(), flat) ||
+           std::any_of(op.outputs.begin(), op.outputs.end(), flat) ||
+           (op.type == "piper.Shard" && attr_string(op.attributes, "group", "") != "tensor");
+  }
+
   void check_collectives() {
     using Key = std::tuple<TaskKind, std::vector<TensorId>, int, std::string>;
     std::map<Key, TaskId> first;

@@ -7,6 +7,7 @@
 
 #include "formats/build_info.h"
 #include "formats/plan_file.h"
+#include "planner/ir/placement.h"
 #include "planner/lower/memory_plan.h"
 
 namespace piper::planner {
@@ -91,19 +92,26 @@ class Lowering {
  public:
   Lowering(const ir::TaskGraph& graph, int rank, const LowerContext& context)
       : graph_(graph), ops_(graph.op_graph()), rank_(rank), context_(context) {
+    locate_rank();
+    // Group ids are the same on every rank: tensor-parallel groups first, then the groups of
+    // each collective task as every member of a tensor-parallel group runs it.
+    for (const auto& group : graph.shard_groups) group_id(group);
+    for (int member = 0; member < parts_; ++member) {
+      for (const ir::Task& task : graph.tasks()) {
+        if (task.kind != ir::TaskKind::kCompute && task.kind != ir::TaskKind::kSend &&
+            task.kind != ir::TaskKind::kRecv) {
+          group_id(ranks_of(task.devices, member));
+        }
+      }
+    }
     for (const ir::Task& task : graph.tasks()) {
       microbatches_ = std::max(microbatches_, task.microbatch + 1);
-      if (task.kind != ir::TaskKind::kCompute && task.kind != ir::TaskKind::kSend &&
-          task.kind != ir::TaskKind::kRecv) {
-        group_ids_.emplace(task.devices, static_cast<int>(group_ids_.size()));
-      }
       holds_different_parameters_ |= task.kind == ir::TaskKind::kSend;
     }
-    if (holds_different_parameters_) {
-      std::vector<int> everyone(graph.world_size());
-      for (int r = 0; r < graph.world_size(); ++r) everyone[r] = r;
-      collect_group_ =
-          group_ids_.emplace(everyone, static_cast<int>(group_ids_.size())).first->second;
+    if (holds_different_parameters_ || parts_ > 1) {
+      std::vector<int> everyone(graph.num_ranks());
+      for (int r = 0; r < graph.num_ranks(); ++r) everyone[r] = r;
+      everyone_group_ = group_id(everyone);
     }
   }
 
@@ -115,7 +123,7 @@ class Lowering {
     for (ir::TaskId id : order_) emit_task(id);
     add_groups();
     plan_.set_collect_parameters(holds_different_parameters_);
-    if (holds_different_parameters_) plan_.set_collect_group(collect_group_);
+    if (holds_different_parameters_) plan_.set_collect_group(everyone_group_);
     add_batch_inputs();
     add_loss();
     place_tensors();
@@ -129,7 +137,7 @@ class Lowering {
     plan::Header& header = *plan_.mutable_header();
     header.set_format_version(formats::kPlanFormatVersion);
     header.set_rank(rank_);
-    header.set_world_size(graph_.world_size());
+    header.set_world_size(graph_.num_ranks());
     header.set_plan_id(context_.plan_id);
     header.set_model_path(context_.model_path);
     header.set_model_checksum(context_.model_checksum);
@@ -149,11 +157,36 @@ class Lowering {
     optimizer.set_weight_decay(from.weight_decay);
   }
 
+  // This rank's device in the DAG and its place in that device's tensor-parallel group.
+  void locate_rank() {
+    device_ = rank_;
+    for (size_t g = 0; g < graph_.shard_groups.size(); ++g) {
+      const auto& group = graph_.shard_groups[g];
+      const auto found = std::find(group.begin(), group.end(), rank_);
+      if (found == group.end()) continue;
+      device_ = static_cast<int>(g);
+      member_ = static_cast<int>(found - group.begin());
+      parts_ = static_cast<int>(group.size());
+    }
+  }
+
+  // The ranks that run `devices` as member `member` of their groups.
+  std::vector<int> ranks_of(const std::vector<int>& devices, int member) const {
+    if (graph_.shard_groups.empty()) return devices;
+    std::vector<int> ranks;
+    for (int device : devices) ranks.push_back(graph_.shard_groups.at(device).at(member));
+    return ranks;
+  }
+
+  int group_id(const std::vector<int>& ranks) {
+    return group_ids_.emplace(ranks, static_cast<int>(group_ids_.size())).first->second;
+  }
+
   std::vector<ir::TaskId> local_tasks() const {
     std::vector<ir::TaskId> local;
     for (ir::TaskId id : graph_.topological_order()) {
       const auto& devices = graph_.task(id).devices;
-      if (std::find(devices.begin(), devices.end(), rank_) != devices.end()) local.push_back(id);
+      if (std::find(devices.begin(), devices.end(), device_) != devices.end()) local.push_back(id);
     }
     return local;
   }
@@ -228,17 +261,24 @@ class Lowering {
   }
 
   int replica_index(const ir::Task& task) const {
-    const auto found = std::find(task.devices.begin(), task.devices.end(), rank_);
+    const auto found = std::find(task.devices.begin(), task.devices.end(), device_);
     return static_cast<int>(found - task.devices.begin());
   }
 
   void emit_op(plan::Stream& out, const ir::Task& task, ir::TaskId id, const ir::Op& op) {
+    if (is_tensor_parallel_collective(op.type)) {
+      emit_tensor_parallel_collective(out, task, id, op);
+      return;
+    }
     plan::Kernel& kernel = *instruction(out, task, id, op.name)->mutable_kernel();
     kernel.set_op_type(op.type);
     for (const auto& [name, value] : op.attributes) add_attribute(kernel, name, value);
     if (op.type == "piper.Shard") {
-      // Which slice is this rank's: its place among the task's replicas.
-      add_attribute(kernel, "shard_index", static_cast<int64_t>(replica_index(task)));
+      // Which slice is this rank's: its place in its tensor-parallel group for a block, else its
+      // place among the task's replicas.
+      const bool block = ir::attr_string(op.attributes, "group", "") == "tensor";
+      add_attribute(kernel, "shard_index",
+                    static_cast<int64_t>(block ? member_ : replica_index(task)));
     }
     for (ir::TensorId in : op.inputs) {
       kernel.add_inputs(use(in, task.microbatch));
@@ -247,7 +287,10 @@ class Lowering {
       }
     }
     for (ir::TensorId out_id : op.outputs) kernel.add_outputs(use(out_id, task.microbatch));
-    if (op.type == "piper.SumSquares") describe_norm_share(op, kernel);
+    if (op.type == "piper.SumSquares") {
+      describe_norm_share(op, kernel);
+      count_whole_gradients_once(kernel, op);
+    }
     if (!op.outputs.empty() && op.outputs[0] == ops_.grad_norm) {
       plan_.mutable_gradient_norm()->set_norm(kernel.outputs(0));
     }
@@ -269,11 +312,51 @@ class Lowering {
     }
   }
 
+  static bool is_tensor_parallel_collective(const std::string& type) {
+    return type == "piper.AllReduce" || type == "piper.AllGather" || type == "piper.ReduceScatter";
+  }
+
+  // A reshard between placements (directives/shard.cc): a collective over this rank's
+  // tensor-parallel group, on the stream of the task that needs it.
+  void emit_tensor_parallel_collective(plan::Stream& out, const ir::Task& task, ir::TaskId id,
+                                       const ir::Op& op) {
+    plan::Collective& collective = *instruction(out, task, id, op.name)->mutable_collective();
+    collective.set_kind(op.type == "piper.AllReduce"   ? plan::Collective::ALL_REDUCE
+                        : op.type == "piper.AllGather" ? plan::Collective::ALL_GATHER
+                                                       : plan::Collective::REDUCE_SCATTER);
+    collective.set_group(group_ids_.at(graph_.shard_groups.at(device_)));
+    collective.add_inputs(use(op.inputs.at(0), task.microbatch));
+    collective.add_outputs(use(op.outputs.at(0), task.microbatch));
+  }
+
+  // A gradient whole on every member of a tensor-parallel group is the same on each: only the
+  // first adds it to the norm. Blocks are each member's own.
+  void count_whole_gradients_once(plan::Kernel& kernel, const ir::Op& op) const {
+    if (member_ == 0) return;
+    for (plan::Attribute& attribute : *kernel.mutable_attributes()) {
+      if (attribute.name() != "counts") continue;
+      for (size_t i = 0; i < op.inputs.size(); ++i) {
+        if (!ir::held_placement(ops_, op.inputs[i]).is_sharded()) {
+          attribute.mutable_ints()->set_values(static_cast<int>(i), 0);
+        }
+      }
+    }
+  }
+
+  // The norm's sum of squares adds every rank's share, across tensor-parallel groups too.
+  int collective_group(const ir::Task& task) const {
+    const bool norm = task.kind == ir::TaskKind::kAllReduce && ops_.grad_norm >= 0 &&
+                      ops_.producer(ops_.grad_norm) >= 0 &&
+                      ops_.op(ops_.producer(ops_.grad_norm)).inputs.at(0) == task.tensors.at(0);
+    if (norm && parts_ > 1) return everyone_group_;
+    return group_ids_.at(ranks_of(task.devices, member_));
+  }
+
   void emit_collective(plan::Stream& out, const ir::Task& task, ir::TaskId id) {
     const std::string label = ir::to_string(task.kind) + " " + ops_.tensor(task.tensors[0]).name +
                               (task.tensors.size() > 2 ? " (+more)" : "");
     plan::Collective& collective = *instruction(out, task, id, label)->mutable_collective();
-    collective.set_group(group_ids_.at(task.devices));
+    collective.set_group(collective_group(task));
     collective.set_average(task.average);
     const auto add = [&](ir::TensorId tensor, bool input) {
       const int index = use(tensor, task.microbatch);
@@ -315,14 +398,14 @@ class Lowering {
     if (task.kind == ir::TaskKind::kSend) {
       plan::Send& send = *inst.mutable_send();
       send.set_tensor(index);
-      send.set_peer(task.peer);
+      send.set_peer(ranks_of({task.peer}, member_).front());
       send.set_tag(id);
       comm_inputs_[id].push_back(index);
       return;
     }
     plan::Recv& recv = *inst.mutable_recv();
     recv.set_tensor(index);
-    recv.set_peer(task.peer);
+    recv.set_peer(ranks_of({task.peer}, member_).front());
     recv.set_tag(sending_task(id));
     comm_outputs_[id].push_back(index);
   }
@@ -383,6 +466,10 @@ class Lowering {
       load.set_initializer(tensor.initializer);
       load.set_tensor(index);
       if (tensor.shard_of >= 0) describe_shard(*load.mutable_shard(), tensor);
+      const ir::TensorId whole = tensor.shard_of >= 0 ? tensor.shard_of : key.first;
+      if (ops_.tensor(whole).placement.is_sharded()) {
+        describe_block(*load.mutable_block(), ops_.tensor(whole));
+      }
     } else if (!tensor.data.empty()) {
       plan::ConstantValue& constant = *plan_.add_constants();
       constant.set_tensor(index);
@@ -402,7 +489,16 @@ class Lowering {
     shard.set_element_offset(offset);
     shard.set_element_count(std::min(elements - offset, size));
     shard.set_elements(elements);
-    shard.set_group(group_ids_.at(using_task_->devices));
+    shard.set_group(group_ids_.at(ranks_of(using_task_->devices, member_)));
+  }
+
+  // This rank's block of a parameter split over its tensor-parallel group.
+  void describe_block(plan::ParameterBlock& block, const ir::Tensor& tensor) const {
+    const int dim = tensor.placement.dim;
+    block.set_dim(dim);
+    block.set_size(tensor.shape.at(dim));
+    block.set_start(member_ * tensor.shape.at(dim));
+    block.set_group(group_ids_.at(graph_.shard_groups.at(device_)));
   }
 
   void add_batch_inputs() {
@@ -605,11 +701,14 @@ class Lowering {
   std::map<ir::TaskId, int> events_;
   int position_ = 0;
   int microbatches_ = 1;
-  std::map<std::vector<int>, int> group_ids_;
+  std::map<std::vector<int>, int> group_ids_;  // ranks, in group order -> id
+  int device_ = 0;  // this rank's device in the DAG: its tensor-parallel group's
+  int member_ = 0;  // its place in that group
+  int parts_ = 1;   // the group's size
   std::map<Instance, int> input_replica_;
   // Pipelines: stages hold different parameters, which --save-onnx collects.
   bool holds_different_parameters_ = false;
-  int collect_group_ = -1;
+  int everyone_group_ = -1;
   std::vector<ir::TaskId> order_;  // this rank's tasks in emission order
   // The DAG's edges plus this rank's release edges (add_release_edges).
   std::vector<ir::Edge> local_edges_;
