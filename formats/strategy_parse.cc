@@ -5,6 +5,8 @@
 #include <cctype>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <set>
 #include <sstream>
 #include <type_traits>
 
@@ -60,6 +62,9 @@ std::string joined(const Keys& words, bool quote) {
 class Context {
  public:
   explicit Context(std::string source) : source_(std::move(source)) {}
+  // The strategy's mesh, read before the directives that name its axes and devices.
+  const std::vector<MeshAxis>& mesh() const { return mesh_; }
+  void set_mesh(std::vector<MeshAxis> mesh) { mesh_ = std::move(mesh); }
   [[noreturn]] void fail(const std::string& path, const std::string& what) const {
     throw Error(source_ + ": " + path + ": " + what);
   }
@@ -70,6 +75,7 @@ class Context {
 
  private:
   std::string source_;
+  std::vector<MeshAxis> mesh_;
 };
 
 // ---- Values: each reader checks one JSON value and names `path` if wrong.
@@ -192,6 +198,26 @@ std::string read_tag_name(const Context& ctx, const std::string& path, const jso
   return v.get<std::string>();
 }
 
+std::string axis_names(const std::vector<MeshAxis>& mesh) {
+  std::string names;
+  for (const MeshAxis& axis : mesh) names += (names.empty() ? "" : ", ") + axis.name;
+  return names;
+}
+
+// Whether the mesh has the device is the file's question; whether the directives use every
+// device of the mesh is the planner's.
+void check_in_mesh(const Context& ctx, const std::string& path, int64_t device) {
+  const std::vector<MeshAxis>& mesh = ctx.mesh();
+  const int64_t count = mesh_device_count(mesh);
+  if (mesh.empty() || device < count) return;
+  std::string shape;
+  for (const MeshAxis& axis : mesh) {
+    shape += (shape.empty() ? "" : " x ") + axis.name + " " + std::to_string(axis.size);
+  }
+  ctx.fail(path, "device " + std::to_string(device) + " is outside the mesh (" + shape +
+                     ": devices 0 to " + std::to_string(count - 1) + ")");
+}
+
 std::vector<int64_t> read_devices(const Context& ctx, const std::string& path, const json& v) {
   std::vector<int64_t> devices;
   bool ok = v.is_array() && !v.empty();
@@ -207,7 +233,107 @@ std::vector<int64_t> read_devices(const Context& ctx, const std::string& path, c
         "a non-empty array of distinct device indices in [0, " + std::to_string(kMaxDevices) + ")",
         v);
   }
+  for (size_t i = 0; i < devices.size(); ++i) check_in_mesh(ctx, index_path(path, i), devices[i]);
   return devices;
+}
+
+// shard's "devices": a flat list is one group, a list of lists several, of one size and
+// disjoint (every other directive names a group by its first device).
+std::vector<std::vector<int64_t>> read_device_groups(const Context& ctx, const std::string& path,
+                                                     const json& v) {
+  if (!v.is_array() || v.empty() || !v[0].is_array()) return {read_devices(ctx, path, v)};
+  read_array(ctx, path, v, "device lists");
+  std::vector<std::vector<int64_t>> groups;
+  std::map<int64_t, size_t> group_of;
+  for (size_t g = 0; g < v.size(); ++g) {
+    const std::string at = index_path(path, g);
+    const std::vector<int64_t>& group = groups.emplace_back(read_devices(ctx, at, v[g]));
+    if (group.size() != groups.front().size()) {
+      ctx.fail(at, "has " + std::to_string(group.size()) + " devices, but " + index_path(path, 0) +
+                       " has " + std::to_string(groups.front().size()) +
+                       "; groups are the same size");
+    }
+    for (size_t i = 0; i < group.size(); ++i) {
+      const auto [first, fresh] = group_of.emplace(group[i], g);
+      if (!fresh) {
+        ctx.fail(index_path(at, i), "device " + std::to_string(group[i]) + " is also in " +
+                                        index_path(path, first->second) + "; groups are disjoint");
+      }
+    }
+  }
+  return groups;
+}
+
+// "axis": NAME, the index of that axis in the mesh.
+size_t read_axis(const Context& ctx, const std::string& path, const json& v) {
+  if (!v.is_string()) ctx.expected(path, "a mesh axis name (string)", v);
+  const std::string& name = v.get_ref<const std::string&>();
+  const std::vector<MeshAxis>& mesh = ctx.mesh();
+  if (mesh.empty()) {
+    ctx.fail(path, "\"" + name +
+                       "\" names a mesh axis, but the strategy has no \"mesh\"; declare one "
+                       "(\"mesh\": [[\"" +
+                       name + "\", 2], ...]) or list \"devices\"");
+  }
+  auto it = std::find_if(mesh.begin(), mesh.end(),
+                         [&](const MeshAxis& axis) { return axis.name == name; });
+  if (it == mesh.end()) {
+    ctx.fail(path, "unknown mesh axis \"" + name + "\"; the mesh's axes are " + axis_names(mesh));
+  }
+  return static_cast<size_t>(it - mesh.begin());
+}
+
+// Initializer glob -> the dimension shard splits; whether the dimension exists is the
+// planner's check against the tensor.
+std::map<std::string, int64_t> read_params(const Context& ctx, const std::string& path,
+                                           const json& v) {
+  if (!v.is_object() || v.empty()) {
+    ctx.expected(path,
+                 "a non-empty object of initializer glob: dimension to split, e.g. "
+                 "{\"blocks.*.attn.q.weight\": 0}",
+                 v);
+  }
+  std::map<std::string, int64_t> params;
+  for (const auto& [glob, dim] : v.items()) {
+    const std::string at = child_path(path, glob);
+    if (glob.empty()) ctx.fail(at, "an empty glob matches no initializer");
+    params[glob] = read_int(ctx, at, dim, 0);
+  }
+  return params;
+}
+
+// "mesh": [["dp", 2], ["tp", 2]]: named axes in order, each of size >= 1.
+std::vector<MeshAxis> read_mesh(const Context& ctx, const std::string& path, const json& v) {
+  read_array(ctx, path, v, "[name, size] axes");
+  if (v.empty()) ctx.expected(path, "a non-empty array of [name, size] axes", v);
+  std::vector<MeshAxis> mesh;
+  int64_t count = 1;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string at = index_path(path, i);
+    const json& axis = v[i];
+    if (!axis.is_array() || axis.size() != 2) {
+      ctx.expected(at, "an axis [name, size], e.g. [\"tp\", 2]", axis);
+    }
+    if (!axis[0].is_string() || !is_identifier(axis[0].get_ref<const std::string&>())) {
+      ctx.expected(at + "[0]", "an axis name (letters, digits and _, not starting with a digit)",
+                   axis[0]);
+    }
+    const std::string& name = axis[0].get_ref<const std::string&>();
+    for (size_t j = 0; j < mesh.size(); ++j) {
+      if (mesh[j].name == name) {
+        ctx.fail(at + "[0]", "axis \"" + mesh[j].name + "\" is already " + index_path(path, j) +
+                                 "; axis names are unique");
+      }
+    }
+    const int64_t size = read_int(ctx, at + "[1]", axis[1], 1, kMaxDevices);
+    count *= size;
+    if (count > kMaxDevices) {
+      ctx.fail(at + "[1]", "makes a mesh of " + std::to_string(count) +
+                               " devices; Piper takes at most " + std::to_string(kMaxDevices));
+    }
+    mesh.push_back({.name = name, .size = size});
+  }
+  return mesh;
 }
 
 Filter read_filter(const Context& ctx, const std::string& path, const json& v) {
@@ -302,6 +428,36 @@ class Object {
 
 // ---- Directives: keys (required ones listed in `required`) and a reader.
 
+// The mesh axis "axis" names, or nullopt when the directive lists "devices"; exactly one of
+// the two is given.
+std::optional<size_t> named_axis(const Object& o) {
+  const json* axis = o.find("axis");
+  const bool devices = o.find("devices") != nullptr;
+  if (axis && devices) {
+    o.fail("axis",
+           "given with \"devices\"; give one of the two (\"axis\" names a mesh axis, "
+           "\"devices\" lists devices)");
+  }
+  if (!axis && !devices) {
+    o.ctx().fail(o.path(), "missing required key \"devices\" (or \"axis\", a mesh axis)");
+  }
+  if (!axis) return std::nullopt;
+  return read_axis(o.ctx(), o.at("axis"), *axis);
+}
+
+// The devices of place, replicate, pipeline and zero: along an axis, its leaders.
+std::vector<int64_t> device_list(const Object& o) {
+  if (std::optional<size_t> axis = named_axis(o)) {
+    return mesh_axis_leaders(o.ctx().mesh(), *axis);
+  }
+  return *o.devices("devices");
+}
+
+std::vector<std::vector<int64_t>> device_groups(const Object& o) {
+  if (std::optional<size_t> axis = named_axis(o)) return mesh_axis_groups(o.ctx().mesh(), *axis);
+  return *o.get("devices", read_device_groups);
+}
+
 SplitDirective read_split(const Object& o) {
   return {.filter = o.filter("filter"),
           .dim_name = o.string("dim_name", ""),
@@ -310,8 +466,7 @@ SplitDirective read_split(const Object& o) {
 
 PlaceDirective read_place(const Object& o) {
   return {.filter = o.filter("filter"),
-          .devices = *o.devices("devices"),
-          .axis = std::nullopt,
+          .devices = device_list(o),
           .stream = o.string("stream", "compute")};
 }
 
@@ -330,8 +485,7 @@ ReplicateDirective read_replicate(const Object& o) {
                                   " true (sharded gradients or parameters imply sharded "
                                   "optimizer state); drop shard_optimizer or set it true");
   }
-  ReplicateDirective d{
-      .filter = o.filter("filter"), .devices = *o.devices("devices"), .axis = std::nullopt};
+  ReplicateDirective d{.filter = o.filter("filter"), .devices = device_list(o)};
   d.bucket_size = o.integer("bucket_size", 1).value_or(kDefaultBucketSize);
   d.shard_params = params.value_or(false);
   d.shard_grads = grads.value_or(false) || d.shard_params;
@@ -341,19 +495,49 @@ ReplicateDirective read_replicate(const Object& o) {
   return d;
 }
 
+// "column" and "row" named a Megatron split without saying which parameters; "params" says
+// it per parameter.
+std::optional<std::string> read_shard_style(const Object& o) {
+  const json* style = o.find("style");
+  if (style && (*style == "column" || *style == "row")) {
+    o.fail("style", "\"" + style->get<std::string>() +
+                        "\" is not a shard style; name the parameters to split in \"params\" "
+                        "instead, {\"<initializer glob>\": dim}: dim 0 for a column split of "
+                        "PyTorch's [out, in] weight, 1 for a row split");
+  }
+  return o.choice("style", {"expert"});
+}
+
 ShardDirective read_shard(const Object& o) {
   ShardDirective d;
   d.filter = o.filter("filter");
-  d.groups = {*o.devices("devices")};
-  d.style = *o.choice("style", {"column", "row", "expert"});
+  d.groups = device_groups(o);
+  const std::optional<std::string> style = read_shard_style(o);
+  const std::optional<std::map<std::string, int64_t>> params = o.get("params", read_params);
+  if (params && style) {
+    o.fail("style",
+           "given with \"params\"; a shard directive splits either the parameters "
+           "\"params\" names or the experts of style \"expert\", not both");
+  }
+  if (!params && !style) {
+    o.ctx().fail(o.path(),
+                 "missing required key \"params\" (initializer glob: dimension to split) or "
+                 "\"style\": \"expert\"");
+  }
+  d.params = params.value_or(std::map<std::string, int64_t>{});
+  d.style = style.value_or("");
   d.tag = o.tag_name("tag");
-  if (d.style == "expert" && !d.tag) {
+  if (style && !d.tag) {
     o.ctx().fail(o.path(),
                  "missing required key \"tag\" (style \"expert\" needs the tag that "
                  "names experts)");
   }
-  if (d.style != "expert" && d.tag) {
-    o.fail("tag", "only valid with style \"expert\", not \"" + d.style + "\"");
+  if (!style && d.tag) o.fail("tag", "only valid with style \"expert\", not with \"params\"");
+  if (std::optional<bool> sequence_parallel = o.boolean("sequence_parallel")) {
+    if (!params) {
+      o.fail("sequence_parallel", "only valid with \"params\", not with style \"expert\"");
+    }
+    d.sequence_parallel = *sequence_parallel;
   }
   d.stream = o.string("stream", "compute");
   return d;
@@ -376,6 +560,7 @@ OrderDirective read_order(const Object& o) {
     }
   }
   d.device = o.integer("device", 0);
+  if (d.device) check_in_mesh(o.ctx(), o.at("device"), *d.device);
   return d;
 }
 
@@ -385,8 +570,7 @@ PipelineDirective read_pipeline(const Object& o) {
   PipelineDirective d{.schedule = *o.choice("schedule", {"gpipe", "1f1b", "interleaved", "zb-h1",
                                                          "dualpipe", "dualpipev"}),
                       .tag = o.tag_name("tag").value_or("PP"),
-                      .devices = *o.devices("devices"),
-                      .axis = std::nullopt,
+                      .devices = device_list(o),
                       .num_microbatches = *o.integer("num_microbatches", 1, kMaxMicrobatches),
                       .chunks = o.integer("chunks", 1).value_or(1),
                       .auto_stages = o.choice("stages", {"auto"}).has_value()};
@@ -399,8 +583,7 @@ PipelineDirective read_pipeline(const Object& o) {
 
 ZeroDirective read_zero(const Object& o) {
   return {.stage = *o.integer("stage", 0, 3),
-          .devices = *o.devices("devices"),
-          .axis = std::nullopt,
+          .devices = device_list(o),
           .bucket_size = o.integer("bucket_size", 1)};
 }
 
@@ -423,27 +606,27 @@ const std::vector<DirectiveRule>& rules() {
        {"dim_name", "num_microbatches"},
        read_as<SplitDirective, read_split>},
       {"place",
-       {"op", "filter", "devices", "stream"},
-       {"devices"},
+       {"op", "filter", "devices", "axis", "stream"},
+       {},
        read_as<PlaceDirective, read_place>},
       {"replicate",
-       {"op", "filter", "devices", "bucket_size", "shard_optimizer", "shard_grads", "shard_params",
-        "gather_stream", "reduce_stream"},
-       {"devices"},
+       {"op", "filter", "devices", "axis", "bucket_size", "shard_optimizer", "shard_grads",
+        "shard_params", "gather_stream", "reduce_stream"},
+       {},
        read_as<ReplicateDirective, read_replicate>},
       {"shard",
-       {"op", "filter", "devices", "style", "tag", "stream"},
-       {"devices", "style"},
+       {"op", "filter", "devices", "axis", "params", "sequence_parallel", "style", "tag", "stream"},
+       {},
        read_as<ShardDirective, read_shard>},
       {"order", {"op", "filters", "device"}, {"filters"}, read_as<OrderDirective, read_order>},
       {"recompute", {"op", "filter"}, {}, read_as<RecomputeDirective, read_recompute>},
       {"pipeline",
-       {"op", "schedule", "tag", "devices", "num_microbatches", "chunks", "stages"},
-       {"schedule", "devices", "num_microbatches"},
+       {"op", "schedule", "tag", "devices", "axis", "num_microbatches", "chunks", "stages"},
+       {"schedule", "num_microbatches"},
        read_as<PipelineDirective, read_pipeline>},
       {"zero",
-       {"op", "stage", "devices", "bucket_size"},
-       {"stage", "devices"},
+       {"op", "stage", "devices", "axis", "bucket_size"},
+       {"stage"},
        read_as<ZeroDirective, read_zero>},
   };
   return kRules;
@@ -592,13 +775,40 @@ void name_microbatches(const Context& ctx, Strategy& s) {
   }
 }
 
+// A pipeline along a mesh axis runs each stage on a leader. Another axis of size > 1 that no
+// shard names would have to replicate whole pipelines, and the generator places one device
+// per stage (planner/directives/expand.cc).
+void check_pipeline_axes(const Context& ctx, const Strategy& s) {
+  std::set<std::string> sharded;
+  for (const Directive& directive : s.directives) {
+    if (directive.op == "shard" && directive.json.contains("axis")) {
+      sharded.insert(directive.json.at("axis").get<std::string>());
+    }
+  }
+  for (const Directive& directive : s.directives) {
+    if (directive.op != "pipeline" || !directive.json.contains("axis")) continue;
+    const std::string name = directive.json.at("axis").get<std::string>();
+    for (const MeshAxis& axis : s.mesh) {
+      if (axis.name == name || axis.size == 1 || sharded.count(axis.name)) continue;
+      ctx.fail(directive.path + ".axis",
+               "a pipeline along mesh axis \"" + name + "\" beside axis \"" + axis.name +
+                   "\" (size " + std::to_string(axis.size) +
+                   ", which no shard directive names) would replicate whole pipelines; Piper "
+                   "does not plan that yet (the pipeline generator places one device per "
+                   "stage): list the pipeline's \"devices\" and replicate each stage with its "
+                   "own replicate directive");
+    }
+  }
+}
+
 }  // namespace
 
 Strategy parse_strategy(const std::string& text, const std::string& source_name) {
-  const Context ctx(source_name);
+  Context ctx(source_name);
   const json root = parse_json_text(text, source_name);
   Object top(ctx, root, "$",
-             {"batch", "optimizer", "precision", "frozen", "annotations", "directives"}, {"batch"});
+             {"batch", "optimizer", "precision", "frozen", "annotations", "mesh", "directives"},
+             {"batch"});
   Strategy s;
   s.source = source_name;
   Object batch(ctx, *top.find("batch"), top.at("batch"), {"global"}, {"global"});
@@ -617,6 +827,10 @@ Strategy parse_strategy(const std::string& text, const std::string& source_name)
       s.annotations.push_back(read_annotation(ctx, (*annotations)[i], i));
     }
   }
+  if (const json* mesh = top.find("mesh")) {
+    s.mesh = read_mesh(ctx, top.at("mesh"), *mesh);
+    ctx.set_mesh(s.mesh);
+  }
   if (const json* directives = top.find("directives")) {
     read_array(ctx, top.at("directives"), *directives, "directives {\"op\": ...}");
     for (size_t i = 0; i < directives->size(); ++i) {
@@ -624,6 +838,7 @@ Strategy parse_strategy(const std::string& text, const std::string& source_name)
     }
   }
   name_microbatches(ctx, s);
+  check_pipeline_axes(ctx, s);
   return s;
 }
 
