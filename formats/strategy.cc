@@ -1,5 +1,6 @@
 // Strategy files: loading, writing back (to_json), filter and glob matching.
-// Parsing and validation live in strategy_parse.cc.
+// Parsing and validation live in strategy_parse.cc (directives, top level),
+// strategy_mesh.cc (mesh, axis, device lists) and strategy_reader.cc (values).
 #include "formats/strategy.h"
 
 #include <fnmatch.h>
