@@ -1,5 +1,6 @@
 // Strategy files: loading, writing back (to_json), filter and glob matching.
-// Parsing and validation live in strategy_parse.cc.
+// Parsing and validation live in strategy_parse.cc (directives, top level),
+// strategy_mesh.cc (mesh, axis, device lists) and strategy_reader.cc (values).
 #include "formats/strategy.h"
 
 #include <fnmatch.h>
@@ -67,12 +68,15 @@ json to_json(const DirectiveSpec& spec) {
           },
           [](const ShardDirective& d) -> json {
             json j = {{"filter", to_json(d.filter)},
-                      {"devices", d.groups.front()},
-                      {"style", d.style},
+                      {"devices", d.groups.size() == 1 ? json(d.groups.front()) : json(d.groups)},
                       {"stream", d.stream}};
+            if (d.style.empty()) {
+              j["params"] = d.params;
+              j["sequence_parallel"] = d.sequence_parallel;
+            } else {
+              j["style"] = d.style;
+            }
             if (d.tag) j["tag"] = *d.tag;
-            if (!d.params.empty()) j["params"] = d.params;
-            if (d.sequence_parallel) j["sequence_parallel"] = true;
             return j;
           },
           [](const OrderDirective& d) -> json {
@@ -119,12 +123,18 @@ json to_json(const Strategy& strategy) {
   }
   json directives = json::array();
   for (const Directive& d : strategy.directives) directives.push_back(to_json(d));
-  return {{"batch", {{"global", strategy.global_batch}}},
-          {"optimizer", optimizer_json(strategy.optimizer)},
-          {"precision", strategy.precision},
-          {"frozen", strategy.frozen},
-          {"annotations", annotations},
-          {"directives", directives}};
+  json j = {{"batch", {{"global", strategy.global_batch}}},
+            {"optimizer", optimizer_json(strategy.optimizer)},
+            {"precision", strategy.precision},
+            {"frozen", strategy.frozen},
+            {"annotations", annotations},
+            {"directives", directives}};
+  // An empty mesh is no mesh: "mesh": [] would not parse.
+  if (!strategy.mesh.empty()) {
+    json& mesh = j["mesh"] = json::array();
+    for (const MeshAxis& axis : strategy.mesh) mesh.push_back(json::array({axis.name, axis.size}));
+  }
+  return j;
 }
 
 bool matches(const Filter& filter, const std::map<std::string, int64_t>& tags, int64_t microbatch,

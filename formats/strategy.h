@@ -66,7 +66,9 @@ struct Annotation {
 };
 
 // One struct per directive; docs/strategy.md describes each field. Device
-// lists are non-empty and hold distinct indices >= 0.
+// lists are non-empty and hold distinct indices >= 0. A directive written with
+// "axis": NAME holds its resolution (mesh_axis_leaders, mesh_axis_groups) in
+// `devices` or `groups`; the name itself stays only in Directive::json.
 struct SplitDirective {
   static constexpr std::string_view kOp = "split";
   Filter filter;
@@ -79,7 +81,6 @@ struct PlaceDirective {
   static constexpr std::string_view kOp = "place";
   Filter filter;
   std::vector<int64_t> devices;
-  std::optional<std::string> axis;  // "axis": NAME as written; `devices` holds its resolution
   std::string stream = "compute";
   bool operator==(const PlaceDirective&) const = default;
 };
@@ -90,7 +91,6 @@ struct ReplicateDirective {
   static constexpr std::string_view kOp = "replicate";
   Filter filter;
   std::vector<int64_t> devices;
-  std::optional<std::string> axis;  // "axis": NAME as written; `devices` holds its resolution
   int64_t bucket_size = kDefaultBucketSize;  // bytes
   bool shard_optimizer = false;
   bool shard_grads = false;
@@ -109,11 +109,10 @@ struct ShardDirective {
   Filter filter;
   // Initializer glob -> the dimension of the stored tensor that is split.
   std::map<std::string, int64_t> params;
-  // Disjoint groups of devices, in group order ("devices": [0, 1] is one group; "axis": NAME
-  // resolves into one group per set of devices that differ only in that axis' coordinate).
+  // Disjoint groups of equal size, in group order ("devices": [0, 1] is one group,
+  // [[0, 1], [2, 3]] two; "axis": NAME is mesh_axis_groups).
   std::vector<std::vector<int64_t>> groups;
-  std::optional<std::string> axis;  // as written, for --expand
-  bool sequence_parallel = false;
+  bool sequence_parallel = false;  // only with params
   std::string style;               // "" (params) | "expert"
   std::optional<std::string> tag;  // set exactly when style is "expert"
   std::string stream = "compute";
@@ -139,7 +138,6 @@ struct PipelineDirective {
   std::string schedule;
   std::string tag = "PP";
   std::vector<int64_t> devices;
-  std::optional<std::string> axis;  // "axis": NAME as written; `devices` holds its resolution
   int64_t num_microbatches = 1;
   int64_t chunks = 1;        // > 1 only for "interleaved"
   bool auto_stages = false;  // "stages": "auto"
@@ -150,7 +148,6 @@ struct ZeroDirective {
   static constexpr std::string_view kOp = "zero";
   int64_t stage = 0;  // 0..3
   std::vector<int64_t> devices;
-  std::optional<std::string> axis;     // "axis": NAME as written; `devices` holds its resolution
   std::optional<int64_t> bucket_size;  // bytes
   bool operator==(const ZeroDirective&) const = default;
 };
@@ -201,6 +198,20 @@ nlohmann::json to_json(const Strategy& strategy);
 nlohmann::json to_json(const Directive& directive);  // {"op": ..., every field}
 nlohmann::json to_json(const DirectiveSpec& spec);
 nlohmann::json to_json(const Filter& filter);
+
+// Device meshes. Devices are numbered row-major over the axes, the last axis fastest: in
+// [["dp", 2], ["tp", 2]] device 1 is dp 0, tp 1. `axis` indexes `mesh`.
+//
+// The number of devices of the mesh: the product of its sizes (1 for no axes).
+int64_t mesh_device_count(const std::vector<MeshAxis>& mesh);
+// The devices along `axis` whose every other coordinate is 0, in coordinate order: what
+// place, replicate, pipeline and zero get for "axis": NAME (other directives name a
+// tensor-parallel group by its first device). [["dp", 2], ["tp", 2]]: dp [0, 2], tp [0, 1].
+std::vector<int64_t> mesh_axis_leaders(const std::vector<MeshAxis>& mesh, size_t axis);
+// One group per set of devices that differ only in `axis`' coordinate, each in coordinate
+// order, groups ordered by their first device: what shard gets for "axis": NAME.
+// [["dp", 2], ["tp", 2]]: tp [[0, 1], [2, 3]], dp [[0, 2], [1, 3]].
+std::vector<std::vector<int64_t>> mesh_axis_groups(const std::vector<MeshAxis>& mesh, size_t axis);
 
 // Whether a task with these tags, microbatch (kNoMicrobatch when unsplit) and
 // pass is selected by `filter`. A tag (or MB) named in the filter but absent

@@ -1,304 +1,40 @@
-// Parsing and validation of strategy files. One Object helper checks a key set
-// and hands out typed values that name their JSON path when they are wrong;
-// each directive is a row of rules() (its keys) and a short reader function.
+// Parsing and validation of strategy files: each directive is a row of rules() (its keys)
+// and a short reader function over an Object (strategy_reader.h); the mesh and device
+// lists are read in strategy_mesh.cc.
 #include <algorithm>
-#include <cctype>
-#include <cmath>
-#include <limits>
-#include <sstream>
+#include <map>
 #include <type_traits>
 
 #include "formats/error.h"
 #include "formats/strategy.h"
+#include "formats/strategy_reader.h"
 
 namespace piper::strategy {
 namespace {
 
-using nlohmann::json;
-using Keys = std::vector<std::string_view>;
+using namespace reader;
 
-constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
-// Bounds generous enough for thousands of ranks, so that a damaged or hostile file fails at
-// once instead of running the planner out of time or memory.
-constexpr size_t kMaxListEntries = 100000;  // directives, annotations, frozen globs
-constexpr int64_t kMaxDevices = 65536;      // device indices are below this
 constexpr int64_t kMaxMicrobatches = 65536;
 constexpr int64_t kMaxGlobalBatch = int64_t{1} << 31;
 
-bool is_identifier(std::string_view name) {
-  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-  });
+// Initializer glob -> the dimension shard splits; whether the dimension exists is the
+// planner's check against the tensor.
+std::map<std::string, int64_t> read_params(const Context& ctx, const std::string& path,
+                                           const json& v) {
+  if (!v.is_object() || v.empty()) {
+    ctx.expected(path,
+                 "a non-empty object of initializer glob: dimension to split, e.g. "
+                 "{\"blocks.*.attn.q.weight\": 0}",
+                 v);
+  }
+  std::map<std::string, int64_t> params;
+  for (const auto& [glob, dim] : v.items()) {
+    const std::string at = child_path(path, glob);
+    if (glob.empty()) ctx.fail(at, "an empty glob matches no initializer");
+    params[glob] = read_int(ctx, at, dim, 0);
+  }
+  return params;
 }
-
-std::string child_path(const std::string& path, std::string_view key) {
-  if (is_identifier(key)) return path + "." + std::string(key);
-  return path + "[" + json(std::string(key)).dump() + "]";
-}
-
-std::string index_path(const std::string& path, size_t index) {
-  return path + "[" + std::to_string(index) + "]";
-}
-
-// The offending value as written, shortened so one message stays one line.
-std::string shown(const json& value) {
-  std::string text = value.dump();
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
-  return text;
-}
-
-std::string joined(const Keys& words, bool quote) {
-  std::string out;
-  for (std::string_view word : words) {
-    if (!out.empty()) out += ", ";
-    out += quote ? "\"" + std::string(word) + "\"" : std::string(word);
-  }
-  return out;
-}
-
-class Context {
- public:
-  explicit Context(std::string source) : source_(std::move(source)) {}
-  [[noreturn]] void fail(const std::string& path, const std::string& what) const {
-    throw Error(source_ + ": " + path + ": " + what);
-  }
-  [[noreturn]] void expected(const std::string& path, const std::string& what,
-                             const json& got) const {
-    fail(path, "expected " + what + ", got " + shown(got));
-  }
-
- private:
-  std::string source_;
-};
-
-// ---- Values: each reader checks one JSON value and names `path` if wrong.
-
-const json& read_object(const Context& ctx, const std::string& path, const json& v) {
-  if (!v.is_object()) ctx.expected(path, "an object", v);
-  return v;
-}
-
-const json& read_array(const Context& ctx, const std::string& path, const json& v,
-                       const std::string& of) {
-  if (!v.is_array()) ctx.expected(path, "an array of " + of, v);
-  if (v.size() > kMaxListEntries) {
-    ctx.fail(path, "holds " + std::to_string(v.size()) + " entries; Piper takes at most " +
-                       std::to_string(kMaxListEntries));
-  }
-  return v;
-}
-
-std::optional<int64_t> as_int64(const json& v) {
-  if (v.is_number_integer() && !v.is_number_unsigned()) return v.get<int64_t>();
-  if (v.is_number_unsigned()) {
-    uint64_t u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(kMaxInt)) return std::nullopt;
-    return static_cast<int64_t>(u);
-  }
-  if (v.is_number_float()) {  // 32.0 is an integer, as in JSON Schema
-    double d = v.get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && d >= -9.2e18 && d <= 9.2e18) {
-      return static_cast<int64_t>(d);
-    }
-  }
-  return std::nullopt;
-}
-
-int64_t read_int(const Context& ctx, const std::string& path, const json& v, int64_t min,
-                 int64_t max = kMaxInt) {
-  std::optional<int64_t> n = as_int64(v);
-  if (!n || *n < min || *n > max) {
-    std::string what;
-    if (max != kMaxInt) {
-      what = "an integer from " + std::to_string(min) + " to " + std::to_string(max);
-    } else if (min == 1) {
-      what = "a positive integer";
-    } else {
-      what = "an integer >= " + std::to_string(min);
-    }
-    ctx.expected(path, what, v);
-  }
-  return *n;
-}
-
-// [min, max) or (min, ...) and so on: the closed/open ends of a number range.
-struct Range {
-  double min = 0;
-  bool min_open = false;
-  double max = std::numeric_limits<double>::infinity();
-  bool max_open = true;
-
-  bool contains(double x) const {
-    return (min_open ? x > min : x >= min) && (max_open ? x < max : x <= max);
-  }
-  std::string describe() const {
-    auto number = [](double x) {
-      std::ostringstream out;
-      out << x;
-      return out.str();
-    };
-    if (std::isinf(max)) return std::string("a number ") + (min_open ? "> " : ">= ") + number(min);
-    return "a number in " + std::string(min_open ? "(" : "[") + number(min) + ", " + number(max) +
-           (max_open ? ")" : "]");
-  }
-};
-
-double read_number(const Context& ctx, const std::string& path, const json& v, Range range) {
-  if (!v.is_number() || !std::isfinite(v.get<double>()) || !range.contains(v.get<double>())) {
-    ctx.expected(path, range.describe(), v);
-  }
-  return v.get<double>();
-}
-
-bool read_bool(const Context& ctx, const std::string& path, const json& v) {
-  if (!v.is_boolean()) ctx.expected(path, "true or false", v);
-  return v.get<bool>();
-}
-
-std::string read_string(const Context& ctx, const std::string& path, const json& v) {
-  if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
-    ctx.expected(path, "a non-empty string", v);
-  }
-  return v.get<std::string>();
-}
-
-std::string read_choice(const Context& ctx, const std::string& path, const json& v,
-                        const Keys& options) {
-  if (!v.is_string() ||
-      std::find(options.begin(), options.end(), v.get_ref<const std::string&>()) == options.end()) {
-    ctx.expected(path, "one of " + joined(options, true), v);
-  }
-  return v.get<std::string>();
-}
-
-// A user tag name: an identifier other than the reserved "MB" and "PASS".
-void check_tag_name(const Context& ctx, const std::string& path, const std::string& name) {
-  if (name == "MB" || name == "PASS") {
-    ctx.fail(path,
-             "the tag name \"" + name + "\" is reserved (" +
-                 (name == "MB" ? "the microbatch index split gives" : "the pass: F, B, BI, BW, U") +
-                 "); choose another name");
-  }
-  if (!is_identifier(name)) {
-    ctx.fail(path, "\"" + name + "\" is not a tag name; expected letters, digits and _, " +
-                       "not starting with a digit");
-  }
-}
-
-std::string read_tag_name(const Context& ctx, const std::string& path, const json& v) {
-  if (!v.is_string()) ctx.expected(path, "a tag name (string)", v);
-  check_tag_name(ctx, path, v.get<std::string>());
-  return v.get<std::string>();
-}
-
-std::vector<int64_t> read_devices(const Context& ctx, const std::string& path, const json& v) {
-  std::vector<int64_t> devices;
-  bool ok = v.is_array() && !v.empty();
-  for (size_t i = 0; ok && i < v.size(); ++i) {
-    std::optional<int64_t> device = as_int64(v[i]);
-    ok = device && *device >= 0 && *device < kMaxDevices &&
-         std::find(devices.begin(), devices.end(), *device) == devices.end();
-    if (ok) devices.push_back(*device);
-  }
-  if (!ok) {
-    ctx.expected(
-        path,
-        "a non-empty array of distinct device indices in [0, " + std::to_string(kMaxDevices) + ")",
-        v);
-  }
-  return devices;
-}
-
-Filter read_filter(const Context& ctx, const std::string& path, const json& v) {
-  if (!v.is_object()) {
-    ctx.expected(path, "a filter (an object of tag: index or \"*\", \"PASS\": pass)", v);
-  }
-  Filter filter;
-  for (const auto& [name, value] : v.items()) {
-    std::string at = child_path(path, name);
-    if (name == "PASS") {
-      std::string pass = read_choice(ctx, at, value, {"F", "B", "BI", "BW", "U", "*"});
-      if (pass != "*") filter.pass = pass;
-      continue;
-    }
-    if (name != "MB") check_tag_name(ctx, at, name);
-    if (value == "*") {
-      filter.tags[name] = std::nullopt;
-    } else {
-      std::optional<int64_t> index = as_int64(value);
-      if (!index || *index < 0) ctx.expected(at, "an integer >= 0 or \"*\"", value);
-      filter.tags[name] = *index;
-    }
-  }
-  return filter;
-}
-
-// ---- Objects: a checked key set and typed getters (nullopt when absent).
-
-class Object {
- public:
-  Object(const Context& ctx, const json& value, std::string path, const Keys& allowed,
-         const Keys& required = {})
-      : ctx_(ctx), value_(read_object(ctx, path, value)), path_(std::move(path)) {
-    for (const auto& item : value_.items()) {
-      if (std::find(allowed.begin(), allowed.end(), item.key()) == allowed.end()) {
-        ctx.fail(at(item.key()), "unknown key; expected one of " + joined(allowed, false));
-      }
-    }
-    for (std::string_view key : required) {
-      if (!value_.contains(key))
-        ctx.fail(path_, "missing required key \"" + std::string(key) + "\"");
-    }
-  }
-
-  const Context& ctx() const { return ctx_; }
-  const std::string& path() const { return path_; }
-  std::string at(std::string_view key) const { return child_path(path_, key); }
-  const json* find(std::string_view key) const {
-    auto it = value_.find(key);
-    return it == value_.end() ? nullptr : &*it;
-  }
-  [[noreturn]] void fail(std::string_view key, const std::string& what) const {
-    ctx_.fail(at(key), what);
-  }
-
-  // get(key, reader, args...) = reader(ctx, path-of-key, value, args...), or
-  // nullopt when the key is absent.
-  template <typename Reader, typename... Args>
-  auto get(std::string_view key, Reader reader, Args&&... args) const -> std::optional<
-      std::invoke_result_t<Reader, const Context&, const std::string&, const json&, Args...>> {
-    const json* v = find(key);
-    if (v == nullptr) return std::nullopt;
-    return reader(ctx_, at(key), *v, std::forward<Args>(args)...);
-  }
-
-  std::optional<int64_t> integer(std::string_view key, int64_t min, int64_t max = kMaxInt) const {
-    return get(key, read_int, min, max);
-  }
-  std::optional<double> number(std::string_view key, Range range) const {
-    return get(key, read_number, range);
-  }
-  std::optional<bool> boolean(std::string_view key) const { return get(key, read_bool); }
-  std::string string(std::string_view key, std::string fallback) const {
-    return get(key, read_string).value_or(std::move(fallback));
-  }
-  std::optional<std::string> choice(std::string_view key, const Keys& options) const {
-    return get(key, read_choice, options);
-  }
-  std::optional<std::string> tag_name(std::string_view key) const {
-    return get(key, read_tag_name);
-  }
-  std::optional<std::vector<int64_t>> devices(std::string_view key) const {
-    return get(key, read_devices);
-  }
-  Filter filter(std::string_view key) const { return get(key, read_filter).value_or(Filter{}); }
-
- private:
-  const Context& ctx_;
-  const json& value_;
-  std::string path_;
-};
 
 // ---- Directives: keys (required ones listed in `required`) and a reader.
 
@@ -310,8 +46,7 @@ SplitDirective read_split(const Object& o) {
 
 PlaceDirective read_place(const Object& o) {
   return {.filter = o.filter("filter"),
-          .devices = *o.devices("devices"),
-          .axis = std::nullopt,
+          .devices = device_list(o),
           .stream = o.string("stream", "compute")};
 }
 
@@ -330,8 +65,7 @@ ReplicateDirective read_replicate(const Object& o) {
                                   " true (sharded gradients or parameters imply sharded "
                                   "optimizer state); drop shard_optimizer or set it true");
   }
-  ReplicateDirective d{
-      .filter = o.filter("filter"), .devices = *o.devices("devices"), .axis = std::nullopt};
+  ReplicateDirective d{.filter = o.filter("filter"), .devices = device_list(o)};
   d.bucket_size = o.integer("bucket_size", 1).value_or(kDefaultBucketSize);
   d.shard_params = params.value_or(false);
   d.shard_grads = grads.value_or(false) || d.shard_params;
@@ -341,19 +75,49 @@ ReplicateDirective read_replicate(const Object& o) {
   return d;
 }
 
+// "column" and "row" named a Megatron split without saying which parameters; "params" says
+// it per parameter.
+std::optional<std::string> read_shard_style(const Object& o) {
+  const json* style = o.find("style");
+  if (style && (*style == "column" || *style == "row")) {
+    o.fail("style", "\"" + style->get<std::string>() +
+                        "\" is not a shard style; name the parameters to split in \"params\" "
+                        "instead, {\"<initializer glob>\": dim}: dim 0 for a column split of "
+                        "PyTorch's [out, in] weight, 1 for a row split");
+  }
+  return o.choice("style", {"expert"});
+}
+
 ShardDirective read_shard(const Object& o) {
   ShardDirective d;
   d.filter = o.filter("filter");
-  d.groups = {*o.devices("devices")};
-  d.style = *o.choice("style", {"column", "row", "expert"});
+  d.groups = device_groups(o);
+  const std::optional<std::string> style = read_shard_style(o);
+  const std::optional<std::map<std::string, int64_t>> params = o.get("params", read_params);
+  if (params && style) {
+    o.fail("style",
+           "given with \"params\"; a shard directive splits either the parameters "
+           "\"params\" names or the experts of style \"expert\", not both");
+  }
+  if (!params && !style) {
+    o.ctx().fail(o.path(),
+                 "missing required key \"params\" (initializer glob: dimension to split) or "
+                 "\"style\": \"expert\"");
+  }
+  d.params = params.value_or(std::map<std::string, int64_t>{});
+  d.style = style.value_or("");
   d.tag = o.tag_name("tag");
-  if (d.style == "expert" && !d.tag) {
+  if (style && !d.tag) {
     o.ctx().fail(o.path(),
                  "missing required key \"tag\" (style \"expert\" needs the tag that "
                  "names experts)");
   }
-  if (d.style != "expert" && d.tag) {
-    o.fail("tag", "only valid with style \"expert\", not \"" + d.style + "\"");
+  if (!style && d.tag) o.fail("tag", "only valid with style \"expert\", not with \"params\"");
+  if (std::optional<bool> sequence_parallel = o.boolean("sequence_parallel")) {
+    if (!params) {
+      o.fail("sequence_parallel", "only valid with \"params\", not with style \"expert\"");
+    }
+    d.sequence_parallel = *sequence_parallel;
   }
   d.stream = o.string("stream", "compute");
   return d;
@@ -376,6 +140,7 @@ OrderDirective read_order(const Object& o) {
     }
   }
   d.device = o.integer("device", 0);
+  if (d.device) check_in_mesh(o.ctx(), o.at("device"), *d.device);
   return d;
 }
 
@@ -385,8 +150,7 @@ PipelineDirective read_pipeline(const Object& o) {
   PipelineDirective d{.schedule = *o.choice("schedule", {"gpipe", "1f1b", "interleaved", "zb-h1",
                                                          "dualpipe", "dualpipev"}),
                       .tag = o.tag_name("tag").value_or("PP"),
-                      .devices = *o.devices("devices"),
-                      .axis = std::nullopt,
+                      .devices = device_list(o),
                       .num_microbatches = *o.integer("num_microbatches", 1, kMaxMicrobatches),
                       .chunks = o.integer("chunks", 1).value_or(1),
                       .auto_stages = o.choice("stages", {"auto"}).has_value()};
@@ -399,8 +163,7 @@ PipelineDirective read_pipeline(const Object& o) {
 
 ZeroDirective read_zero(const Object& o) {
   return {.stage = *o.integer("stage", 0, 3),
-          .devices = *o.devices("devices"),
-          .axis = std::nullopt,
+          .devices = device_list(o),
           .bucket_size = o.integer("bucket_size", 1)};
 }
 
@@ -423,27 +186,27 @@ const std::vector<DirectiveRule>& rules() {
        {"dim_name", "num_microbatches"},
        read_as<SplitDirective, read_split>},
       {"place",
-       {"op", "filter", "devices", "stream"},
-       {"devices"},
+       {"op", "filter", "devices", "axis", "stream"},
+       {},
        read_as<PlaceDirective, read_place>},
       {"replicate",
-       {"op", "filter", "devices", "bucket_size", "shard_optimizer", "shard_grads", "shard_params",
-        "gather_stream", "reduce_stream"},
-       {"devices"},
+       {"op", "filter", "devices", "axis", "bucket_size", "shard_optimizer", "shard_grads",
+        "shard_params", "gather_stream", "reduce_stream"},
+       {},
        read_as<ReplicateDirective, read_replicate>},
       {"shard",
-       {"op", "filter", "devices", "style", "tag", "stream"},
-       {"devices", "style"},
+       {"op", "filter", "devices", "axis", "params", "sequence_parallel", "style", "tag", "stream"},
+       {},
        read_as<ShardDirective, read_shard>},
       {"order", {"op", "filters", "device"}, {"filters"}, read_as<OrderDirective, read_order>},
       {"recompute", {"op", "filter"}, {}, read_as<RecomputeDirective, read_recompute>},
       {"pipeline",
-       {"op", "schedule", "tag", "devices", "num_microbatches", "chunks", "stages"},
-       {"schedule", "devices", "num_microbatches"},
+       {"op", "schedule", "tag", "devices", "axis", "num_microbatches", "chunks", "stages"},
+       {"schedule", "num_microbatches"},
        read_as<PipelineDirective, read_pipeline>},
       {"zero",
-       {"op", "stage", "devices", "bucket_size"},
-       {"stage", "devices"},
+       {"op", "stage", "devices", "axis", "bucket_size"},
+       {"stage"},
        read_as<ZeroDirective, read_zero>},
   };
   return kRules;
@@ -595,10 +358,11 @@ void name_microbatches(const Context& ctx, Strategy& s) {
 }  // namespace
 
 Strategy parse_strategy(const std::string& text, const std::string& source_name) {
-  const Context ctx(source_name);
+  Context ctx(source_name);
   const json root = parse_json_text(text, source_name);
   Object top(ctx, root, "$",
-             {"batch", "optimizer", "precision", "frozen", "annotations", "directives"}, {"batch"});
+             {"batch", "optimizer", "precision", "frozen", "annotations", "mesh", "directives"},
+             {"batch"});
   Strategy s;
   s.source = source_name;
   Object batch(ctx, *top.find("batch"), top.at("batch"), {"global"}, {"global"});
@@ -617,6 +381,10 @@ Strategy parse_strategy(const std::string& text, const std::string& source_name)
       s.annotations.push_back(read_annotation(ctx, (*annotations)[i], i));
     }
   }
+  if (const json* mesh = top.find("mesh")) {
+    s.mesh = read_mesh(ctx, top.at("mesh"), *mesh);
+    ctx.set_mesh(s.mesh);
+  }
   if (const json* directives = top.find("directives")) {
     read_array(ctx, top.at("directives"), *directives, "directives {\"op\": ...}");
     for (size_t i = 0; i < directives->size(); ++i) {
@@ -624,6 +392,7 @@ Strategy parse_strategy(const std::string& text, const std::string& source_name)
     }
   }
   name_microbatches(ctx, s);
+  check_pipeline_axes(ctx, s);
   return s;
 }
 

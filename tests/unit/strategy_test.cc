@@ -11,26 +11,12 @@
 
 #include "formats/atomic_file.h"
 #include "formats/error.h"
+#include "tests/unit/strategy_test_util.h"
 
 namespace piper::strategy {
 namespace {
 
 using nlohmann::json;
-
-// The message parse_strategy throws for `text`, or "" when it parses.
-std::string error_of(const std::string& text) {
-  try {
-    parse_strategy(text, "strategy.json");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-// A minimal valid strategy with `directives` as its directive list.
-std::string with_directives(const std::string& directives) {
-  return R"({"batch": {"global": 8}, "directives": )" + directives + "}";
-}
 
 TEST(StrategyLimits, NestingDeeperThan256IsRefusedNotACrash) {
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
@@ -83,14 +69,6 @@ constexpr const char* kFull = R"({
   ]
 })";
 
-template <typename T>
-const T& spec_of(const Strategy& s, size_t index) {
-  EXPECT_LT(index, s.directives.size());
-  const T* spec = std::get_if<T>(&s.directives.at(index).spec);
-  EXPECT_NE(spec, nullptr) << "directive " << index << " is not " << T::kOp;
-  return *spec;
-}
-
 TEST(StrategyParse, FullStrategyGivesEveryStruct) {
   const Strategy s = parse_strategy(kFull, "full.json");
   EXPECT_EQ(s.source, "full.json");
@@ -123,7 +101,6 @@ TEST(StrategyParse, FullStrategyGivesEveryStruct) {
   EXPECT_EQ(spec_of<PlaceDirective>(s, 1),
             (PlaceDirective{.filter = {.tags = {{"PP", 0}, {"MB", 2}}, .pass = "F"},
                             .devices = {0, 1},
-                            .axis = std::nullopt,
                             .stream = "side"}));
   ReplicateDirective replicate;
   replicate.filter.tags = {{"PP", 1}};
@@ -152,13 +129,11 @@ TEST(StrategyParse, FullStrategyGivesEveryStruct) {
   EXPECT_EQ(spec_of<PipelineDirective>(s, 6), (PipelineDirective{.schedule = "interleaved",
                                                                  .tag = "STAGE",
                                                                  .devices = {0, 1},
-                                                                 .axis = std::nullopt,
                                                                  .num_microbatches = 8,
                                                                  .chunks = 2,
                                                                  .auto_stages = true}));
   EXPECT_EQ(spec_of<ZeroDirective>(s, 7),
-            (ZeroDirective{
-                .stage = 2, .devices = {0, 1, 2, 3}, .axis = std::nullopt, .bucket_size = 4096}));
+            (ZeroDirective{.stage = 2, .devices = {0, 1, 2, 3}, .bucket_size = 4096}));
 }
 
 TEST(StrategyParse, DefaultsFollowPyTorch) {
@@ -193,7 +168,7 @@ TEST(StrategyParse, DirectiveDefaults) {
     {"op": "place", "devices": [0]},
     {"op": "replicate", "devices": [0, 1], "shard_params": true},
     {"op": "replicate", "devices": [0, 1]},
-    {"op": "shard", "devices": [0, 1], "style": "column"},
+    {"op": "shard", "devices": [0, 1], "params": {"fc1.weight": 0}},
     {"op": "order", "filters": [[{}]]},
     {"op": "recompute"},
     {"op": "pipeline", "schedule": "1f1b", "devices": [0, 1], "num_microbatches": 4},
@@ -201,8 +176,7 @@ TEST(StrategyParse, DirectiveDefaults) {
   ])"),
                                     "s.json");
   EXPECT_EQ(spec_of<SplitDirective>(s, 0).filter, Filter{});
-  EXPECT_EQ(spec_of<PlaceDirective>(s, 1),
-            (PlaceDirective{.filter = {}, .devices = {0}, .axis = std::nullopt}));
+  EXPECT_EQ(spec_of<PlaceDirective>(s, 1), (PlaceDirective{.filter = {}, .devices = {0}}));
   const ReplicateDirective& zero3 = spec_of<ReplicateDirective>(s, 2);
   EXPECT_TRUE(zero3.shard_params && zero3.shard_grads && zero3.shard_optimizer);
   const ReplicateDirective& plain = spec_of<ReplicateDirective>(s, 3);
@@ -211,6 +185,8 @@ TEST(StrategyParse, DirectiveDefaults) {
   EXPECT_EQ(plain.gather_stream, "dp_gather");
   EXPECT_EQ(plain.reduce_stream, "dp_reduce");
   EXPECT_EQ(spec_of<ShardDirective>(s, 4).tag, std::nullopt);
+  EXPECT_EQ(spec_of<ShardDirective>(s, 4).style, "");
+  EXPECT_FALSE(spec_of<ShardDirective>(s, 4).sequence_parallel);
   EXPECT_EQ(spec_of<ShardDirective>(s, 4).stream, "compute");
   EXPECT_EQ(spec_of<OrderDirective>(s, 5).device, std::nullopt);
   EXPECT_EQ(spec_of<RecomputeDirective>(s, 6).filter, Filter{});
@@ -224,14 +200,6 @@ TEST(StrategyParse, DirectiveDefaults) {
 TEST(StrategyParse, IntegralNumbersAreIntegersAsInJsonSchema) {
   EXPECT_EQ(parse_strategy(R"({"batch": {"global": 32.0}})", "s.json").global_batch, 32);
 }
-
-struct ErrorCase {
-  std::string name;
-  std::string text;
-  std::string message;
-};
-
-void PrintTo(const ErrorCase& c, std::ostream* os) { *os << c.name; }
 
 class StrategyErrors : public testing::TestWithParam<ErrorCase> {};
 
@@ -268,7 +236,7 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(
         ErrorCase{"TopLevel", "{" + kBatch + R"(, "precison": "bf16"})",
                   "strategy.json: $.precison: unknown key; expected one of batch, optimizer, "
-                  "precision, frozen, annotations, directives"},
+                  "precision, frozen, annotations, mesh, directives"},
         ErrorCase{"Optimizer", "{" + kBatch + R"(, "optimizer": {"type": "adamw", "betta": 1}})",
                   "strategy.json: $.optimizer.betta: unknown key; expected one of type, lr, "
                   "betas, eps, weight_decay"},
@@ -277,7 +245,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "strategy.json: $.optimizer.eps: only valid for type \"adamw\", not \"sgd\""},
         ErrorCase{"Directive", with_directives(R"([{"op": "place", "devices": [0], "device": 0}])"),
                   "strategy.json: $.directives[0].device: unknown key; expected one of op, "
-                  "filter, devices, stream"},
+                  "filter, devices, axis, stream"},
         ErrorCase{"Annotation", "{" + kBatch + R"(, "annotations": [{"match": "*", "tag": {}}]})",
                   "strategy.json: $.annotations[0].tag: unknown key; expected one of match, tags"},
         ErrorCase{"Op", with_directives(R"([{"op": "zero", "stage": 1, "devices": [0]},
@@ -286,7 +254,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "split, place, replicate, shard, order, recompute, pipeline, zero"},
         ErrorCase{"OddKeyIsQuoted", "{" + kBatch + R"(, "a b": 1})",
                   "strategy.json: $[\"a b\"]: unknown key; expected one of batch, optimizer, "
-                  "precision, frozen, annotations, directives"}),
+                  "precision, frozen, annotations, mesh, directives"}),
     [](const auto& info) { return info.param.name; });
 
 INSTANTIATE_TEST_SUITE_P(
@@ -384,8 +352,8 @@ INSTANTIATE_TEST_SUITE_P(
                   with_directives(R"([{"op": "replicate", "devices": [0], "bucket_size": 0}])"),
                   "strategy.json: $.directives[0].bucket_size: expected a positive integer, got 0"},
         ErrorCase{"Style", with_directives(R"([{"op": "shard", "devices": [0], "style": "col"}])"),
-                  "strategy.json: $.directives[0].style: expected one of \"column\", \"row\", "
-                  "\"expert\", got \"col\""},
+                  "strategy.json: $.directives[0].style: expected one of \"expert\", got "
+                  "\"col\""},
         ErrorCase{"Schedule", with_directives(R"([{"op": "pipeline", "schedule": "zb",
                                                    "devices": [0], "num_microbatches": 1}])"),
                   "strategy.json: $.directives[0].schedule: expected one of \"gpipe\", \"1f1b\", "
@@ -423,7 +391,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "expected one of split, place, replicate, shard, order, recompute, "
                   "pipeline, zero"},
         ErrorCase{"Devices", with_directives(R"([{"op": "place"}])"),
-                  "strategy.json: $.directives[0]: missing required key \"devices\""},
+                  "strategy.json: $.directives[0]: missing required key \"devices\" (or "
+                  "\"axis\", a mesh axis)"},
         ErrorCase{"Microbatches", with_directives(R"([{"op": "pipeline", "schedule": "1f1b",
                                                    "devices": [0]}])"),
                   "strategy.json: $.directives[0]: missing required key "
@@ -473,10 +442,10 @@ INSTANTIATE_TEST_SUITE_P(
                   "strategy.json: $.directives[0].chunks: more than one chunk per device needs "
                   "schedule \"interleaved\", not \"1f1b\""},
         ErrorCase{
-            "TagOnColumnShard",
-            with_directives(R"([{"op": "shard", "devices": [0], "style": "column", "tag": "E"}])"),
+            "TagOnParamsShard",
+            with_directives(R"([{"op": "shard", "devices": [0], "params": {"w": 0}, "tag": "E"}])"),
             "strategy.json: $.directives[0].tag: only valid with style \"expert\", not "
-            "\"column\""}),
+            "with \"params\""}),
     [](const auto& info) { return info.param.name; });
 
 INSTANTIATE_TEST_SUITE_P(
@@ -656,7 +625,7 @@ TEST(StrategyFiles, SchemaAgreesWithTheParser) {
   std::set<std::string> top;
   for (const auto& item : schema.at("properties").items()) top.insert(item.key());
   EXPECT_EQ(top, (std::set<std::string>{"batch", "optimizer", "precision", "frozen", "annotations",
-                                        "directives"}));
+                                        "mesh", "directives"}));
   EXPECT_THROW(directive_keys("nope"), Error);
 }
 
