@@ -100,6 +100,7 @@ std::vector<uint8_t> initializer_bytes(const onnx::TensorProto& tensor) {
     case onnx::TensorProto::BOOL:
     case onnx::TensorProto::UINT8:
     case onnx::TensorProto::INT8:
+    case onnx::TensorProto::BFLOAT16:  // ONNX keeps each value's 16 bits in an int32
       return pack(tensor.int32_data(), onnx_element_size(tensor.data_type()));
     default:
       throw Error("initializer '" + tensor.name() + "' has unsupported data type " +

@@ -221,6 +221,19 @@ void write_inputs(std::ostringstream& out, const plan::Plan& plan) {
   }
 }
 
+// The group's members hold equal consecutive blocks, so the dimension's extent is theirs summed.
+void write_block(std::ostringstream& out, const plan::Plan& plan,
+                 const plan::ParameterBlock& block) {
+  out << "  block: dim " << block.dim() << " [" << block.start() << ", "
+      << block.start() + block.size() << ")";
+  const auto group =
+      std::find_if(plan.groups().begin(), plan.groups().end(),
+                   [&](const plan::CommGroup& g) { return g.id() == block.group(); });
+  if (group != plan.groups().end()) out << " of " << block.size() * group->ranks_size();
+  out << ", group " << block.group();
+  if (group == plan.groups().end()) out << " <unknown>";
+}
+
 void write_parameters(std::ostringstream& out, const plan::Plan& plan) {
   out << "\nparameters loaded from the model (" << plan.parameters_size() << "):\n";
   for (const plan::ParameterLoad& parameter : plan.parameters()) {
@@ -228,6 +241,7 @@ void write_parameters(std::ostringstream& out, const plan::Plan& plan) {
     if (parameter.tensor() >= 0 && parameter.tensor() < plan.tensors_size()) {
       out << "  " << role_to_text(plan.tensors(parameter.tensor()).role());
     }
+    if (parameter.has_block()) write_block(out, plan, parameter.block());
     if (parameter.has_shard()) {
       const plan::ParameterShard& shard = parameter.shard();
       out << "  shard: elements [" << shard.element_offset() << ", "

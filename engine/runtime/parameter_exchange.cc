@@ -48,6 +48,13 @@ void merge(const std::vector<uint8_t>& blob, ParameterValues& values) {
   }
 }
 
+using Staged = std::unique_ptr<void, std::function<void(void*)>>;
+
+// A buffer of `memory`, where a communicator without host buffers expects them.
+Staged stage(Backend& memory, size_t bytes) {
+  return Staged(memory.allocate(bytes), [&memory](void* buffer) { memory.release(buffer); });
+}
+
 // Broadcasts `data` (resized on the receivers) from member `root`.
 void broadcast_bytes(Communicator& link, Backend& memory, std::vector<uint8_t>& data, int root) {
   if (data.empty()) return;
@@ -55,8 +62,7 @@ void broadcast_bytes(Communicator& link, Backend& memory, std::vector<uint8_t>& 
     link.broadcast(data.data(), data.size(), root);
     return;
   }
-  const std::unique_ptr<void, std::function<void(void*)>> staged(
-      memory.allocate(data.size()), [&memory](void* buffer) { memory.release(buffer); });
+  const Staged staged = stage(memory, data.size());
   memory.upload(staged.get(), data.data(), data.size());
   link.broadcast(staged.get(), data.size(), root);
   memory.download(data.data(), staged.get(), data.size());
@@ -77,6 +83,28 @@ void exchange_parameters(Communicator& link, Backend& memory, ParameterValues& v
     broadcast_bytes(link, memory, blob, root);
     if (!sending) merge(blob, values);
   }
+}
+
+std::vector<uint8_t> all_gather_bytes(Communicator& link, Backend& memory,
+                                      const std::vector<uint8_t>& mine) {
+  const size_t bytes = mine.size(), members = static_cast<size_t>(link.size());
+  const size_t floats = (bytes + sizeof(float) - 1) / sizeof(float);
+  std::vector<float> padded(floats), all(floats * members);
+  if (bytes > 0) std::memcpy(padded.data(), mine.data(), bytes);
+  if (floats > 0 && link.host_buffers()) {
+    link.all_gather(padded.data(), all.data(), floats);
+  } else if (floats > 0) {
+    const Staged in = stage(memory, floats * sizeof(float));
+    const Staged out = stage(memory, all.size() * sizeof(float));
+    memory.upload(in.get(), padded.data(), floats * sizeof(float));
+    link.all_gather(static_cast<const float*>(in.get()), static_cast<float*>(out.get()), floats);
+    memory.download(all.data(), out.get(), all.size() * sizeof(float));
+  }
+  std::vector<uint8_t> gathered(bytes * members);
+  for (size_t member = 0; member < members && bytes > 0; ++member) {
+    std::memcpy(gathered.data() + member * bytes, all.data() + member * floats, bytes);
+  }
+  return gathered;
 }
 
 }  // namespace piper::engine

@@ -1,6 +1,7 @@
-// Pipeline stages hold different parameters; saving the model needs all of
-// them in one place. Every member of a group broadcasts what it holds in
-// turn, so that every member ends with the union.
+// Saving a model trained with parameters spread over ranks needs all of them in
+// one place: pipeline stages hold different parameters (every member of a group
+// broadcasts what it holds in turn, so that every member ends with the union),
+// and ZeRO shards and tensor-parallel blocks are gathered over their group.
 #pragma once
 
 #include <cstdint>
@@ -20,5 +21,11 @@ using ParameterValues = std::map<std::string, std::vector<uint8_t>>;
 // agree). `memory` is where `link` expects buffers when it does not use host
 // memory (NCCL). Collective: every member must call it.
 void exchange_parameters(Communicator& link, Backend& memory, ParameterValues& values);
+
+// Every member's `mine` (the same size on each) concatenated in group order. Any byte count:
+// the communicator's float32 all-gather moves them padded to whole floats. `memory` as above.
+// Collective.
+std::vector<uint8_t> all_gather_bytes(Communicator& link, Backend& memory,
+                                      const std::vector<uint8_t>& mine);
 
 }  // namespace piper::engine

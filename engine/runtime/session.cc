@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <functional>
 #include <set>
 #include <unordered_map>
 
@@ -12,6 +10,7 @@
 #include "engine/runtime/dynamic_kernel.h"
 #include "engine/runtime/finite_check.h"
 #include "engine/runtime/host_staging.h"
+#include "engine/runtime/parameter_block.h"
 #include "engine/runtime/parameter_exchange.h"
 #include "formats/atomic_file.h"
 #include "formats/checksum.h"
@@ -33,6 +32,8 @@ plan::DType onnx_to_plan_dtype(int onnx_type) {
       return plan::INT64;
     case onnx::TensorProto::BOOL:
       return plan::BOOL;
+    case onnx::TensorProto::BFLOAT16:
+      return plan::BFLOAT16;
     default:
       return plan::DTYPE_UNSPECIFIED;
   }
@@ -192,8 +193,8 @@ void Session::load_parameters() {
   for (const auto& initializer : model.graph().initializer()) {
     initializers.emplace(initializer.name(), &initializer);
   }
+  layouts_.clear();
   for (const auto& load : plan_.parameters()) {
-    const plan::Tensor& tensor = plan_.tensors(load.tensor());
     const std::string what = "initializer '" + load.initializer() + "' of model '" + path + "'";
     const auto found = initializers.find(load.initializer());
     if (found == initializers.end()) {
@@ -201,50 +202,106 @@ void Session::load_parameters() {
                   tensor_label(plan_, load.tensor()) +
                   "); the plan was made for another model, re-plan");
     }
-    const onnx::TensorProto& initializer = *found->second;
-    const Shape dims(initializer.dims().begin(), initializer.dims().end());
-    const Shape shape(tensor.shape().begin(), tensor.shape().end());
-    const plan::DType dtype = onnx_to_plan_dtype(initializer.data_type());
-    const bool sharded = load.has_shard();
-    if (dtype != tensor.dtype() ||
-        (sharded ? num_elements(dims) != load.shard().elements() : dims != shape)) {
-      throw Error(what + " is " +
-                  (dtype == plan::DTYPE_UNSPECIFIED
-                       ? "ONNX type " + std::to_string(initializer.data_type())
-                       : dtype_name(dtype)) +
-                  " " + shape_string(dims) + " but the plan's " +
-                  tensor_label(plan_, load.tensor()) + " is " + dtype_name(tensor.dtype()) + " " +
-                  (sharded ? "slice of " + std::to_string(load.shard().elements()) + " elements"
-                           : shape_string(shape)) +
-                  "; re-plan for this model");
+    layouts_.push_back(load_parameter(load, *found->second, external, what));
+  }
+}
+
+BlockLayout Session::load_parameter(const plan::ParameterLoad& load,
+                                    const onnx::TensorProto& initializer,
+                                    const formats::ExternalData& external,
+                                    const std::string& what) {
+  const plan::Tensor& tensor = plan_.tensors(load.tensor());
+  const Shape dims(initializer.dims().begin(), initializer.dims().end());
+  const Shape shape(tensor.shape().begin(), tensor.shape().end());
+  const plan::DType dtype = onnx_to_plan_dtype(initializer.data_type());
+  const bool sharded = load.has_shard();
+  const auto mismatch = [&](const std::string& held) {
+    return Error(what + " is " +
+                 (dtype == plan::DTYPE_UNSPECIFIED
+                      ? "ONNX type " + std::to_string(initializer.data_type())
+                      : dtype_name(dtype)) +
+                 " " + shape_string(dims) + held + " but the plan's " +
+                 tensor_label(plan_, load.tensor()) + " is " + dtype_name(tensor.dtype()) + " " +
+                 (sharded ? "slice of " + std::to_string(load.shard().elements()) + " elements"
+                          : shape_string(shape)) +
+                 "; re-plan for this model");
+  };
+  if (dtype != tensor.dtype()) throw mismatch("");
+  const size_t element = dtype_size(dtype);
+  const uint64_t whole = static_cast<uint64_t>(num_elements(dims)) * element;
+  // The tensor holds the block (or the whole initializer), or with a shard a slice of it.
+  const BlockLayout layout =
+      load.has_block() ? block_layout(dims, element, load.block(), what) : whole_layout(whole);
+  const Shape held = load.has_block() ? block_shape(dims, load.block()) : dims;
+  if (sharded ? num_elements(held) != load.shard().elements() : held != shape) {
+    throw mismatch(load.has_block() ? ", whose block " + block_string(load.block()) + " is " +
+                                          shape_string(held) + ","
+                                    : "");
+  }
+  if (load.has_block()) check_block_group(load.block(), dims, what);
+  // External data is read straight from its file, only the planned block and slice.
+  const bool in_file = initializer.data_location() == onnx::TensorProto::EXTERNAL;
+  const std::vector<uint8_t> bytes =
+      in_file ? std::vector<uint8_t>() : formats::initializer_bytes(initializer);
+  const uint64_t stored = in_file ? external.length(initializer) : bytes.size();
+  if (stored != whole) {
+    throw Error(what + " holds " + std::to_string(stored) + " bytes of data, its shape " +
+                shape_string(dims) + " needs " + std::to_string(whole));
+  }
+  const uint64_t offset = sharded ? load.shard().element_offset() * element : 0;
+  const uint64_t count = sharded ? load.shard().element_count() * element : layout.bytes();
+  const bool negative =
+      sharded && (load.shard().element_offset() < 0 || load.shard().element_count() < 0);
+  if (negative || offset > layout.bytes() || count > layout.bytes() - offset ||
+      count > tensor.bytes()) {
+    throw Error(what + ": the plan loads elements [" + std::to_string(offset / element) + ", " +
+                std::to_string((offset + count) / element) + ") of " +
+                (load.has_block() ? "its block " + block_string(load.block()) : "it") + " into " +
+                tensor_label(plan_, load.tensor()) + ", which do not fit; re-plan");
+  }
+  const RangeReader read = [&](uint64_t from, uint64_t size, const formats::ByteSink& sink) {
+    if (in_file) {
+      external.read(initializer, from, size, sink);
+    } else {
+      sink(bytes.data() + from, static_cast<size_t>(size));
     }
-    // External data is read straight from its file, only the planned slice.
-    const bool in_file = initializer.data_location() == onnx::TensorProto::EXTERNAL;
-    const std::vector<uint8_t> bytes =
-        in_file ? std::vector<uint8_t>() : formats::initializer_bytes(initializer);
-    const uint64_t stored = in_file ? external.length(initializer) : bytes.size();
-    const size_t element = dtype_size(dtype);
-    const size_t whole = static_cast<size_t>(num_elements(dims)) * element;
-    if (stored != whole) {
-      throw Error(what + " holds " + std::to_string(stored) + " bytes of data, its shape " +
-                  shape_string(dims) + " needs " + std::to_string(whole));
-    }
-    const uint64_t offset = sharded ? load.shard().element_offset() * element : 0;
-    const uint64_t count = sharded ? load.shard().element_count() * element : stored;
-    if (offset + count > stored || count > tensor.bytes()) {
-      throw Error(what + ": the plan loads elements [" + std::to_string(offset / element) + ", " +
-                  std::to_string((offset + count) / element) + ") into " +
-                  tensor_label(plan_, load.tensor()) + ", which do not fit; re-plan");
-    }
-    uint8_t* target = arena_ + tensor.offset();
-    if (!in_file) {
-      backend_->upload(target, bytes.data() + offset, count);
-      continue;
-    }
-    external.read(initializer, offset, count, [&](const uint8_t* data, size_t size) {
-      backend_->upload(target, data, size);
-      target += size;
-    });
+  };
+  uint8_t* target = arena_ + tensor.offset();
+  read_block(layout, offset, count, read, [&](const uint8_t* data, size_t size) {
+    backend_->upload(target, data, size);
+    target += size;
+  });
+  return layout;
+}
+
+// --save-onnx joins the group's blocks in group order, all of one size: this rank's block must
+// be its member's share.
+void Session::check_block_group(const plan::ParameterBlock& block, const Shape& dims,
+                                const std::string& what) const {
+  const int rank = static_cast<int>(plan_.header().rank());
+  const std::string where = what + ": the plan gives rank " + std::to_string(rank) + " block " +
+                            block_string(block) + " over group " + std::to_string(block.group());
+  const auto group =
+      std::find_if(plan_.groups().begin(), plan_.groups().end(),
+                   [&](const plan::CommGroup& g) { return g.id() == block.group(); });
+  if (group == plan_.groups().end()) {
+    throw Error(where + ", which the plan does not define; re-plan");
+  }
+  const auto member = std::find(group->ranks().begin(), group->ranks().end(), rank);
+  if (member == group->ranks().end()) {
+    throw Error(where + ", which does not hold rank " + std::to_string(rank) + "; re-plan");
+  }
+  const int64_t index = member - group->ranks().begin(), members = group->ranks_size();
+  const int64_t extent = dims[static_cast<size_t>(block.dim())];
+  if (block.size() * members != extent || block.start() != index * block.size()) {
+    throw Error(where + ", but its " + std::to_string(members) +
+                " members hold consecutive blocks of one size in group order: member " +
+                std::to_string(index) + "'s share of dim " + std::to_string(block.dim()) +
+                " (extent " + std::to_string(extent) + ") is " +
+                (extent % members == 0 ? "[" + std::to_string(index * (extent / members)) + ", " +
+                                             std::to_string((index + 1) * (extent / members)) + ")"
+                                       : "not a whole block (the extent does not divide)") +
+                "; re-plan");
   }
 }
 
@@ -642,22 +699,18 @@ void Session::write_tensor(const std::string& name, const void* data, size_t byt
 
 std::map<std::string, std::vector<uint8_t>> Session::trained_parameters() {
   std::map<std::string, std::vector<uint8_t>> values;
-  for (const auto& load : plan_.parameters()) {
+  for (int i = 0; i < plan_.parameters_size(); ++i) {
+    const plan::ParameterLoad& load = plan_.parameters(i);
     const plan::Tensor& tensor = plan_.tensors(load.tensor());
     if (tensor.role() != plan::PARAMETER || values.count(load.initializer())) continue;
-    values.emplace(load.initializer(),
-                   load.has_shard() ? gather_shards(load.shard(), tensor) : download(tensor));
+    // A shard is of the block, so shards are gathered first, then blocks.
+    std::vector<uint8_t> value = load.has_shard() ? gather_shards(load, tensor) : download(tensor);
+    if (load.has_block()) value = gather_blocks(load, layouts_.at(static_cast<size_t>(i)), value);
+    values.emplace(load.initializer(), std::move(value));
   }
   if (plan_.collect_parameters()) {
-    const auto group = groups_.find(plan_.collect_group());
-    if (group == groups_.end()) {
-      throw Error("the plan collects parameters over group " +
-                  std::to_string(plan_.collect_group()) +
-                  ", which this rank has not joined; re-plan");
-    }
-    exchange_parameters(
-        channel("group " + std::to_string(plan_.collect_group()), *group->second, "save"),
-        *backend_, values);
+    exchange_parameters(save_channel(plan_.collect_group(), "the plan collects parameters"),
+                        *backend_, values);
   }
   return values;
 }
@@ -668,32 +721,38 @@ std::vector<uint8_t> Session::download(const plan::Tensor& tensor) const {
   return bytes;
 }
 
-std::vector<uint8_t> Session::gather_shards(const plan::ParameterShard& shard,
+Communicator& Session::save_channel(int group, const std::string& what) {
+  const auto found = groups_.find(group);
+  if (found == groups_.end()) {
+    throw Error(what + " over group " + std::to_string(group) +
+                ", which this rank has not joined; re-plan");
+  }
+  return channel("group " + std::to_string(group), *found->second, "save");
+}
+
+std::vector<uint8_t> Session::gather_shards(const plan::ParameterLoad& load,
                                             const plan::Tensor& tensor) {
-  const auto group = groups_.find(shard.group());
-  if (group == groups_.end()) {
-    throw Error("parameter shard " + tensor.name() + " names group " +
-                std::to_string(shard.group()) + ", which this rank has not joined; re-plan");
+  const plan::ParameterShard& shard = load.shard();
+  const std::string what = "parameter '" + load.initializer() + "' is sharded";
+  Communicator& link = save_channel(shard.group(), what);
+  std::vector<uint8_t> bytes = all_gather_bytes(link, *backend_, download(tensor));
+  const uint64_t elements = static_cast<uint64_t>(shard.elements());
+  if (elements * dtype_size(tensor.dtype()) > bytes.size()) {
+    throw Error(what + " over group " + std::to_string(shard.group()) + ": its " +
+                std::to_string(link.size()) + " members' " + tensor_label(plan_, load.tensor()) +
+                " hold " + std::to_string(bytes.size()) + " bytes, fewer than its " +
+                std::to_string(elements) + " elements; re-plan");
   }
-  const size_t count = tensor.bytes() / sizeof(float);
-  Communicator& link = channel("group " + std::to_string(shard.group()), *group->second, "save");
-  std::vector<uint8_t> bytes(shard.elements() * sizeof(float));
-  if (link.host_buffers() && !backend_->host_memory()) {
-    // Gloo with a device backend: the slices meet in host memory.
-    const std::vector<uint8_t> slice = download(tensor);
-    std::vector<float> whole(count * static_cast<size_t>(link.size()));
-    link.all_gather(reinterpret_cast<const float*>(slice.data()), whole.data(), count);
-    std::memcpy(bytes.data(), whole.data(), bytes.size());
-    return bytes;
-  }
-  // Gathered in the backend's memory, where the communicator expects its buffers.
-  const std::unique_ptr<void, std::function<void(void*)>> whole(
-      backend_->allocate(count * group->second->size() * sizeof(float)),
-      [this](void* data) { backend_->release(data); });
-  link.all_gather(reinterpret_cast<const float*>(arena_ + tensor.offset()),
-                  static_cast<float*>(whole.get()), count);
-  backend_->download(bytes.data(), whole.get(), bytes.size());
+  bytes.resize(elements * dtype_size(tensor.dtype()));
   return bytes;
+}
+
+std::vector<uint8_t> Session::gather_blocks(const plan::ParameterLoad& load,
+                                            const BlockLayout& layout,
+                                            const std::vector<uint8_t>& block) {
+  Communicator& link = save_channel(load.block().group(),
+                                    "parameter '" + load.initializer() + "' is split in blocks");
+  return join_blocks(all_gather_bytes(link, *backend_, block), layout, link.size());
 }
 
 }  // namespace piper::engine

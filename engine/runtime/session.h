@@ -16,6 +16,8 @@
 #include "engine/runtime/comm_ops.h"
 #include "engine/runtime/dynamic_kernel.h"
 #include "engine/runtime/executor.h"
+#include "engine/runtime/parameter_block.h"
+#include "formats/external_data.h"
 #include "schemas/plan.pb.h"
 
 namespace piper::engine {
@@ -69,8 +71,9 @@ class Session {
   void write_tensor(const std::string& name, const void* data, size_t bytes);
   // Initializer name -> current bytes of its tensor, for every loaded parameter (role
   // PARAMETER): what --save-onnx writes back into the model. Sharded parameters are
-  // all-gathered from their group, and pipeline stages collect each other's parameters
-  // (Plan.collect_parameters), so with either every rank must call it.
+  // all-gathered from their group, then blocks from theirs and laid back along their
+  // dimension, and pipeline stages collect each other's parameters (Plan.collect_parameters),
+  // so with any of them every rank must call it.
   std::map<std::string, std::vector<uint8_t>> trained_parameters();
 
   // Bytes this session holds on the device (the arena): its peak memory.
@@ -92,9 +95,21 @@ class Session {
   CommTensor comm_tensor(int index, const char* what) const;
   void write_constants();
   void load_parameters();
+  // Loads the planned part of `initializer` (`what` names it) into the load's tensor; returns
+  // the layout of the block it takes from (the whole initializer without a block).
+  BlockLayout load_parameter(const plan::ParameterLoad& load, const onnx::TensorProto& initializer,
+                             const formats::ExternalData& external, const std::string& what);
+  void check_block_group(const plan::ParameterBlock& block, const Shape& dims,
+                         const std::string& what) const;
   std::vector<uint8_t> download(const plan::Tensor& tensor) const;
-  // The whole initializer rebuilt from every member's slice in `tensor`.
-  std::vector<uint8_t> gather_shards(const plan::ParameterShard& shard, const plan::Tensor& tensor);
+  // The "save" channel of `group`; throws, prefixed by `what`, when this rank is not in it.
+  Communicator& save_channel(int group, const std::string& what);
+  // What the load's tensor holds a slice of (its block, or the whole initializer), rebuilt
+  // from every member's slice in `tensor`.
+  std::vector<uint8_t> gather_shards(const plan::ParameterLoad& load, const plan::Tensor& tensor);
+  // The whole initializer rebuilt from every member's `block` laid out as `layout`.
+  std::vector<uint8_t> gather_blocks(const plan::ParameterLoad& load, const BlockLayout& layout,
+                                     const std::vector<uint8_t>& block);
   std::unique_ptr<Executor> prepare_streams();
   // The backend's kernel for these views, behind the finite check when it is on.
   std::unique_ptr<PreparedKernel> prepare_kernel(const plan::Kernel& kernel,
@@ -122,6 +137,8 @@ class Session {
   std::map<int, std::unique_ptr<Communicator>> groups_;  // by group id
   std::map<int, std::unique_ptr<Communicator>> peers_;   // by global rank, for send/recv
   std::map<std::pair<std::string, std::string>, std::unique_ptr<Communicator>> channels_;
+  // By plan.parameters() index: the block each load takes from, for --save-onnx.
+  std::vector<BlockLayout> layouts_;
   std::vector<int> zeroed_;  // tensors with zero_at_step_start
   std::vector<uint8_t> zeros_;
   // Declared last: its kernels use the communicators, so it goes first.

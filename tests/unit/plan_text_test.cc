@@ -179,6 +179,34 @@ TEST(PlanTextTest, GradientNormNamesTheShare) {
       << text;
 }
 
+TEST(PlanTextTest, ParameterBlockAndShardLines) {
+  plan::Plan plan = small_plan();
+  plan::CommGroup* group = plan.add_groups();
+  group->set_id(2);
+  for (int rank : {0, 1, 2, 3}) group->add_ranks(rank);
+  plan::ParameterBlock* block = plan.mutable_parameters(0)->mutable_block();
+  block->set_dim(0);
+  block->set_start(16);
+  block->set_size(16);
+  block->set_group(2);
+  EXPECT_TRUE(has_line(plan_to_text(plan),
+                       "  fc2.weight -> W f32[64,64]  parameter  "
+                       "block: dim 0 [16, 32) of 64, group 2"))
+      << plan_to_text(plan);
+  // A ZeRO shard slices the block: printed after it.
+  plan::ParameterShard* shard = plan.mutable_parameters(0)->mutable_shard();
+  shard->set_element_offset(512);
+  shard->set_element_count(512);
+  shard->set_elements(1024);
+  shard->set_group(5);
+  block->set_dim(1);
+  block->set_group(7);  // not a group of the plan: no extent
+  EXPECT_TRUE(has_line(plan_to_text(plan),
+                       "  fc2.weight -> W f32[64,64]  parameter  block: dim 1 [16, 32), group 7 "
+                       "<unknown>  shard: elements [512, 1024) of 1024, group 5"))
+      << plan_to_text(plan);
+}
+
 TEST(PlanTextTest, CommunicationLines) {
   plan::Plan plan = small_plan();
   plan::CommGroup* group = plan.add_groups();

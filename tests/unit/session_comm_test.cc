@@ -3,15 +3,12 @@
 // truncation and a fused bucket), a group of one, send/recv between ranks; a
 // rank whose kernel fails while another stream waits in a transfer stops at once,
 // failing its peer promptly too; and tensors zeroed at the start of each step.
-#include <gloo/rendezvous/hash_store.h>
 #include <gmock/gmock.h>
 
-#include <thread>
-
-#include "engine/comm/gloo/gloo_communicator.h"
 #include "engine/runtime/session.h"
 #include "engine_test_util.h"
 #include "formats/error.h"
+#include "session_ranks.h"
 
 namespace piper::engine::testing {
 namespace {
@@ -34,16 +31,7 @@ plan::Instruction* AddCollective(plan::Plan& plan, int stream, plan::Collective:
   return instruction;
 }
 
-void AddGroup(plan::Plan& plan, int id, const std::vector<int>& ranks) {
-  plan::CommGroup* group = plan.add_groups();
-  group->set_id(id);
-  for (int rank : ranks) group->add_ranks(rank);
-}
-
-void SetRank(plan::Plan& plan, int rank) {
-  plan.mutable_header()->set_rank(static_cast<uint32_t>(rank));
-  plan.mutable_header()->set_world_size(kWorld);
-}
+void SetRank(plan::Plan& plan, int rank) { testing::SetRank(plan, rank, kWorld); }
 
 std::vector<float> Floats(size_t count, float first, float step = 1.0f) {
   std::vector<float> values(count);
@@ -51,26 +39,9 @@ std::vector<float> Floats(size_t count, float first, float step = 1.0f) {
   return values;
 }
 
-// Runs body(rank) on one thread per rank, each with a communicator factory over one store.
 std::vector<std::string> RunRanks(const std::function<void(int, CommunicatorFactory&)>& body,
                                   std::chrono::milliseconds timeout = 20s) {
-  gloo::rendezvous::HashStore store;
-  std::vector<std::string> errors(kWorld);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < kWorld; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        GlooOptions options;
-        options.timeout = timeout;
-        GlooCommunicatorFactory factory(store, rank, options);
-        body(rank, factory);
-      } catch (const std::exception& error) {
-        errors[static_cast<size_t>(rank)] = error.what();
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  return errors;
+  return testing::RunRanks(kWorld, body, timeout);
 }
 
 TEST(SessionComm, CollectivesAndTransfersAcrossTwoRanks) {
