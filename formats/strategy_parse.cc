@@ -12,7 +12,29 @@
 namespace piper::strategy {
 namespace {
 
-using namespace reader;
+using reader::check_in_mesh;
+using reader::check_pipeline_axes;
+using reader::check_tag_name;
+using reader::child_path;
+using reader::Context;
+using reader::device_groups;
+using reader::device_list;
+using reader::index_path;
+using reader::is_identifier;
+using reader::joined;
+using reader::json;
+using reader::Keys;
+using reader::Object;
+using reader::Range;
+using reader::read_array;
+using reader::read_choice;
+using reader::read_filter;
+using reader::read_int;
+using reader::read_mesh;
+using reader::read_number;
+using reader::read_object;
+using reader::read_string;
+using reader::shown;
 
 constexpr int64_t kMaxMicrobatches = 65536;
 constexpr int64_t kMaxGlobalBatch = int64_t{1} << 31;
