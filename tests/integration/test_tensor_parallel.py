@@ -1,0 +1,348 @@
+"""Tensor parallelism (Megatron's plan through the `shard` directive) across
+real processes: samples/gpt and the variants of tp_models.py (4 heads with
+biases, GQA, tied embeddings, SwiGLU with RMSNorm) trained 10 AdamW steps
+under TP=2, TP=4, TP=2 x DP=2 with ZeRO-1 and with ZeRO-3 (2 microbatches)
+and TP=2 x PP=2 (1F1B), launched with piper-launch (Gloo over localhost),
+give every step's loss within 1e-5 relative of the single-process run of the
+same model and global batch, and final weights (--save-onnx gathers the
+tensor-parallel blocks into whole initializers) within 1e-4. The plans
+themselves: parameter, gradient and optimizer bytes per rank drop as 1/TP for
+the sharded parameters, and rank 0's tensor-parallel all-reduces are
+Megatron's, per layer and microbatch two of b*s*h elements in the forward
+(attention and MLP outputs) and two in the backward (the inputs of the two
+column-parallel blocks). The single-process baselines are themselves checked
+against PyTorch.
+
+One strategy per test method, so each runs alone:
+    /usr/bin/python3 tests/integration/test_tensor_parallel.py --piper-plan ... \
+        TensorParallel.test_tp2
+"""
+import fnmatch
+import json
+import os
+import tempfile
+import unittest
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+
+import harness
+import tp_models
+from harness import Tools
+from test_data_parallel import launch_path
+
+STEPS = 10
+GLOBAL_BATCH = 8
+SAMPLES = 2 * GLOBAL_BATCH
+MICROBATCHES = 2
+OPTIMIZER = {"type": "adamw", "lr": 0.01, "weight_decay": 0.01}
+FROZEN = ["*mask*"]  # the causal-mask buffers
+LOSS_RTOL = 1e-5
+WEIGHT_RTOL = 1e-4
+# The single-process baseline against PyTorch, as test_samples_vs_pytorch.py checks it.
+PYTORCH_LOSS_RTOL = 1e-4
+PYTORCH_WEIGHT_RTOL = 1e-3
+MODELS = ["gpt"] + list(tp_models.VARIANTS)
+
+
+class Layout:
+    """A strategy over a device mesh and what rank 0 holds under it."""
+
+    def __init__(self, name, mesh, directives, annotations=(), zero=0, microbatches=1,
+                 layers=tp_models.LAYERS):
+        self.name = name
+        self.mesh = mesh
+        self.directives = directives
+        self.annotations = list(annotations)
+        self.zero = zero
+        self.microbatches = microbatches
+        self.layers = layers  # transformer layers on rank 0
+        sizes = dict(mesh)
+        self.tp, self.dp = sizes["tp"], sizes.get("dp", 1)
+
+    def strategy(self, params):
+        shard = {"op": "shard", "axis": "tp", "params": params}
+        return {"mesh": [list(axis) for axis in self.mesh],
+                "directives": [dict(d) for d in self.directives] + [shard],
+                "annotations": self.annotations}
+
+    def tp_group(self):
+        """Rank 0's tensor-parallel group: tp is the last mesh axis, the fastest."""
+        return list(range(self.tp))
+
+    def rows(self):
+        """b in Megatron's formula: rank 0's rows per microbatch."""
+        return GLOBAL_BATCH // self.dp // self.microbatches
+
+
+def tp_only(degree):
+    return Layout(f"tp{degree}", [("tp", degree)], [])
+
+
+def tp_dp(zero):
+    return Layout(f"tp2_dp2_zero{zero}", [("dp", 2), ("tp", 2)],
+                  [{"op": "split", "dim_name": "MB", "num_microbatches": MICROBATCHES},
+                   {"op": "zero", "stage": zero, "axis": "dp"}],
+                  zero=zero, microbatches=MICROBATCHES)
+
+
+def tp_pp():
+    half = tp_models.LAYERS // 2
+    stages = [{"match": f"/blocks.{layer}/*", "tags": {"PP": layer // half}}
+              for layer in range(tp_models.LAYERS)]
+    return Layout("tp2_pp2_1f1b", [("pp", 2), ("tp", 2)],
+                  [{"op": "pipeline", "schedule": "1f1b", "axis": "pp",
+                    "num_microbatches": MICROBATCHES}],
+                  stages, microbatches=MICROBATCHES, layers=half)
+
+
+# Each strategy and the models it trains: every model under TP=2; TP=4 needs 4 query and
+# KV heads; the compositions take samples/gpt and one variant each.
+CASES = {
+    "tp2": (tp_only(2), MODELS),
+    "tp4": (tp_only(4), ["heads4"]),
+    "tp2_dp2_zero1": (tp_dp(1), ["gpt", "swiglu"]),
+    "tp2_dp2_zero3": (tp_dp(3), ["gpt", "gqa"]),
+    "tp2_pp2_1f1b": (tp_pp(), ["gpt", "tied"]),
+}
+
+
+def weights_of(path):
+    return {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+
+
+def relative_error(got, want):
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+
+class TensorParallel(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        torch.set_num_threads(1)
+        cls.tmp = tempfile.TemporaryDirectory(prefix="piper_tp_")
+        cls.data = os.path.join(cls.tmp.name, "data")
+        cls.idx = harness.save_token_sequences(cls.data, SAMPLES, tp_models.VOCAB,
+                                               tp_models.BLOCK, seed=15)
+        cls.model_paths = {}
+        cls.references = {}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    @classmethod
+    def model_path(cls, model):
+        if model not in cls.model_paths:
+            if model == "gpt":
+                cls.model_paths[model] = Tools.sample("gpt", "model.onnx")
+            else:
+                path = os.path.join(cls.tmp.name, f"{model}.onnx")
+                cls.model_paths[model] = tp_models.export(model, path)
+        return cls.model_paths[model]
+
+    @classmethod
+    def torch_model(cls, model):
+        """The PyTorch module of `model` holding the weights of its ONNX file."""
+        gpt = tp_models.gpt_sample()
+        module = gpt.build_model() if model == "gpt" else tp_models.build_model(model)
+        return gpt.load_initializers(module, cls.model_path(model))
+
+    @classmethod
+    def plan(cls, model, name, extra):
+        work = os.path.join(cls.tmp.name, f"{model}_{name}")
+        os.makedirs(work, exist_ok=True)
+        strategy = harness.write_json(
+            os.path.join(work, "strategy.json"),
+            harness.strategy(GLOBAL_BATCH, OPTIMIZER, frozen=FROZEN, **extra))
+        plans = os.path.join(work, "plans")
+        harness.run_ok([Tools.plan, cls.model_path(model), strategy, "-o", plans])
+        return work, plans
+
+    @classmethod
+    def plan_layout(cls, model, layout):
+        params = tp_models.megatron_params(cls.torch_model(model))
+        return cls.plan(model, layout.name, layout.strategy(params))
+
+    @classmethod
+    def train(cls, work, plans, launch):
+        """STEPS steps from `plans` (every rank through piper-launch, or rank 0
+        alone); each step's loss and the saved weights."""
+        metrics = os.path.join(work, "metrics.jsonl")
+        trained = os.path.join(work, "trained.onnx")
+        flags = ["--steps", STEPS, "--data", cls.data, "--metrics", metrics,
+                 "--save-onnx", trained, "--timeout", 60]
+        if launch:
+            harness.run_ok([launch_path(), "--plans", plans] + flags, timeout=240)
+        else:
+            harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan")] + flags)
+        return [r["loss"] for r in harness.read_metrics(metrics)], weights_of(trained)
+
+    @classmethod
+    def reference(cls, model):
+        """The single-process run of `model` with the same global batch."""
+        if model not in cls.references:
+            work, plans = cls.plan(model, "single", {})
+            cls.references[model] = cls.train(work, plans, launch=False)
+        return cls.references[model]
+
+    @staticmethod
+    def dump(plans, rank=0):
+        path = os.path.join(plans, f"rank{rank}.plan")
+        return json.loads(harness.run_ok([Tools.dump, "--json", path]).stdout)
+
+    def check_case(self, case):
+        layout, models = CASES[case]
+        for model in models:
+            with self.subTest(model=model):
+                self.check_training(model, layout)
+
+    def check_training(self, model, layout):
+        name = f"{model}_{layout.name}"
+        work, plans = self.plan_layout(model, layout)
+        losses, weights = self.train(work, plans, launch=True)
+        want_losses, want_weights = self.reference(model)
+        self.assertEqual(len(losses), STEPS, name)
+        for step, (got, want) in enumerate(zip(losses, want_losses)):
+            self.assertLessEqual(abs(got - want) / abs(want), LOSS_RTOL,
+                                 f"[{name}] step {step}: {got!r} vs one process {want!r}")
+        self.assertEqual(sorted(weights), sorted(want_weights), name)
+        for param, want in want_weights.items():
+            self.assertEqual(weights[param].shape, want.shape,
+                             f"[{name}] {param}: --save-onnx must gather the whole tensor")
+            error = relative_error(weights[param], want)
+            self.assertLessEqual(error, WEIGHT_RTOL, f"[{name}] final {param}: {error:.2e}")
+        print(f"[{name}] losses match one process to {LOSS_RTOL}, weights to {WEIGHT_RTOL}")
+
+    def test_single_process_matches_pytorch(self):
+        """The baselines: every model's single-process Piper run trains what
+        PyTorch trains from the same weights on the same rows."""
+        targets = np.roll(self.idx, -1, axis=1)
+        for model in MODELS:
+            with self.subTest(model=model):
+                losses, weights = self.reference(model)
+                module = self.torch_model(model)
+                expected = harness.train_like_piper(
+                    module, (self.idx, targets),
+                    lambda p: torch.optim.AdamW(p, lr=OPTIMIZER["lr"],
+                                                weight_decay=OPTIMIZER["weight_decay"]),
+                    STEPS, GLOBAL_BATCH)
+                self.assertEqual(len(losses), STEPS, model)
+                for step, (got, want) in enumerate(zip(losses, expected)):
+                    self.assertLessEqual(abs(got - want) / abs(want), PYTORCH_LOSS_RTOL,
+                                         f"[{model}] step {step}: piper {got!r}, "
+                                         f"pytorch {want!r}")
+                self.assertLess(losses[-1], losses[0], f"[{model}] loss did not fall")
+                for param, value in module.named_parameters():
+                    error = relative_error(weights[param], value.detach().numpy())
+                    self.assertLessEqual(error, PYTORCH_WEIGHT_RTOL,
+                                         f"[{model}] final {param}: {error:.2e}")
+                for buffer, value in module.named_buffers():
+                    np.testing.assert_array_equal(weights[buffer], value.numpy(),
+                                                  f"[{model}] frozen {buffer} changed")
+                print(f"[{model}] one process matches PyTorch: losses {losses[0]:.4f} .. "
+                      f"{losses[-1]:.4f}")
+
+    def test_tp2(self):
+        self.check_case("tp2")
+
+    def test_tp4(self):
+        self.check_case("tp4")
+
+    def test_tp2_dp2_zero1(self):
+        self.check_case("tp2_dp2_zero1")
+
+    def test_tp2_dp2_zero3(self):
+        self.check_case("tp2_dp2_zero3")
+
+    def test_tp2_pp2_1f1b(self):
+        self.check_case("tp2_pp2_1f1b")
+
+    def sharded_bytes(self, model):
+        """Bytes of the initializers the Megatron plan splits."""
+        globs = tp_models.megatron_params(self.torch_model(model))
+        return sum(4 * int(np.prod(t.dims))
+                   for t in onnx.load(self.model_path(model)).graph.initializer
+                   if any(fnmatch.fnmatchcase(t.name, glob) for glob in globs))
+
+    def test_memory_scales_as_one_over_tp(self):
+        """Per rank, a sharded parameter's bytes, its gradient's and its AdamW
+        state's are 1/TP of the whole; replicated ones stay whole; ZeRO over
+        dp then divides what its stage shards by DP."""
+        for case in ("tp2", "tp4", "tp2_dp2_zero1", "tp2_dp2_zero3"):
+            layout, models = CASES[case]
+            model = models[-1]
+            with self.subTest(case=case, model=model):
+                _, single = self.plan(model, "single_memory", {})
+                full = {k: int(v) for k, v in self.dump(single)["memory"].items()}
+                _, plans = self.plan_layout(model, layout)
+                got = {k: int(v) for k, v in self.dump(plans)["memory"].items()}
+                saved = self.sharded_bytes(model) * (1 - 1 / layout.tp)
+                states = full["optimizer_bytes"] / full["parameter_bytes"]  # AdamW: m and v
+                want = {"parameter_bytes": full["parameter_bytes"] - saved,
+                        "gradient_bytes": full["gradient_bytes"] - saved,
+                        "optimizer_bytes": full["optimizer_bytes"] - states * saved}
+                for role, stage in (("optimizer_bytes", 1), ("gradient_bytes", 2),
+                                    ("parameter_bytes", 3)):
+                    if layout.zero >= stage:
+                        want[role] /= layout.dp
+                # ZeRO pads each slice to whole elements.
+                tensors = len(self.dump(single)["parameters"])
+                for role, value in want.items():
+                    self.assertAlmostEqual(got[role], value,
+                                           delta=4 * layout.tp * layout.dp * tensors,
+                                           msg=f"[{model} {case}] {role}: {got[role]} B, "
+                                               f"whole model {full[role]} B")
+                print(f"[{model} {case}] " + ", ".join(
+                    f"{role} {got[role]} B of {full[role]} B" for role in want))
+
+    def tp_all_reduces(self, plan, layout):
+        """Rank 0's all-reduces over its tensor-parallel group, as (pass,
+        elements) per tensor. Scalars (the loss, the gradient norm's sum of
+        squares) are left out: Megatron's volume counts activations."""
+        group = layout.tp_group()
+        groups = [g["id"] for g in plan["groups"] if sorted(g["ranks"]) == group]
+        found = []
+        for stream in plan["streams"]:
+            for instruction in stream.get("instructions", []):
+                collective = instruction.get("collective")
+                if not collective or collective.get("kind") != "ALL_REDUCE":
+                    continue
+                if collective.get("group", 0) not in groups:
+                    continue
+                for tensor in collective["inputs"]:
+                    shape = [int(n) for n in plan["tensors"][tensor].get("shape", [])]
+                    if shape:
+                        found.append((instruction.get("pass"), int(np.prod(shape)),
+                                      stream["name"], instruction.get("label")))
+        return found
+
+    def test_communication_volume_matches_megatron(self):
+        """Per layer and microbatch, rank 0 all-reduces b*s*h elements twice
+        in the forward and twice in the backward over its TP group, where b is
+        its rows per microbatch, s the sequence and h the hidden size."""
+        for case, (layout, models) in CASES.items():
+            for model in models:
+                with self.subTest(case=case, model=model):
+                    _, plans = self.plan_layout(model, layout)
+                    found = self.tp_all_reduces(self.dump(plans), layout)
+                    hidden = self.torch_model(model).tok.weight.shape[1]
+                    elements = layout.rows() * tp_models.BLOCK * hidden
+                    count = 2 * layout.layers * layout.microbatches
+                    listing = "\n".join(f"  {p} {n} elements on '{s}': {label}"
+                                        for p, n, s, label in found)
+                    for pass_ in ("FORWARD", "BACKWARD"):
+                        self.assertEqual(
+                            [n for p, n, _, _ in found if p == pass_], [elements] * count,
+                            f"[{model} {case}] {pass_} all-reduces over ranks "
+                            f"{layout.tp_group()}; rank 0 has:\n{listing}")
+                    self.assertEqual(len(found), 2 * count,
+                                     f"[{model} {case}] all-reduces beyond Megatron's:\n"
+                                     f"{listing}")
+                    print(f"[{model} {case}] {2 * count} all-reduces of {elements} elements: "
+                          f"{2 * count * elements} per step, as Megatron's formula")
+
+
+if __name__ == "__main__":
+    harness.main()
