@@ -113,12 +113,29 @@ class Partitioner {
 
   void place(const ir::Op& original) {
     ir::Op op = original;
+    if (op.type == "Sum") op = sum_partial_terms_first(std::move(op));
     if ((op.type == "piper.MatMul" || op.type == "Gemm") && op.inputs.size() > 2 &&
         op.inputs[2] >= 0 && product_is_partial(op)) {
       place_unfused_linear(op);
       return;
     }
     place_and_emit(std::move(op));
+  }
+
+  // A Sum of whole terms and several partial ones (gradient contributions) adds the partial
+  // ones first, so that one all-reduce makes them whole rather than one each.
+  ir::Op sum_partial_terms_first(ir::Op op) {
+    std::vector<ir::TensorId> partial, whole;
+    for (ir::TensorId in : op.inputs) (placement(in).is_partial() ? partial : whole).push_back(in);
+    if (partial.size() < 2 || whole.empty()) return op;
+    ir::Op terms = op;
+    terms.name = op.name + "/partial_terms";
+    terms.inputs = partial;
+    terms.outputs = {add_tensor(fresh(op.outputs[0], "/partial_terms"))};
+    whole.push_back(terms.outputs[0]);
+    op.inputs = whole;
+    place_and_emit(std::move(terms));
+    return op;
   }
 
   std::vector<Placement> given_placements(const ir::Op& op) {

@@ -380,7 +380,9 @@ class Verifier {
     const auto parts = static_cast<int64_t>(graph_.shard_groups.front().size());
     std::vector<Shape> whole;
     for (const Tensor& tensor : ops_.tensors()) {
-      whole.push_back(whole_shape(tensor.shape, tensor.placement, parts));
+      // ZeRO's flat slices keep the placement of what they slice, not its rank.
+      const bool blocked = tensor.placement.dim < static_cast<int>(tensor.shape.size());
+      whole.push_back(blocked ? whole_shape(tensor.shape, tensor.placement, parts) : tensor.shape);
     }
     for (OpId id = 0; id < ops_.num_ops(); ++id) {
       const Op& op = ops_.op(id);
@@ -405,8 +407,19 @@ class Verifier {
     }
   }
 
+  // ZeRO's flat slices: loaded or accumulated ones (shard_of), those a data-parallel piper.Shard
+  // cuts, and optimizer state reshaped to a slice (its placement's dimension is past its rank).
   bool touches_flat_slices(const Op& op) const {
-    const auto flat = [&](TensorId t) { return t >= 0 && ops_.tensor(t).shard_of >= 0; };
+    const auto flat = [&](TensorId t) {
+      if (!valid_tensor(t)) return false;
+      const Tensor& tensor = ops_.tensor(t);
+      if (tensor.shard_of >= 0 || tensor.placement.dim >= static_cast<int>(tensor.shape.size())) {
+        return true;
+      }
+      const OpId producer = producer_[t];
+      return producer >= 0 && ops_.op(producer).type == "piper.Shard" &&
+             attr_string(ops_.op(producer).attributes, "group", "") != "tensor";
+    };
     return std::any_of(op.inputs.begin(), op.inputs.end(), flat) ||
            std::any_of(op.outputs.begin(), op.outputs.end(), flat) ||
            (op.type == "piper.Shard" && attr_string(op.attributes, "group", "") != "tensor");
