@@ -18,6 +18,13 @@
 
 namespace piper::engine {
 
+// The element types of reductions and gathers. bfloat16 is the upper 16 bits of a float32;
+// how a communicator sums it (the bits of a rounded sum depend on the order of its additions)
+// is in its header.
+enum class ElementType { kFloat32, kBFloat16 };
+
+inline size_t element_size(ElementType type) { return type == ElementType::kFloat32 ? 4 : 2; }
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -32,13 +39,24 @@ class Communicator {
 
   // data = the element-wise sum over the group of every member's `data` (divided by size()
   // when `average`); every member ends with the same bits.
-  virtual void all_reduce(float* data, size_t count, bool average) = 0;
+  virtual void all_reduce(void* data, size_t count, ElementType type, bool average) = 0;
   // out (count_per_rank) = elements [rank() * count_per_rank, +count_per_rank) of the sum over
   // the group of every member's `in` (size() * count_per_rank); `out` may lie within `in`.
-  virtual void reduce_scatter(const float* in, float* out, size_t count_per_rank, bool average) = 0;
+  virtual void reduce_scatter(const void* in, void* out, size_t count_per_rank, ElementType type,
+                              bool average) = 0;
   // out (size() * count_per_rank) = every member's `in` (count_per_rank) concatenated in group
   // order; `in` may be this member's slice of `out`.
-  virtual void all_gather(const float* in, float* out, size_t count_per_rank) = 0;
+  virtual void all_gather(const void* in, void* out, size_t count_per_rank, ElementType type) = 0;
+  // The same on float32.
+  void all_reduce(float* data, size_t count, bool average) {
+    all_reduce(data, count, ElementType::kFloat32, average);
+  }
+  void reduce_scatter(const float* in, float* out, size_t count_per_rank, bool average) {
+    reduce_scatter(in, out, count_per_rank, ElementType::kFloat32, average);
+  }
+  void all_gather(const float* in, float* out, size_t count_per_rank) {
+    all_gather(in, out, count_per_rank, ElementType::kFloat32);
+  }
   // data = member `root`'s data on every member.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   // Slice j (bytes_per_rank bytes) of `in` goes to member j, which receives it as slice

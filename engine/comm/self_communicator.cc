@@ -11,14 +11,16 @@ SelfCommunicator::SelfCommunicator()
         if (bytes != 0) std::memmove(dst, src, bytes);
       }) {}
 
-void SelfCommunicator::all_reduce(float*, size_t, bool) {}
+void SelfCommunicator::all_reduce(void*, size_t, ElementType, bool) {}
 
-void SelfCommunicator::reduce_scatter(const float* in, float* out, size_t count_per_rank, bool) {
-  if (out != in) copy_(out, in, count_per_rank * sizeof(float));
+void SelfCommunicator::reduce_scatter(const void* in, void* out, size_t count_per_rank,
+                                      ElementType type, bool) {
+  if (out != in) copy_(out, in, count_per_rank * element_size(type));
 }
 
-void SelfCommunicator::all_gather(const float* in, float* out, size_t count_per_rank) {
-  if (out != in) copy_(out, in, count_per_rank * sizeof(float));
+void SelfCommunicator::all_gather(const void* in, void* out, size_t count_per_rank,
+                                  ElementType type) {
+  if (out != in) copy_(out, in, count_per_rank * element_size(type));
 }
 
 void SelfCommunicator::broadcast(void*, size_t, int root) {

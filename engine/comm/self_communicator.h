@@ -21,9 +21,13 @@ class SelfCommunicator : public Communicator {
   bool host_buffers() const override { return host_buffers_; }
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  void all_reduce(float* data, size_t count, bool average) override;
-  void reduce_scatter(const float* in, float* out, size_t count_per_rank, bool average) override;
-  void all_gather(const float* in, float* out, size_t count_per_rank) override;
+  using Communicator::all_gather;
+  using Communicator::all_reduce;
+  using Communicator::reduce_scatter;
+  void all_reduce(void* data, size_t count, ElementType type, bool average) override;
+  void reduce_scatter(const void* in, void* out, size_t count_per_rank, ElementType type,
+                      bool average) override;
+  void all_gather(const void* in, void* out, size_t count_per_rank, ElementType type) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void all_to_all(const void* in, void* out, size_t bytes_per_rank) override;
   // Throw piper::Error: a group of one has no peer.

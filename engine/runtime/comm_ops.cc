@@ -1,6 +1,7 @@
 #include "engine/runtime/comm_ops.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "formats/error.h"
 
@@ -26,6 +27,19 @@ const char* kind_name(plan::Collective::Kind kind) {
 
 size_t elements(const CommTensor& tensor) { return static_cast<size_t>(tensor.view.elements()); }
 
+// What a reduction or gather of `dtype` runs on; none for the dtypes communicators cannot sum.
+std::optional<ElementType> element_type(plan::DType dtype) {
+  if (dtype == plan::FLOAT32) return ElementType::kFloat32;
+  if (dtype == plan::BFLOAT16) return ElementType::kBFloat16;
+  return std::nullopt;
+}
+
+// Reductions and gathers work on elements of one type; the others move bytes.
+bool takes_element_type(plan::Collective::Kind kind) {
+  return kind == plan::Collective::ALL_REDUCE || kind == plan::Collective::REDUCE_SCATTER ||
+         kind == plan::Collective::ALL_GATHER;
+}
+
 // One input/output pair of a collective, resolved at load time.
 struct Pair {
   CommTensor in, out;
@@ -36,15 +50,18 @@ struct Pair {
 
 // Runs a collective's pairs. Several pairs of a reduction (a bucket) travel as one fused
 // operation: each member's shard of the fused buffer is the concatenation of every pair's
-// shard, so that a bucket costs one ring, not one per tensor.
+// shard, so that a bucket costs one ring, not one per tensor. The pairs of a reduction share
+// one dtype, `type`.
 class CollectiveKernel : public PreparedKernel {
  public:
   CollectiveKernel(plan::Collective::Kind kind, bool average, int root, std::vector<Pair> pairs,
-                   Communicator& communicator, Backend& memory)
+                   ElementType type, Communicator& communicator, Backend& memory)
       : kind_(kind),
         average_(average),
         root_(root),
         pairs_(std::move(pairs)),
+        type_(type),
+        e_(element_size(type)),
         communicator_(communicator),
         memory_(memory),
         n_(static_cast<size_t>(communicator.size())) {
@@ -64,9 +81,9 @@ class CollectiveKernel : public PreparedKernel {
     if (fused_) {
       // Zero-filled once: the reduce-scatter padding is never written afterwards.
       const size_t whole = kind_ == plan::Collective::ALL_REDUCE ? fused_k_ : n_ * fused_k_;
-      full_ = static_cast<float*>(memory_.allocate(whole * sizeof(float)));
+      full_ = static_cast<uint8_t*>(memory_.allocate(whole * e_));
       if (kind_ != plan::Collective::ALL_REDUCE) {
-        shard_ = static_cast<float*>(memory_.allocate(fused_k_ * sizeof(float)));
+        shard_ = static_cast<uint8_t*>(memory_.allocate(fused_k_ * e_));
       }
     }
   }
@@ -88,14 +105,13 @@ class CollectiveKernel : public PreparedKernel {
       switch (kind_) {
         case plan::Collective::ALL_REDUCE:
           if (in != out) memory_.copy(out, in, pair.in.view.bytes());
-          communicator_.all_reduce(static_cast<float*>(out), pair.out_count, average_);
+          communicator_.all_reduce(out, pair.out_count, type_, average_);
           break;
         case plan::Collective::REDUCE_SCATTER:
-          communicator_.reduce_scatter(static_cast<const float*>(in), static_cast<float*>(out),
-                                       pair.k, average_);
+          communicator_.reduce_scatter(in, out, pair.k, type_, average_);
           break;
         case plan::Collective::ALL_GATHER:
-          communicator_.all_gather(static_cast<const float*>(in), static_cast<float*>(out), pair.k);
+          communicator_.all_gather(in, out, pair.k, type_);
           break;
         case plan::Collective::BROADCAST:
           if (in != out && communicator_.rank() == root_) {
@@ -117,41 +133,41 @@ class CollectiveKernel : public PreparedKernel {
     switch (kind_) {
       case plan::Collective::ALL_REDUCE:
         for (const Pair& pair : pairs_) {
-          memory_.copy(full_ + pair.offset, pair.in.view.data, pair.k * sizeof(float));
+          memory_.copy(full_ + pair.offset * e_, pair.in.view.data, pair.k * e_);
         }
-        communicator_.all_reduce(full_, fused_k_, average_);
+        communicator_.all_reduce(full_, fused_k_, type_, average_);
         for (const Pair& pair : pairs_) {
-          memory_.copy(pair.out.view.data, full_ + pair.offset, pair.k * sizeof(float));
+          memory_.copy(pair.out.view.data, full_ + pair.offset * e_, pair.k * e_);
         }
         break;
       case plan::Collective::REDUCE_SCATTER:
         // Shard r of the fused input: every pair's shard r, zero past the end of its input.
         for (const Pair& pair : pairs_) {
-          const float* in = pair.in.view.as<const float>();
+          const auto* in = pair.in.view.as<const uint8_t>();
           for (size_t r = 0; r < n_; ++r) {
             const size_t first = r * pair.k;
             const size_t have = first < pair.in_count ? std::min(pair.k, pair.in_count - first) : 0;
-            memory_.copy(full_ + r * fused_k_ + pair.offset, in + first, have * sizeof(float));
+            memory_.copy(full_ + (r * fused_k_ + pair.offset) * e_, in + first * e_, have * e_);
           }
         }
-        communicator_.reduce_scatter(full_, shard_, fused_k_, average_);
+        communicator_.reduce_scatter(full_, shard_, fused_k_, type_, average_);
         for (const Pair& pair : pairs_) {
-          memory_.copy(pair.out.view.data, shard_ + pair.offset, pair.k * sizeof(float));
+          memory_.copy(pair.out.view.data, shard_ + pair.offset * e_, pair.k * e_);
         }
         break;
       case plan::Collective::ALL_GATHER:
         for (const Pair& pair : pairs_) {
-          memory_.copy(shard_ + pair.offset, pair.in.view.data, pair.k * sizeof(float));
+          memory_.copy(shard_ + pair.offset * e_, pair.in.view.data, pair.k * e_);
         }
-        communicator_.all_gather(shard_, full_, fused_k_);
+        communicator_.all_gather(shard_, full_, fused_k_, type_);
         // Output element i of a pair is element i % k of member i / k's shard; the output
         // keeps the first out_count elements.
         for (const Pair& pair : pairs_) {
-          float* out = pair.out.view.as<float>();
+          auto* out = pair.out.view.as<uint8_t>();
           for (size_t r = 0; r < n_ && r * pair.k < pair.out_count; ++r) {
             const size_t take = std::min(pair.k, pair.out_count - r * pair.k);
-            memory_.copy(out + r * pair.k, full_ + r * fused_k_ + pair.offset,
-                         take * sizeof(float));
+            memory_.copy(out + r * pair.k * e_, full_ + (r * fused_k_ + pair.offset) * e_,
+                         take * e_);
           }
         }
         break;
@@ -164,13 +180,15 @@ class CollectiveKernel : public PreparedKernel {
   bool average_;
   int root_;
   std::vector<Pair> pairs_;
+  ElementType type_;
+  size_t e_;  // bytes per element of type_
   Communicator& communicator_;
   Backend& memory_;  // where the tensors live: copies and the fused buffers
   size_t n_;
   bool fused_ = false;
-  size_t fused_k_ = 0;      // sum of the pairs' k
-  float* full_ = nullptr;   // all_reduce: the bucket; else every member's shards
-  float* shard_ = nullptr;  // this member's fused shard
+  size_t fused_k_ = 0;        // sum of the pairs' k
+  uint8_t* full_ = nullptr;   // all_reduce: the bucket; else every member's shards
+  uint8_t* shard_ = nullptr;  // this member's fused shard
 };
 
 class TransferKernel : public PreparedKernel {
@@ -227,17 +245,20 @@ std::vector<Pair> checked_pairs(const plan::Collective& collective, std::vector<
     if (!pair.in.view.present() || !pair.out.view.present()) {
       throw Error(what + ": every input and output must be given");
     }
-    const bool reduction = kind == plan::Collective::ALL_REDUCE ||
-                           kind == plan::Collective::REDUCE_SCATTER ||
-                           kind == plan::Collective::ALL_GATHER;
-    if (reduction &&
-        (pair.in.view.dtype != plan::FLOAT32 || pair.out.view.dtype != plan::FLOAT32)) {
-      throw Error(what + ": " + name + " needs float32 tensors, got " +
+    if (takes_element_type(kind) &&
+        (!element_type(pair.in.view.dtype) || !element_type(pair.out.view.dtype))) {
+      throw Error(what + ": " + name + " needs float32 or bfloat16 tensors, got " +
                   dtype_name(pair.in.view.dtype) + " -> " + dtype_name(pair.out.view.dtype));
     }
     if (pair.in.view.dtype != pair.out.view.dtype) {
       throw Error(what + ": the input is " + dtype_name(pair.in.view.dtype) + ", the output " +
                   dtype_name(pair.out.view.dtype));
+    }
+    if (takes_element_type(kind) && !pairs.empty() &&
+        pair.in.view.dtype != pairs[0].in.view.dtype) {
+      throw Error(what + ": the tensors of one " + name + " share a dtype, but this pair is " +
+                  dtype_name(pair.in.view.dtype) + " and the first " +
+                  dtype_name(pairs[0].in.view.dtype));
     }
     const size_t in = elements(pair.in), out = elements(pair.out);
     pair.in_count = in;
@@ -293,8 +314,11 @@ std::unique_ptr<PreparedKernel> prepare_collective(const plan::Collective& colle
                                                    Communicator& communicator, Backend& memory) {
   std::vector<Pair> pairs = checked_pairs(collective, std::move(inputs), std::move(outputs),
                                           static_cast<size_t>(communicator.size()));
+  const ElementType type =
+      pairs.empty() ? ElementType::kFloat32
+                    : element_type(pairs[0].in.view.dtype).value_or(ElementType::kFloat32);
   return std::make_unique<CollectiveKernel>(collective.kind(), collective.average(),
-                                            collective.root(), std::move(pairs), communicator,
+                                            collective.root(), std::move(pairs), type, communicator,
                                             memory);
 }
 

@@ -1,6 +1,6 @@
 // Communication with the CUDA backend: the NCCL communicator in a world of one (every
-// collective, in place and not, on device buffers), and two ranks sharing the GPU
-// through Gloo (transfers staged through host memory) training like one rank.
+// collective, in place and not, on device buffers, float32 and bfloat16), and two ranks sharing the
+// GPU through Gloo (transfers staged through host memory) training like one rank.
 #include <gloo/rendezvous/hash_store.h>
 #include <gmock/gmock.h>
 
@@ -68,6 +68,22 @@ TEST_F(CudaComm, NcclWorldOfOneRunsEveryCollective) {
   EXPECT_EQ(gathered.read(), values);
   channel->all_to_all(gathered.get(), gathered.get(), 16);  // overlapping: staged
   EXPECT_EQ(gathered.read(), values);
+  // bfloat16: the same contracts on two-byte elements.
+  const std::vector<uint16_t> bf16 = {0x3fc0, 0xc000, 0x4050, 0x4080};  // 1.5, -2, 3.25, 4
+  DeviceFloats words(*cuda_, {0, 0});                                   // four bfloat16
+  auto* halves = reinterpret_cast<uint16_t*>(words.get());
+  const auto read_bf16 = [&] {
+    std::vector<uint16_t> bits(4);
+    cuda_->download(bits.data(), words.get(), 8);
+    return bits;
+  };
+  cuda_->upload(words.get(), bf16.data(), 8);
+  channel->all_reduce(halves, 4, ElementType::kBFloat16, true);
+  EXPECT_EQ(read_bf16(), bf16);
+  channel->reduce_scatter(halves, halves + 1, 3, ElementType::kBFloat16, false);  // overlapping
+  EXPECT_EQ(read_bf16(), (std::vector<uint16_t>{0x3fc0, 0x3fc0, 0xc000, 0x4050}));
+  channel->all_gather(halves + 1, halves, 3, ElementType::kBFloat16);  // overlapping: staged
+  EXPECT_EQ(read_bf16(), (std::vector<uint16_t>{0x3fc0, 0xc000, 0x4050, 0x4050}));
   channel->abort();
   EXPECT_THROW(channel->all_reduce(data.get(), 4, false), Error);
 }

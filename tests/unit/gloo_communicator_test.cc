@@ -1,6 +1,7 @@
 // GlooCommunicator: N ranks as threads meeting through gloo's in-memory HashStore,
 // talking over real TCP on localhost. Every collective against its closed form for
-// 2 and 4 ranks (counts that do not divide evenly, aliasing), send/recv, channels
+// 2 and 4 ranks (counts that do not divide evenly, aliasing; bfloat16 sums rounded to
+// nearest even), send/recv, channels
 // used concurrently, sub-groups, and the failures: a rank that never joins, one that
 // never takes part, one that goes away, and abort().
 #include "engine/comm/gloo/gloo_communicator.h"
@@ -9,6 +10,8 @@
 #include <gmock/gmock.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <thread>
@@ -211,8 +214,99 @@ TEST_P(GlooCommunicatorTest, ChannelsRunConcurrently) {
   });
 }
 
+// bfloat16 bits of `x` rounded to nearest even, in double arithmetic (independent of the
+// engine's conversion); x is finite and within bfloat16's normal range.
+uint16_t ToBf16(double x) {
+  if (x == 0.0) return 0;
+  const double ulp = std::ldexp(1.0, std::ilogb(x) - 7);  // 8 significant bits
+  const auto value = static_cast<float>(std::nearbyint(x / ulp) * ulp);
+  uint32_t word;
+  std::memcpy(&word, &value, sizeof word);
+  return static_cast<uint16_t>(word >> 16);
+}
+
+double FromBf16(uint16_t bits) {
+  const uint32_t word = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &word, sizeof value);
+  return value;
+}
+
+// Sums of values whose partial sums are all exact in bfloat16 are the same in any order.
+TEST_P(GlooCommunicatorTest, BFloat16SumsOfExactValuesAreExact) {
+  RunGroup([&](int rank, Communicator& communicator) {
+    auto value = [](int member, size_t i) { return member + 0.5 * static_cast<double>(i % 8); };
+    for (size_t count : {size_t{1}, size_t{7}, size_t{1000}}) {
+      for (bool average : {false, true}) {
+        std::vector<uint16_t> data(count);
+        for (size_t i = 0; i < count; ++i) data[i] = ToBf16(value(rank, i));
+        communicator.all_reduce(data.data(), count, ElementType::kBFloat16, average);
+        for (size_t i = 0; i < count; ++i) {
+          double sum = 0;
+          for (int member = 0; member < n(); ++member) sum += value(member, i);
+          ASSERT_EQ(FromBf16(data[i]), average ? sum / n() : sum)
+              << "rank " << rank << " count " << count << " element " << i;
+        }
+      }
+    }
+    const size_t k = 5;
+    std::vector<uint16_t> in(n() * k), out(k);
+    for (size_t j = 0; j < in.size(); ++j) in[j] = ToBf16(value(rank, j));
+    communicator.reduce_scatter(in.data(), out.data(), k, ElementType::kBFloat16, false);
+    for (size_t i = 0; i < k; ++i) {
+      double sum = 0;
+      for (int member = 0; member < n(); ++member) sum += value(member, rank * k + i);
+      ASSERT_EQ(FromBf16(out[i]), sum) << "rank " << rank << " element " << i;
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, GlooCommunicatorTest, ::testing::Values(2, 4),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });
+
+// Two members' bfloat16 sums: added in float32 (exact for these magnitudes) and rounded to
+// nearest even, averages rounded again after the division; gathers keep every bit.
+TEST(GlooCommunicator, BFloat16SumsRoundToNearestEvenAndGathersKeepTheBits) {
+  auto value = [](int member, size_t i) {  // bfloat16 values of either sign in [0.5, 4)
+    uint32_t state = static_cast<uint32_t>(member * 7919 + i * 104729 + 1);
+    state = state * 1664525u + 1013904223u;
+    const double magnitude = 0.5 + 3.5 * ((state >> 8) * (1.0 / 16777216.0));
+    return FromBf16(ToBf16((state & 1) ? -magnitude : magnitude));
+  };
+  ExpectAllSucceeded(RunRanks(2, [&](int rank, CommunicatorFactory& factory) {
+    auto communicator = factory.connect("pair", {0, 1});
+    const size_t count = 1001;
+    for (bool average : {false, true}) {
+      std::vector<uint16_t> data(count);
+      for (size_t i = 0; i < count; ++i) data[i] = ToBf16(value(rank, i));
+      communicator->all_reduce(data.data(), count, ElementType::kBFloat16, average);
+      for (size_t i = 0; i < count; ++i) {
+        const uint16_t sum = ToBf16(value(0, i) + value(1, i));
+        ASSERT_EQ(data[i], average ? ToBf16(FromBf16(sum) / 2) : sum)
+            << "rank " << rank << " element " << i << (average ? " (average)" : "");
+      }
+    }
+    // Ties go to the even neighbour: 1 + 2^-8 -> 1, 1 + 3 * 2^-8 -> 1 + 2^-6, 257 -> 256,
+    // 259 -> 260.
+    const std::vector<double> mine = rank == 0 ? std::vector<double>{1, 1, 256, 256}
+                                               : std::vector<double>{0.00390625, 0.01171875, 1, 3};
+    std::vector<uint16_t> ties;
+    for (double x : mine) ties.push_back(ToBf16(x));
+    std::vector<uint16_t> scattered(2);
+    communicator->reduce_scatter(ties.data(), scattered.data(), 2, ElementType::kBFloat16, false);
+    const std::vector<double> sums = {1, 1.015625, 256, 260};
+    EXPECT_EQ(FromBf16(scattered[0]), sums[2 * rank]) << "rank " << rank;
+    EXPECT_EQ(FromBf16(scattered[1]), sums[2 * rank + 1]) << "rank " << rank;
+    communicator->all_reduce(ties.data(), ties.size(), ElementType::kBFloat16, false);
+    for (size_t i = 0; i < sums.size(); ++i) EXPECT_EQ(FromBf16(ties[i]), sums[i]) << i;
+    // Three elements (six bytes) each, NaN payloads and negative zero kept.
+    const std::vector<uint16_t> shard = rank == 0 ? std::vector<uint16_t>{0x7fc1, 0x8000, 0x3f80}
+                                                  : std::vector<uint16_t>{0x0001, 0xff81, 0x4049};
+    std::vector<uint16_t> gathered(6, 0xdead);
+    communicator->all_gather(shard.data(), gathered.data(), 3, ElementType::kBFloat16);
+    EXPECT_EQ(gathered, (std::vector<uint16_t>{0x7fc1, 0x8000, 0x3f80, 0x0001, 0xff81, 0x4049}));
+  }));
+}
 
 // Four ranks in groups {0,1}, {2,3} and {3,1} (listed out of order: rank 3 is member 0).
 TEST(GlooCommunicator, SubGroupsReduceAmongTheirMembers) {

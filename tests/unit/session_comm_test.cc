@@ -2,7 +2,8 @@
 // every collective instruction (with REDUCE_SCATTER's padding, ALL_GATHER's
 // truncation and a fused bucket), a group of one, send/recv between ranks; a
 // rank whose kernel fails while another stream waits in a transfer stops at once,
-// failing its peer promptly too; and tensors zeroed at the start of each step.
+// failing its peer promptly too; bfloat16 collectives; and tensors zeroed at the start of each
+// step.
 #include <gmock/gmock.h>
 
 #include "engine/runtime/session.h"
@@ -111,6 +112,97 @@ TEST(SessionComm, CollectivesAndTransfersAcrossTwoRanks) {
     ExpectNear(session.read_floats("message"), {42, 43, 44}, 0, "send/recv");
   });
   EXPECT_EQ(errors, std::vector<std::string>(kWorld, ""));
+}
+
+// bfloat16 collectives run on bfloat16 (no float casts): an all-reduce, a fused bucket, a
+// reduce-scatter with padding and a truncated all-gather; sums here are exact in bfloat16.
+TEST(SessionComm, BFloat16CollectivesReduceAndGatherInBFloat16) {
+  PlanBuilder b;
+  const int g = b.Tensor("g", {5}, plan::BFLOAT16);
+  const int b1 = b.Tensor("b1", {3}, plan::BFLOAT16);
+  const int b2 = b.Tensor("b2", {2}, plan::BFLOAT16);
+  const int scatter_in = b.Tensor("scatter_in", {7}, plan::BFLOAT16);  // padded to 2 x 4
+  const int scatter_out = b.Tensor("scatter_out", {4}, plan::BFLOAT16);
+  const int gather_in = b.Tensor("gather_in", {3}, plan::BFLOAT16);
+  const int gather_out = b.Tensor("gather_out", {5}, plan::BFLOAT16);  // the first 5 of 2 x 3
+  plan::Plan base = b.Build();
+  base.add_streams()->set_name("comm");
+  AddGroup(base, 0, {0, 1});
+  AddCollective(base, 0, plan::Collective::ALL_REDUCE, 0, {g}, {g}, true);
+  AddCollective(base, 0, plan::Collective::ALL_REDUCE, 0, {b1, b2}, {b1, b2});  // a bucket
+  AddCollective(base, 0, plan::Collective::REDUCE_SCATTER, 0, {scatter_in}, {scatter_out});
+  AddCollective(base, 0, plan::Collective::ALL_GATHER, 0, {gather_in}, {gather_out});
+  // bfloat16 of small integers and halves: their upper 16 bits as float32.
+  auto bf16 = [](const std::vector<float>& values) {
+    std::vector<uint16_t> bits;
+    for (float value : values) {
+      uint32_t word;
+      std::memcpy(&word, &value, sizeof word);
+      EXPECT_EQ(word & 0xffffu, 0u) << value << " is not a bfloat16";
+      bits.push_back(static_cast<uint16_t>(word >> 16));
+    }
+    return bits;
+  };
+  const auto errors = RunRanks([&](int rank, CommunicatorFactory& factory) {
+    plan::Plan plan = base;
+    SetRank(plan, rank);
+    Session session(plan, std::make_unique<cpu::CpuBackend>(), {0, &factory});
+    auto write = [&](const std::string& name, const std::vector<float>& values) {
+      const std::vector<uint16_t> bits = bf16(values);
+      session.write_tensor(name, bits.data(), bits.size() * sizeof(uint16_t));
+    };
+    auto read = [&](const std::string& name) {
+      const std::vector<uint8_t> bytes = session.read_tensor(name);
+      std::vector<uint16_t> bits(bytes.size() / sizeof(uint16_t));
+      std::memcpy(bits.data(), bytes.data(), bytes.size());
+      return bits;
+    };
+    const float r = static_cast<float>(rank);
+    write("g", Floats(5, 10 * r));  // average over ranks of 10 r + i = 5 + i
+    write("b1", Floats(3, r));
+    write("b2", Floats(2, 5 * r));
+    write("scatter_in", Floats(7, 100 * r));
+    write("gather_in", Floats(3, 10 * r, 0.5f));
+    session.step({});
+    EXPECT_EQ(read("g"), bf16({5, 6, 7, 8, 9})) << "all-reduce average, rank " << rank;
+    EXPECT_EQ(read("b1"), bf16({1, 3, 5})) << "bucket b1, rank " << rank;
+    EXPECT_EQ(read("b2"), bf16({5, 7})) << "bucket b2, rank " << rank;
+    std::vector<float> scatter;
+    for (int i = 0; i < 4; ++i) {
+      const int j = 4 * rank + i;
+      scatter.push_back(j < 7 ? 100.0f + 2.0f * static_cast<float>(j) : 0.0f);
+    }
+    EXPECT_EQ(read("scatter_out"), bf16(scatter)) << "reduce-scatter, rank " << rank;
+    EXPECT_EQ(read("gather_out"), bf16({0, 0.5f, 1, 10, 10.5f})) << "all-gather, rank " << rank;
+  });
+  EXPECT_EQ(errors, std::vector<std::string>(kWorld, ""));
+
+  // One bucket, one dtype: the fused buffer is of one element type.
+  PlanBuilder mixed;
+  const int f = mixed.Tensor("f", {2});
+  const int h = mixed.Tensor("h", {2}, plan::BFLOAT16);
+  const int i = mixed.Tensor("i", {2}, plan::INT64);
+  plan::Plan plan = mixed.Build();
+  plan.add_streams()->set_name("comm");
+  SetRank(plan, 0);
+  AddGroup(plan, 0, {0, 1});
+  AddCollective(plan, 0, plan::Collective::ALL_REDUCE, 0, {f, h}, {f, h});
+  try {
+    Session session(plan, std::make_unique<cpu::CpuBackend>());
+    ADD_FAILURE() << "a bucket of float32 and bfloat16 loaded";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("all_reduce tensor 1 'h' -> tensor 1 'h': the tensors of "
+                                        "one all_reduce share a dtype, but this pair is bfloat16 "
+                                        "and the first float32"));
+  }
+  plan.mutable_streams(0)->mutable_instructions(0)->mutable_collective()->set_inputs(1, i);
+  plan.mutable_streams(0)->mutable_instructions(0)->mutable_collective()->set_outputs(1, i);
+  try {
+    Session session(plan, std::make_unique<cpu::CpuBackend>());
+    ADD_FAILURE() << "an int64 all-reduce loaded";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("all_reduce needs float32 or bfloat16 tensors, got int64"));
+  }
 }
 
 // Rank 1's compute stream fails (a label out of range) while its other stream waits for a

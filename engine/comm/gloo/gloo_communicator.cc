@@ -14,6 +14,7 @@
 #include <set>
 
 #include "engine/comm/store.h"
+#include "engine/cpu/bfloat16.h"
 #include "formats/error.h"
 
 namespace piper::engine {
@@ -35,6 +36,35 @@ std::string gloo_message(const std::string& what) {
     if (close != std::string::npos) return what.substr(close + 2);
   }
   return what;
+}
+
+// target = a + b, element by element (target may be a or b). bfloat16 adds in float32 and
+// rounds the sum, so every step of a ring rounds, as NCCL's bfloat16 rings do.
+void add(void* target, const void* a, const void* b, size_t count, ElementType type) {
+  if (type == ElementType::kFloat32) {
+    const auto *x = static_cast<const float*>(a), *y = static_cast<const float*>(b);
+    auto* sum = static_cast<float*>(target);
+    for (size_t i = 0; i < count; ++i) sum[i] = x[i] + y[i];
+    return;
+  }
+  const auto *x = static_cast<const cpu::BFloat16*>(a), *y = static_cast<const cpu::BFloat16*>(b);
+  auto* sum = static_cast<cpu::BFloat16*>(target);
+  for (size_t i = 0; i < count; ++i) {
+    sum[i] = cpu::BFloat16(static_cast<float>(x[i]) + static_cast<float>(y[i]));
+  }
+}
+
+// data /= n; bfloat16 divides in float32 and rounds.
+void divide(void* data, size_t count, size_t n, ElementType type) {
+  const auto members = static_cast<float>(n);
+  if (type == ElementType::kFloat32) {
+    auto* values = static_cast<float*>(data);
+    for (size_t i = 0; i < count; ++i) values[i] /= members;
+    return;
+  }
+  auto* values = static_cast<cpu::BFloat16*>(data);
+  for (size_t i = 0; i < count; ++i)
+    values[i] = cpu::BFloat16(static_cast<float>(values[i]) / members);
 }
 
 std::string elapsed_text(Clock::time_point since) {
@@ -247,81 +277,85 @@ class GlooCommunicator : public Communicator {
   int rank() const override { return group_->rank; }
   int size() const override { return static_cast<int>(group_->ranks.size()); }
 
-  void all_reduce(float* data, size_t count, bool average) override {
+  using Communicator::all_gather;
+  using Communicator::all_reduce;
+  using Communicator::reduce_scatter;
+
+  void all_reduce(void* buffer, size_t count, ElementType type, bool average) override {
     const Operation op = begin("all_reduce");
-    const size_t n = static_cast<size_t>(size());
+    const size_t n = static_cast<size_t>(size()), e = element_size(type);
     if (n == 1 || count == 0) return;
+    auto* data = static_cast<uint8_t*>(buffer);
     auto begin_of = [&](size_t chunk) { return count * chunk / n; };
     auto size_of = [&](size_t chunk) { return begin_of(chunk + 1) - begin_of(chunk); };
-    std::vector<float> incoming(count / n + 1);  // chunk sizes differ by at most one
+    std::vector<uint8_t> incoming((count / n + 1) * e);  // chunk sizes differ by at most one
     const size_t r = static_cast<size_t>(rank());
     // Reduce-scatter: after n-1 steps this member holds the sum of chunk (r+1) mod n.
     for (size_t step = 0; step + 1 < n; ++step) {
       const size_t send_chunk = (r + n - step) % n, recv_chunk = (r + 2 * n - step - 1) % n;
       Exchange exchange(*group_, op);
-      exchange.recv(incoming.data(), size_of(recv_chunk) * sizeof(float), left(), slot(step));
-      exchange.send(data + begin_of(send_chunk), size_of(send_chunk) * sizeof(float), right(),
-                    slot(step));
+      exchange.recv(incoming.data(), size_of(recv_chunk) * e, left(), slot(step));
+      exchange.send(data + begin_of(send_chunk) * e, size_of(send_chunk) * e, right(), slot(step));
       exchange.wait();
-      float* target = data + begin_of(recv_chunk);
-      for (size_t i = 0; i < size_of(recv_chunk); ++i) target[i] += incoming[i];
+      uint8_t* target = data + begin_of(recv_chunk) * e;
+      add(target, target, incoming.data(), size_of(recv_chunk), type);
     }
     if (average) {
       const size_t own = (r + 1) % n;
-      float* target = data + begin_of(own);
-      for (size_t i = 0; i < size_of(own); ++i) target[i] /= static_cast<float>(n);
+      divide(data + begin_of(own) * e, size_of(own), n, type);
     }
     // All-gather of the reduced chunks, so every member ends with the same bits.
     for (size_t step = 0; step + 1 < n; ++step) {
       const size_t send_chunk = (r + 1 + n - step) % n, recv_chunk = (r + n - step) % n;
       Exchange exchange(*group_, op);
-      exchange.recv(data + begin_of(recv_chunk), size_of(recv_chunk) * sizeof(float), left(),
+      exchange.recv(data + begin_of(recv_chunk) * e, size_of(recv_chunk) * e, left(),
                     slot(n + step));
-      exchange.send(data + begin_of(send_chunk), size_of(send_chunk) * sizeof(float), right(),
+      exchange.send(data + begin_of(send_chunk) * e, size_of(send_chunk) * e, right(),
                     slot(n + step));
       exchange.wait();
     }
   }
 
-  void reduce_scatter(const float* in, float* out, size_t count_per_rank, bool average) override {
+  void reduce_scatter(const void* input, void* output, size_t count_per_rank, ElementType type,
+                      bool average) override {
     const Operation op = begin("reduce_scatter");
     const size_t n = static_cast<size_t>(size()), k = count_per_rank;
-    const size_t r = static_cast<size_t>(rank());
+    const size_t r = static_cast<size_t>(rank()), bytes = k * element_size(type);
+    const auto* in = static_cast<const uint8_t*>(input);
+    auto* out = static_cast<uint8_t*>(output);
     if (k == 0) return;
     if (n == 1) {
-      std::memmove(out, in, k * sizeof(float));
+      std::memmove(out, in, bytes);
       return;
     }
     // Partial sums travel right around the ring; chunk c is complete at member c after n-1 steps.
-    std::vector<float> partial(k), incoming(k);
-    const float* outgoing = in + ((r + n - 1) % n) * k;
+    std::vector<uint8_t> partial(bytes), incoming(bytes);
+    const uint8_t* outgoing = in + ((r + n - 1) % n) * bytes;
     for (size_t step = 0; step + 1 < n; ++step) {
       const size_t recv_chunk = (r + 2 * n - step - 2) % n;
       Exchange exchange(*group_, op);
-      exchange.recv(incoming.data(), k * sizeof(float), left(), slot(step));
-      exchange.send(outgoing, k * sizeof(float), right(), slot(step));
+      exchange.recv(incoming.data(), bytes, left(), slot(step));
+      exchange.send(outgoing, bytes, right(), slot(step));
       exchange.wait();
-      const float* own = in + recv_chunk * k;
-      float* target = step + 2 == n ? out : partial.data();
-      for (size_t i = 0; i < k; ++i) target[i] = incoming[i] + own[i];
+      add(step + 2 == n ? out : partial.data(), incoming.data(), in + recv_chunk * bytes, k, type);
       outgoing = partial.data();
     }
-    if (average) {
-      for (size_t i = 0; i < k; ++i) out[i] /= static_cast<float>(n);
-    }
+    if (average) divide(out, k, n, type);
   }
 
-  void all_gather(const float* in, float* out, size_t count_per_rank) override {
+  void all_gather(const void* input, void* output, size_t count_per_rank,
+                  ElementType type) override {
     const Operation op = begin("all_gather");
-    const size_t n = static_cast<size_t>(size()), k = count_per_rank;
+    const size_t n = static_cast<size_t>(size()), bytes = count_per_rank * element_size(type);
     const size_t r = static_cast<size_t>(rank());
-    if (k == 0) return;
-    std::memmove(out + r * k, in, k * sizeof(float));
+    auto* out = static_cast<uint8_t*>(output);
+    if (bytes == 0) return;
+    std::memmove(out + r * bytes, input, bytes);
     for (size_t step = 0; step + 1 < n; ++step) {
       const size_t send_chunk = (r + n - step) % n, recv_chunk = (r + 2 * n - step - 1) % n;
       Exchange exchange(*group_, op);
-      exchange.recv(out + recv_chunk * k, k * sizeof(float), left(), slot(step));
-      exchange.send(out + send_chunk * k, k * sizeof(float), right(), slot(step));
+      exchange.recv(out + recv_chunk * bytes, bytes, left(), slot(step));
+      exchange.send(out + send_chunk * bytes, bytes, right(), slot(step));
       exchange.wait();
     }
   }

@@ -3,6 +3,10 @@
 // collectives are rings written on Gloo's point-to-point buffers, so that every
 // wait knows the peer it waits for, has a deadline, and can be aborted.
 //
+// bfloat16 reductions add in float32 and round to bfloat16 at every step of the ring (as
+// NCCL's bfloat16 rings do), and an average divides the rounded sum and rounds again: the
+// bits of a sum of more than two members depend on the ring's order, as with NCCL.
+//
 // Matching across members: the k-th collective of a channel matches the k-th
 // collective of the channel of the same name on every other member; a send matches
 // the recv of the same tag between the same two members.

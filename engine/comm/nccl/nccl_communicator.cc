@@ -78,6 +78,10 @@ bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   return pa < pb + b_bytes && pb < pa + a_bytes;
 }
 
+ncclDataType_t nccl_type(ElementType type) {
+  return type == ElementType::kFloat32 ? ncclFloat32 : ncclBfloat16;
+}
+
 class NcclCommunicator;
 
 // The channels of one group, so that aborting the group reaches every one.
@@ -143,41 +147,48 @@ class NcclCommunicator : public Communicator {
   int rank() const override { return group_.member; }
   int size() const override { return static_cast<int>(group_.ranks.size()); }
 
-  void all_reduce(float* data, size_t count, bool average) override {
+  using Communicator::all_gather;
+  using Communicator::all_reduce;
+  using Communicator::reduce_scatter;
+
+  void all_reduce(void* data, size_t count, ElementType type, bool average) override {
     issue("all_reduce", others(), [&](ncclComm_t comm, cudaStream_t stream) {
-      return ncclAllReduce(data, data, count, ncclFloat32, average ? ncclAvg : ncclSum, comm,
+      return ncclAllReduce(data, data, count, nccl_type(type), average ? ncclAvg : ncclSum, comm,
                            stream);
     });
   }
 
-  void reduce_scatter(const float* in, float* out, size_t count_per_rank, bool average) override {
-    const size_t bytes = count_per_rank * sizeof(float);
+  void reduce_scatter(const void* input, void* out, size_t count_per_rank, ElementType type,
+                      bool average) override {
+    const auto* in = static_cast<const uint8_t*>(input);
+    const size_t bytes = count_per_rank * element_size(type);
     // NCCL works in place only when out is this member's slice of in.
-    const bool in_place = out == in + count_per_rank * static_cast<size_t>(rank());
+    const bool in_place = out == in + bytes * static_cast<size_t>(rank());
     std::unique_ptr<Scratch> staged;
-    float* target = out;
+    void* target = out;
     if (!in_place && overlap(in, bytes * static_cast<size_t>(size()), out, bytes)) {
       staged = std::make_unique<Scratch>(bytes, context_.stream());
-      target = static_cast<float*>(staged->data());
+      target = staged->data();
     }
     issue("reduce_scatter", others(), [&](ncclComm_t comm, cudaStream_t stream) {
-      return ncclReduceScatter(in, target, count_per_rank, ncclFloat32, average ? ncclAvg : ncclSum,
-                               comm, stream);
+      return ncclReduceScatter(in, target, count_per_rank, nccl_type(type),
+                               average ? ncclAvg : ncclSum, comm, stream);
     });
     if (staged) copy(out, target, bytes);
   }
 
-  void all_gather(const float* in, float* out, size_t count_per_rank) override {
-    const size_t bytes = count_per_rank * sizeof(float);
-    const bool in_place = in == out + count_per_rank * static_cast<size_t>(rank());
+  void all_gather(const void* in, void* output, size_t count_per_rank, ElementType type) override {
+    auto* out = static_cast<uint8_t*>(output);
+    const size_t bytes = count_per_rank * element_size(type);
+    const bool in_place = in == out + bytes * static_cast<size_t>(rank());
     std::unique_ptr<Scratch> staged;
     if (!in_place && overlap(in, bytes, out, bytes * static_cast<size_t>(size()))) {
       staged = std::make_unique<Scratch>(bytes, context_.stream());
       copy(staged->data(), in, bytes);
-      in = static_cast<const float*>(staged->data());
+      in = staged->data();
     }
     issue("all_gather", others(), [&](ncclComm_t comm, cudaStream_t stream) {
-      return ncclAllGather(in, out, count_per_rank, ncclFloat32, comm, stream);
+      return ncclAllGather(in, out, count_per_rank, nccl_type(type), comm, stream);
     });
   }
 

@@ -12,6 +12,9 @@
 // the k-th collective (send, recv) of a channel matches the k-th of the channel of the
 // same name on the other members, and a send's tag is not checked against its recv's.
 //
+// bfloat16 reductions are NCCL's own (ncclBfloat16): a ring rounds at every step, and an
+// average (ncclAvg) multiplies each input by 1/size before summing.
+//
 // Timeouts: an operation returns once issued, and a watchdog thread per channel watches it
 // complete on the device. When the operation is still not done `timeout` after it was issued,
 // or NCCL reports an error, the watchdog aborts the channel's communicator (which ends the
