@@ -181,7 +181,7 @@ class Partitioner {
 
   void place_and_emit(ir::Op op) {
     const std::vector<Placement> given = given_placements(op);
-    ir::OpPlacement decision = ir::place_op(out_, op, given, whole_, parts_);
+    ir::OpPlacement decision = ir::place_op(out_, op, sequence_split(op, given), whole_, parts_);
     std::vector<std::pair<ir::TensorId, ir::TensorId>> redirected;  // (written, gradient)
     for (size_t j = 0; j < op.outputs.size(); ++j) {
       const ir::TensorId out = op.outputs[j];
@@ -222,6 +222,26 @@ class Partitioner {
     for (const auto& [written, gradient] : redirected) {
       reshard_into(written, placement(written), written_placement(gradient, {}), emitted, gradient);
     }
+  }
+
+  // Sequence parallelism: a forward sum of whole or partial terms (the embeddings' sum, the
+  // residual after a row-split layer) splits along the sequence instead, the next-to-last
+  // dimension of [..., sequence, hidden] activations: a reduce-scatter replaces the all-reduce,
+  // the norms and residuals that follow run on one block of the sequence, and the
+  // column-split layers all-gather their input, as Megatron does.
+  std::vector<Placement> sequence_split(const ir::Op& op, std::vector<Placement> given) {
+    const bool sum = op.type == "Add" || op.type == "Sum";
+    if (!shard_.sequence_parallel || op.pass != ir::Pass::kForward || !sum) return given;
+    const ir::Shape& out = whole_[op.outputs[0]];
+    const auto rank = static_cast<int>(out.size());
+    const bool sharded =
+        std::any_of(given.begin(), given.end(), [](const Placement& p) { return p.is_sharded(); });
+    if (sharded || rank < 2 || out[rank - 2] % parts_ != 0) return given;
+    for (size_t i = 0; i < given.size(); ++i) {
+      const int dim = rank - 2 - (rank - static_cast<int>(whole_[op.inputs[i]].size()));
+      if (dim >= 0 && whole_[op.inputs[i]][dim] != 1) given[i] = Placement::sharded(dim);
+    }
+    return given;
   }
 
   // The placement an op must give `tensor`: its parameter's for a trained gradient, the first
@@ -433,9 +453,6 @@ void apply_shard(ir::TaskGraph& graph, const DirectiveContext& context) {
     throw Error(context.where("style") +
                 ": expert parallelism is not planned yet; split experts as batched parameters "
                 "with \"params\" once it is");
-  }
-  if (shard.sequence_parallel) {
-    throw Error(context.where("sequence_parallel") + ": sequence parallelism is not planned yet");
   }
   for (const ir::Task& task : graph.tasks()) {
     if (task.kind != ir::TaskKind::kCompute || task.devices != std::vector<int>{0} ||

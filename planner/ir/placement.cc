@@ -192,8 +192,10 @@ OpPlacement place_matmul(const Site& site) {
   if (!has_bias) {
     candidates.push_back({Placement::sharded(ka), Placement::sharded(kb), Placement::partial()});
   }
-  candidates.push_back({Placement::sharded(m), {}, Placement::sharded(ry - 2)});
+  // B's columns before A's rows: at equal cost, the weights (B, as Linear layers write them)
+  // stay split and the activations move, as Megatron's sequence parallelism gathers them.
   candidates.push_back({{}, Placement::sharded(n), Placement::sharded(ry - 1)});
+  candidates.push_back({Placement::sharded(m), {}, Placement::sharded(ry - 2)});
   // A batch dimension sharded in either operand: both split it where they have it.
   for (size_t operand = 0; operand < 2; ++operand) {
     const Placement& given = site.in(operand);
