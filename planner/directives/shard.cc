@@ -454,6 +454,16 @@ void apply_shard(ir::TaskGraph& graph, const DirectiveContext& context) {
                 ": expert parallelism is not planned yet; split experts as batched parameters "
                 "with \"params\" once it is");
   }
+  if (!shard.filter.tags.empty() || shard.filter.pass) {
+    throw Error(context.where("filter") +
+                ": tensor parallelism splits the whole model (its parameters decide what is "
+                "split); drop the filter");
+  }
+  if (shard.stream != "compute") {
+    throw Error(context.where("stream") +
+                ": the tensor-parallel collectives run in order on the stream of the task that "
+                "needs them; drop \"stream\"");
+  }
   for (const ir::Task& task : graph.tasks()) {
     if (task.kind != ir::TaskKind::kCompute || task.devices != std::vector<int>{0} ||
         task.microbatch != 0) {
