@@ -219,6 +219,11 @@ void write_inputs(std::ostringstream& out, const plan::Plan& plan) {
     }
     out << '\n';
   }
+  for (const plan::LabelCount& count : plan.label_counts()) {
+    out << "  " << operand_to_text(plan, count.tensor()) << "  entries of " << count.input()
+        << " other than " << count.ignore_index() << " in each step's " << plan.global_batch()
+        << " rows\n";
+  }
 }
 
 void write_parameters(std::ostringstream& out, const plan::Plan& plan) {
