@@ -222,7 +222,14 @@ void write_inputs(std::ostringstream& out, const plan::Plan& plan) {
   for (const plan::LabelCount& count : plan.label_counts()) {
     out << "  " << operand_to_text(plan, count.tensor()) << "  entries of " << count.input()
         << " other than " << count.ignore_index() << " in each step's " << plan.global_batch()
-        << " rows\n";
+        << " rows";
+    if (count.window_size() > 0) {
+      out << ", of each sample the window (start, step, count)";
+      for (const plan::CountWindow& window : count.window()) {
+        out << " (" << window.start() << ", " << window.step() << ", " << window.count() << ")";
+      }
+    }
+    out << '\n';
   }
 }
 
