@@ -219,6 +219,18 @@ void write_inputs(std::ostringstream& out, const plan::Plan& plan) {
     }
     out << '\n';
   }
+  for (const plan::LabelCount& count : plan.label_counts()) {
+    out << "  " << operand_to_text(plan, count.tensor()) << "  entries of " << count.input()
+        << " other than " << count.ignore_index() << " in each step's " << plan.global_batch()
+        << " rows";
+    if (count.window_size() > 0) {
+      out << ", of each sample the window (start, step, count)";
+      for (const plan::CountWindow& window : count.window()) {
+        out << " (" << window.start() << ", " << window.step() << ", " << window.count() << ")";
+      }
+    }
+    out << '\n';
+  }
 }
 
 // The group's members hold equal consecutive blocks, so the dimension's extent is theirs summed.

@@ -28,6 +28,7 @@
 #include "planner/lower/lower.h"
 #include "planner/precision/precision.h"
 #include "planner/sim/planned_timeline.h"
+#include "planner/token_mean.h"
 
 namespace piper::planner {
 namespace {
@@ -150,26 +151,6 @@ ImportOptions import_options(const strategy::Strategy& strategy) {
   return options;
 }
 
-// Microbatches and replicas each compute the loss of their rows, and the
-// step's loss is their mean: the mean over the global batch when each is a
-// mean over its rows. A loss that sums over the batch would come out divided
-// by their number, and its gradients with it, so it is refused when the
-// batch is divided.
-void check_loss_averages(const ir::OpGraph& graph, const strategy::Strategy& strategy,
-                         const std::string& model_path) {
-  if (strategy.global_batch == planned_batch(strategy)) return;
-  const ir::Op& op = graph.op(graph.producer(graph.loss));
-  if ((op.type != "SoftmaxCrossEntropyLoss" && op.type != "NegativeLogLikelihoodLoss") ||
-      ir::attr_string(op.attributes, "reduction", "mean") != "sum") {
-    return;
-  }
-  throw Error(model_path + ": the loss node '" + op.name +
-              "' sums over the batch (reduction \"sum\"), but " + strategy.source +
-              " divides the batch into microbatches or replicas, whose losses Piper averages; "
-              "export the loss as a mean (reduction \"mean\", or the sum divided by the batch "
-              "size)");
-}
-
 // Gradients, casts and recomputed copies of tensors with a run-time extent carry it too.
 void infer_run_time_extents(ir::OpGraph& graph, const std::string& model_path) {
   try {
@@ -186,7 +167,8 @@ ir::OpGraph training_graph(const std::string& model_path, const strategy::Strate
   ir::OpGraph graph = import_model(std::move(model), import_options(strategy), model_path);
   check_supported_ops(graph, model_path);
   check_op_dtypes(graph, model_path);
-  check_loss_averages(graph, strategy, model_path);
+  make_token_means_global(graph, strategy.global_batch / planned_batch(strategy), model_path,
+                          strategy.source);
   annotate(graph, strategy.annotations, strategy.source);
   if (options.fuse) result.fusions = fuse(graph, default_fusion_rules());
   if (strategy.precision == "bf16") result.bf16_casts = insert_bf16_casts(graph);

@@ -20,6 +20,21 @@ struct InputSpec {
   int64_t int_high = 0;
 };
 
+void add_spec(std::vector<InputSpec>& specs, const InputSpec& spec) {
+  auto same = std::find_if(specs.begin(), specs.end(),
+                           [&](const InputSpec& s) { return s.name == spec.name; });
+  if (same == specs.end()) {
+    specs.push_back(spec);
+  } else if (same->dtype != spec.dtype || same->row_shape != spec.row_shape) {
+    throw Error("plan input '" + spec.name + "' is fed to tensors of different dtype or sample " +
+                "shape (" + dtype_name(same->dtype) + " " + shape_string(same->row_shape) + " vs " +
+                dtype_name(spec.dtype) + " " + shape_string(spec.row_shape) + ")");
+  } else {
+    same->int_high = std::max(same->int_high, spec.int_high);
+  }
+}
+
+// Every graph input the plan reads: those it feeds rows of and those whose labels it counts.
 std::vector<InputSpec> input_specs(const plan::Plan& plan) {
   std::vector<InputSpec> specs;
   for (const auto& input : plan.inputs()) {
@@ -33,19 +48,14 @@ std::vector<InputSpec> input_specs(const plan::Plan& plan) {
       throw Error("plan input '" + input.input() + "' (tensor '" + tensor.name() +
                   "') is a scalar; batch inputs need a leading sample dimension");
     }
-    InputSpec spec{input.input(), tensor.dtype(),
-                   Shape(tensor.shape().begin() + 1, tensor.shape().end()), input.int_high()};
-    auto same = std::find_if(specs.begin(), specs.end(),
-                             [&](const InputSpec& s) { return s.name == spec.name; });
-    if (same == specs.end()) {
-      specs.push_back(spec);
-    } else if (same->dtype != spec.dtype || same->row_shape != spec.row_shape) {
-      throw Error("plan input '" + spec.name + "' is fed to tensors of different dtype or sample " +
-                  "shape (" + dtype_name(same->dtype) + " " + shape_string(same->row_shape) +
-                  " vs " + dtype_name(spec.dtype) + " " + shape_string(spec.row_shape) + ")");
-    } else {
-      same->int_high = std::max(same->int_high, spec.int_high);
-    }
+    add_spec(specs, {input.input(), tensor.dtype(),
+                     Shape(tensor.shape().begin() + 1, tensor.shape().end()), input.int_high()});
+  }
+  // A rank counts the labels of the whole step, also where it feeds none of their rows.
+  for (const auto& count : plan.label_counts()) {
+    add_spec(specs,
+             {count.input(), plan::INT64,
+              Shape(count.sample_shape().begin(), count.sample_shape().end()), count.int_high()});
   }
   if (!specs.empty() && plan.global_batch() <= 0) {
     throw Error("the plan has batch inputs but global_batch is " +

@@ -10,6 +10,7 @@
 #include "engine/runtime/dynamic_kernel.h"
 #include "engine/runtime/finite_check.h"
 #include "engine/runtime/host_staging.h"
+#include "engine/runtime/label_count.h"
 #include "engine/runtime/parameter_block.h"
 #include "engine/runtime/parameter_exchange.h"
 #include "formats/atomic_file.h"
@@ -129,6 +130,14 @@ void Session::check_tensors() {
       throw Error("loss term " + tensor_label(plan_, term.tensor()) +
                   " must be a float32 scalar, but is " + dtype_name(tensor.dtype()) + " " +
                   shape_string(Shape(tensor.shape().begin(), tensor.shape().end())));
+    }
+  }
+  for (const auto& count : plan_.label_counts()) {
+    check_index(count.tensor(), "the label count of '" + count.input() + "'");
+    const plan::Tensor& tensor = plan_.tensors(count.tensor());
+    if (tensor.dtype() != plan::FLOAT32 || tensor.bytes() != sizeof(float)) {
+      throw Error("the label count of '" + count.input() + "', " +
+                  tensor_label(plan_, count.tensor()) + ", must be a float32 scalar");
     }
   }
   for (const auto& constant : plan_.constants()) check_index(constant.tensor(), "a constant");
@@ -632,6 +641,10 @@ double Session::step(const Batch& batch) {
   }
   for (const auto& input : plan_.inputs()) {
     upload_input(input, batch);
+  }
+  for (const auto& count : plan_.label_counts()) {
+    const float value = count_labels(count, batch);
+    backend_->upload(arena_ + plan_.tensors(count.tensor()).offset(), &value, sizeof value);
   }
   executor_->run_step(StepContext{steps_done_ + 1, options_.seed, updates_done_ + 1});
   ++steps_done_;

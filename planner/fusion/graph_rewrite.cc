@@ -25,7 +25,11 @@ ir::OpGraph rebuild(const ir::OpGraph& graph, std::vector<KeptOp> ops) {
     for (ir::TensorId& t : ids) t = t < 0 ? -1 : renumbered[t];
   };
   for (ir::TensorId t = 0; t < result.num_tensors(); ++t) {
-    for (ir::DynamicDim& dim : result.tensor(t).dynamic) dim.extent = renumbered.at(dim.extent);
+    ir::Tensor& tensor = result.tensor(t);
+    for (ir::DynamicDim& dim : tensor.dynamic) dim.extent = renumbered.at(dim.extent);
+    if (tensor.label_count.labels >= 0) {
+      tensor.label_count.labels = renumbered.at(tensor.label_count.labels);
+    }
   }
   for (KeptOp& kept : ops) {
     renumber(kept.op.inputs);

@@ -43,6 +43,28 @@ struct Placement {
 std::string to_string(const Placement& placement);
 Placement parse_placement(const std::string& text);
 
+// Entries i = start + k * step, k < count, along one dimension of a sample.
+struct CountWindow {
+  int64_t start = 0;
+  int64_t step = 1;
+  int64_t count = 0;
+
+  bool operator==(const CountWindow&) const = default;
+};
+
+// For a float32 scalar input that the engine computes each step instead of feeding it rows: the
+// number of entries of the int64 batch input `labels`, over the step's whole global batch, that
+// are not `ignore_index` (the divisor of a token mean; planner/token_mean.h). With a `window`
+// (one per sample dimension), only the entries of each sample it selects count: the labels of a
+// loss that reads them sliced, as causal language models shift them.
+struct LabelCount {
+  TensorId labels = -1;  // -1: not a label count
+  int64_t ignore_index = 0;
+  std::vector<CountWindow> window{};
+
+  bool operator==(const LabelCount&) const = default;
+};
+
 struct Tensor {
   std::string name;
   DType dtype = DType::kFloat32;
@@ -67,6 +89,8 @@ struct Tensor {
   std::vector<DynamicDim> dynamic{};
   // Over the tensor-parallel group of the devices computing it; `shape` is one member's block.
   Placement placement{};
+
+  LabelCount label_count{};
 };
 
 struct Op {

@@ -1,7 +1,8 @@
 // The IR's text form. One item per line, in this order when printed:
 //
 //   tensor NAME DTYPE[DIMS] ROLE [init=NAME] [high=INT] [accumulated=1]
-//          [shard_of=NAME] [placement=S(DIM) | placement=P] [data=0xHEX | data=[NUMBERS]]
+//          [shard_of=NAME] [placement=S(DIM) | placement=P] [dynamic=[(DIM, NAME, SCALE), ...]]
+//          [counts=(NAME, IGNORE[, [(START, STEP, COUNT), ...]])] [data=0xHEX | data=[NUMBERS]]
 //   op INDEX TYPE "NAME" (IN, ...) -> (OUT, ...) [{KEY=VALUE, ...}] [pass=PASS] [tags={K:V, ...}]
 //   inputs NAME ...
 //   loss NAME [seed=NAME]
@@ -202,6 +203,17 @@ class Printer {
                 return "(" + std::to_string(dim.dim) + ", " + tensor_ref(dim.extent) + ", " +
                        std::to_string(dim.scale) + ")";
               });
+    }
+    if (tensor.label_count.labels >= 0) {
+      const LabelCount& count = tensor.label_count;
+      out_ += " counts=(" + tensor_ref(count.labels) + ", " + std::to_string(count.ignore_index);
+      if (!count.window.empty()) {
+        out_ += ", " + list_text(count.window, [](const CountWindow& window) {
+                  return "(" + std::to_string(window.start) + ", " + std::to_string(window.step) +
+                         ", " + std::to_string(window.count) + ")";
+                });
+      }
+      out_ += ")";
     }
     if (!tensor.data.empty()) out_ += " data=" + data_text(tensor);
     out_ += "\n";
@@ -630,7 +642,7 @@ class Parser {
     tensor.role = in.choice(
         "a role (input, activation, parameter, gradient, optimizer_state, loss, constant)",
         parse_role);
-    in.fields({"init", "high", "accumulated", "shard_of", "placement", "dynamic", "data"},
+    in.fields({"init", "high", "accumulated", "shard_of", "placement", "dynamic", "counts", "data"},
               [&](const std::string& key) {
                 if (key == "init") tensor.initializer = in.name("an initializer name");
                 if (key == "high") tensor.int_high = in.integer("an integer");
@@ -638,6 +650,7 @@ class Parser {
                 if (key == "shard_of") tensor.shard_of = tensor_ref(in);
                 if (key == "placement") tensor.placement = placement(in);
                 if (key == "dynamic") tensor.dynamic = dynamic_dims(in);
+                if (key == "counts") tensor.label_count = label_count(in);
                 if (key == "data") tensor.data = parse_data(in, tensor.dtype);
               });
     const std::string name = tensor.name;
@@ -659,6 +672,30 @@ class Parser {
       dims.push_back(dim);
     });
     return dims;
+  }
+
+  // (labels, ignore_index[, [(start, step, count), ...]])
+  LabelCount label_count(LineReader& in) {
+    LabelCount count;
+    in.expect("(");
+    count.labels = tensor_ref(in);
+    in.expect(",");
+    count.ignore_index = in.integer("an ignore_index");
+    if (in.accept(",")) {
+      in.list("[", "]", [&] {
+        CountWindow window;
+        in.expect("(");
+        window.start = in.integer("a window start");
+        in.expect(",");
+        window.step = in.integer("a window step");
+        in.expect(",");
+        window.count = in.integer("a window count");
+        in.expect(")");
+        count.window.push_back(window);
+      });
+    }
+    in.expect(")");
+    return count;
   }
 
   void parse_op(LineReader& in) {

@@ -42,6 +42,7 @@ class Verifier {
   std::vector<std::string> run() {
     index_op_graph();
     check_dynamic_dims();
+    check_label_counts();
     check_tasks();
     check_edges();
     check_acyclic();
@@ -116,6 +117,23 @@ class Verifier {
           report(where + " takes its extent from " + tensor_name(dim.extent) +
                  ", which is not an int64 scalar");
         }
+      }
+    }
+  }
+
+  // A label count is a float32 scalar input counting entries of an int64 input.
+  void check_label_counts() {
+    for (TensorId id = 0; id < ops_.num_tensors(); ++id) {
+      const Tensor& tensor = ops_.tensor(id);
+      const TensorId labels = tensor.label_count.labels;
+      if (labels < 0) continue;
+      if (tensor.role != Role::kInput || tensor.dtype != DType::kFloat32 || !tensor.shape.empty()) {
+        report("tensor " + tensor.name + " counts labels but is not a float32 scalar input");
+      }
+      if (!valid_tensor(labels) || ops_.tensor(labels).role != Role::kInput ||
+          ops_.tensor(labels).dtype != DType::kInt64 || ops_.tensor(labels).shape.empty()) {
+        report("tensor " + tensor.name + " counts the entries of " + tensor_name(labels) +
+               ", which is not an int64 batch input");
       }
     }
   }

@@ -505,6 +505,10 @@ class Lowering {
     for (const auto& [key, index] : index_) {
       const ir::Tensor& tensor = ops_.tensor(key.first);
       if (tensor.role != ir::Role::kInput) continue;
+      if (tensor.label_count.labels >= 0) {
+        add_label_count(tensor.label_count, index);
+        continue;
+      }
       plan::BatchInput& input = *plan_.add_inputs();
       input.set_input(tensor.name);
       input.set_tensor(index);
@@ -514,6 +518,22 @@ class Lowering {
       const int64_t replica = input_replica_.at(key);
       input.set_sample_offset((replica * microbatches_ + std::max(key.second, 0)) * samples);
       input.set_int_high(tensor.int_high);
+    }
+  }
+
+  void add_label_count(const ir::LabelCount& count, int index) {
+    const ir::Tensor& labels = ops_.tensor(count.labels);
+    plan::LabelCount& out = *plan_.add_label_counts();
+    out.set_tensor(index);
+    out.set_input(labels.name);
+    out.mutable_sample_shape()->Add(labels.shape.begin() + 1, labels.shape.end());
+    out.set_int_high(labels.int_high);
+    out.set_ignore_index(count.ignore_index);
+    for (const ir::CountWindow& window : count.window) {
+      plan::CountWindow& to = *out.add_window();
+      to.set_start(window.start);
+      to.set_step(window.step);
+      to.set_count(window.count);
     }
   }
 

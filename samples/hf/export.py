@@ -77,20 +77,29 @@ def build(arch, sizes=None):
 
 
 def data(arch, vocab=VOCAB, seq=SEQ):
-    """(input_ids, labels), [SAMPLES, SEQ] int64 each, with the same number of labelled tokens
-    in every row. Causal LMs label every position with its own token (the model shifts them);
-    BERT replaces every fourth token by MASK_TOKEN and labels only those (-100 elsewhere); T5's
-    labels are other tokens, all labelled. No input is token 0, the padding index of BERT's
-    embedding, whose gradient PyTorch zeroes there and ONNX's Gather cannot express."""
+    """(input_ids, labels), [SAMPLES, SEQ] int64 each, with as many labelled tokens as real
+    batches have: a different number in neighbouring rows. Causal LMs label every position with
+    its own token (the model shifts them) but the last (r mod 5) of row r, which are -100 as HF
+    labels padding; BERT replaces 1 + (r mod 5) random tokens of row r by MASK_TOKEN and labels
+    only those (-100 elsewhere); T5's labels are other tokens, all labelled. Token means over
+    replicas and microbatches then differ from one process's unless they divide by the whole
+    step's count, as Piper's do (docs/strategy.md). No input is token 0, the padding index of
+    BERT's embedding, whose gradient PyTorch zeroes there and ONNX's Gather cannot express."""
     rng = np.random.default_rng(1234)
     input_ids = rng.integers(2, vocab, (SAMPLES, seq)).astype(np.int64)
     labels = input_ids.copy()
+    uneven = np.arange(SAMPLES) % 5
     if arch == "bert":
-        masked = np.arange(seq) % 4 == 1
-        labels[:, ~masked] = -100
-        input_ids[:, masked] = MASK_TOKEN
+        labels[:] = -100
+        for row in range(SAMPLES):
+            masked = rng.permutation(seq)[:1 + uneven[row]]
+            labels[row, masked] = input_ids[row, masked]
+            input_ids[row, masked] = MASK_TOKEN
     elif arch == "t5":
         labels = rng.integers(2, vocab, (SAMPLES, seq)).astype(np.int64)
+    else:
+        for row in range(SAMPLES):
+            labels[row, seq - uneven[row]:] = -100
     return input_ids, labels
 
 

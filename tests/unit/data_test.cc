@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "engine/runtime/label_count.h"
 #include "engine_test_util.h"
 #include "formats/error.h"
 #include "formats/npy.h"
@@ -194,6 +195,66 @@ TEST(SyntheticData, FairBools) {
     trues += v;
   }
   EXPECT_NEAR(trues / 8192.0, 0.5, 0.05);
+}
+
+// A rank that counts the labels y [G, 3] (ignore_index -1) of a step without feeding any of
+// their rows, G = 2.
+plan::Plan LabelCountPlan() {
+  PlanBuilder b;
+  plan::LabelCount& count = *b.plan().add_label_counts();
+  count.set_tensor(b.Tensor("count", {}, plan::FLOAT32, plan::INPUT));
+  count.set_input("y");
+  count.add_sample_shape(3);
+  count.set_int_high(2);
+  count.set_ignore_index(-1);
+  b.plan().set_global_batch(2);
+  return b.Build();
+}
+
+TEST_F(DataDir, CountsTheLabelsOfTheWholeStep) {
+  Write<int64_t>("y", formats::NpyDType::kInt64, {3, 3}, {-1, 4, -1, 0, 0, 0, -1, -1, -1});
+  const plan::Plan plan = LabelCountPlan();
+  auto source = make_npy_source(plan, dir_);
+  EXPECT_EQ(count_labels(plan.label_counts(0), source->batch(0)), 4.0f);  // rows 0, 1
+  EXPECT_EQ(count_labels(plan.label_counts(0), source->batch(1)), 1.0f);  // rows 2, 0
+  plan::LabelCount shifted = plan.label_counts(0);                        // labels[:, 1:]
+  plan::CountWindow& window = *shifted.add_window();
+  window.set_start(1);
+  window.set_step(1);
+  window.set_count(2);
+  EXPECT_EQ(count_labels(shifted, source->batch(0)), 3.0f);
+  window.set_count(3);
+  EXPECT_THROW(count_labels(shifted, source->batch(0)), piper::Error);
+  Write<int64_t>("y", formats::NpyDType::kInt64, {3, 2}, std::vector<int64_t>(6));
+  try {
+    make_npy_source(plan, dir_);
+    ADD_FAILURE() << "expected an error";
+  } catch (const piper::Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("needs shape [samples, 3]"));
+  }
+}
+
+TEST(SyntheticData, LabelCountsSeeTheRowsOtherRanksFeed) {
+  // The same values as a rank that feeds y, since synthetic data depends on the name alone.
+  const Batch counted = make_synthetic_source(LabelCountPlan(), 5)->batch(3);
+  PlanBuilder b;
+  b.Input("y", b.Tensor("y", {2, 3}, plan::INT64, plan::INPUT), 0, 2, 2);
+  b.plan().set_global_batch(2);
+  const Batch fed = make_synthetic_source(b.Build(), 5)->batch(3);
+  EXPECT_EQ(Int64s(counted.at("y")), Int64s(fed.at("y")));
+  int64_t labelled = 0;
+  for (int64_t label : Int64s(fed.at("y"))) labelled += label != -1;
+  EXPECT_EQ(count_labels(LabelCountPlan().label_counts(0), counted), static_cast<float>(labelled));
+  EXPECT_THAT(
+      [&] {
+        try {
+          count_labels(LabelCountPlan().label_counts(0), Batch{});
+        } catch (const piper::Error& error) {
+          return std::string(error.what());
+        }
+        return std::string();
+      }(),
+      HasSubstr("counts the labelled entries of batch input 'y'"));
 }
 
 }  // namespace

@@ -53,6 +53,9 @@ TaskGraph graph_with_every_feature() {
       ops.add_tensor(make_tensor("mask", DType::kBool, {2, 2}, Role::kConstant, "", {1, 0, 0, 1}));
   const TensorId odd =
       ops.add_tensor(make_tensor("odd", DType::kBool, {3}, Role::kConstant, "", {2, 0}));
+  Tensor count = make_tensor("count", DType::kFloat32, {}, Role::kInput);
+  count.label_count = {ids, -100};
+  ops.add_tensor(std::move(count));
   ops.add_op({"Gemm", "/fc1/Gemm", {x, w, -1}, {h}, {}, Pass::kForward, {{"LAYER", 0}}});
   ops.add_op({"piper.Loss",
               "with \"quotes\"\\ and\nnewline\x01",
@@ -120,6 +123,7 @@ void expect_equal(const Tensor& a, const Tensor& b) {
   EXPECT_EQ(a.data, b.data) << a.name;
   EXPECT_EQ(a.int_high, b.int_high) << a.name;
   EXPECT_EQ(a.accumulated, b.accumulated) << a.name;
+  EXPECT_EQ(a.label_count, b.label_count) << a.name;
 }
 
 void expect_equal(const Op& a, const Op& b) {
@@ -190,6 +194,7 @@ TEST(TextTest, PrintsReadableLines) {
   has_line("tensor x f32[4,8] input");
   has_line("grad_norm \"_\"");
   has_line("tensor ids i64[4] input high=1000");
+  has_line("tensor count f32[] input counts=(ids, -100)");
   has_line("tensor \"onnx::Gemm_5\" f32[8,16] parameter init=fc1.weight");
   has_line("tensor \"_\" f32[] loss");
   has_line("tensor \"\" f32[8,16] optimizer_state");

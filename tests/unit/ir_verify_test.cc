@@ -81,6 +81,13 @@ TEST(VerifyTest, ValidGraphsPass) {
   expect_messages(kDataParallel, {});
 }
 
+TEST(VerifyTest, LabelCountOfAFloatTensor) {
+  // Tensors are declared before ops, so the count goes right after the loss's tensor.
+  expect_messages(replace(kPipeline, "tensor l f32[] loss\n",
+                          "tensor l f32[] loss\ntensor n f32[] input counts=(x, -100)\n"),
+                  {"tensor n counts the entries of x, which is not an int64 batch input"});
+}
+
 TEST(VerifyTest, EdgeToMissingTask) {
   expect_messages(kPipeline + "edge 3 -> 9 data\n",
                   {"edge 4 (3 -> 9) names task 9, which does not exist"});
