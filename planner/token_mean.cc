@@ -149,7 +149,7 @@ void make_token_means_global(ir::OpGraph& graph, int64_t parts, const std::strin
   const ir::OpId loss_op = graph.producer(graph.loss);
   if (loss_op < 0 || !is_class_loss(graph.op(loss_op))) return;
   const ir::Op& op = graph.op(loss_op);
-  const std::string where = model_path + ": the loss node '" + op.name + "' (" + op.type + ")";
+  const std::string where = model_path + ": the loss node '" + op.name + "'";
   const std::string divided = strategy_source +
                               " divides the batch into microbatches or replicas, whose "
                               "losses Piper averages";

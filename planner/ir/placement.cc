@@ -35,6 +35,13 @@ struct Site {
   OpPlacement keep_inputs(const Placement& out) const {
     return {given, Placements(op.outputs.size(), out)};
   }
+  // The first input as `in` and the first output as `out`, the others whole.
+  OpPlacement first(const Placement& in, const Placement& out) const {
+    OpPlacement result = replicated();
+    result.inputs[0] = in;
+    result.outputs[0] = out;
+    return result;
+  }
 };
 
 int normalize_axis(int64_t axis, int rank) {
@@ -264,20 +271,11 @@ int reshaped_dim(const Shape& from, int dim, const Shape& to, int64_t parts) {
 // where they do not stay whole blocks of one dimension (heads that do not divide over the
 // group), the input is gathered first.
 OpPlacement place_reshape(const Site& site) {
-  const int64_t parts = site.group_size;
   const Placement& x = site.in(0);
-  OpPlacement result = site.replicated();
-  if (x.is_partial()) {
-    result.inputs[0] = x;
-    result.outputs[0] = x;
-  } else if (x.is_sharded()) {
-    const int dim = reshaped_dim(site.input_shape(0), x.dim, site.output_shape(0), parts);
-    if (dim >= 0) {
-      result.inputs[0] = x;
-      result.outputs[0] = Placement::sharded(dim);
-    }
-  }
-  return result;
+  if (x.is_partial()) return site.first(x, x);
+  if (!x.is_sharded()) return site.replicated();
+  const int dim = reshaped_dim(site.input_shape(0), x.dim, site.output_shape(0), site.group_size);
+  return dim >= 0 ? site.first(x, Placement::sharded(dim)) : site.replicated();
 }
 
 OpPlacement place_transpose(const Site& site) {
@@ -297,13 +295,8 @@ OpPlacement place_transpose(const Site& site) {
 // (BroadcastTo first inserts size-1 dimensions at `axes`); both are linear.
 OpPlacement place_broadcast(const Site& site) {
   const Placement& x = site.in(0);
-  OpPlacement result = site.replicated();
-  if (x.is_partial()) {
-    result.inputs[0] = x;
-    result.outputs[0] = x;
-    return result;
-  }
-  if (!x.is_sharded()) return result;
+  if (x.is_partial()) return site.first(x, x);
+  if (!x.is_sharded()) return site.replicated();
   int dim = x.dim + site.output_rank(0) - site.input_rank(0);
   if (site.op.type == "piper.BroadcastTo") {
     std::set<int64_t> inserted;
@@ -314,9 +307,7 @@ OpPlacement place_broadcast(const Site& site) {
       if (seen++ == x.dim) dim = j;
     }
   }
-  result.inputs[0] = x;
-  result.outputs[0] = Placement::sharded(dim);
-  return result;
+  return site.first(x, Placement::sharded(dim));
 }
 
 // ---- reductions and normalizations ------------------------------------------------------
@@ -341,27 +332,18 @@ OpPlacement place_reduce(const Site& site) {
   const Placement& x = site.in(0);
   const bool sum = site.op.type == "ReduceSum";
   const bool linear = sum || site.op.type == "ReduceMean";
-  OpPlacement result = site.replicated();
-  if (x.is_partial() && linear) {
-    result.inputs[0] = x;
-    result.outputs[0] = x;
-  } else if (x.is_sharded()) {
-    const std::vector<int> axes = reduced_axes(site);
-    const bool reduced = std::count(axes.begin(), axes.end(), x.dim) > 0;
-    if (reduced && sum) {
-      result.inputs[0] = x;
-      result.outputs[0] = Placement::partial();
-    } else if (!reduced) {
-      int dim = x.dim;
-      if (attr_int(site.op.attributes, "keepdims", 1) == 0) {
-        dim -= static_cast<int>(
-            std::count_if(axes.begin(), axes.end(), [&](int axis) { return axis < x.dim; }));
-      }
-      result.inputs[0] = x;
-      result.outputs[0] = Placement::sharded(dim);
-    }
+  if (x.is_partial() && linear) return site.first(x, x);
+  if (!x.is_sharded()) return site.replicated();
+  const std::vector<int> axes = reduced_axes(site);
+  if (std::count(axes.begin(), axes.end(), x.dim) > 0) {
+    return sum ? site.first(x, Placement::partial()) : site.replicated();
   }
-  return result;
+  int dim = x.dim;
+  if (attr_int(site.op.attributes, "keepdims", 1) == 0) {
+    dim -= static_cast<int>(
+        std::count_if(axes.begin(), axes.end(), [&](int axis) { return axis < x.dim; }));
+  }
+  return site.first(x, Placement::sharded(dim));
 }
 
 // piper.SumTo: sums down to the output's shape; a sharded dimension summed away is partial.
@@ -428,16 +410,15 @@ OpPlacement place_gather(const Site& site) {
   const Placement& data = site.in(0);
   const Placement& indices = site.in(1);
   const int index_rank = site.input_rank(1);
-  OpPlacement result = site.replicated();
   if (data.is_sharded() && data.dim != axis && indices.is_replicated()) {
-    result.inputs[0] = data;
-    result.outputs[0] = Placement::sharded(data.dim < axis ? data.dim : data.dim + index_rank - 1);
-  } else if (data.is_replicated() && indices.is_sharded()) {
+    return site.first(data,
+                      Placement::sharded(data.dim < axis ? data.dim : data.dim + index_rank - 1));
+  }
+  if (data.is_partial() && indices.is_replicated()) return site.first(data, data);
+  OpPlacement result = site.replicated();
+  if (data.is_replicated() && indices.is_sharded()) {
     result.inputs[1] = indices;
     result.outputs[0] = Placement::sharded(axis + indices.dim);
-  } else if (data.is_partial() && indices.is_replicated()) {
-    result.inputs[0] = data;
-    result.outputs[0] = data;
   }
   return result;
 }
@@ -448,22 +429,14 @@ OpPlacement place_gather_grad(const Site& site) {
   const int axis = normalize_axis(attr_int(site.op.attributes, "axis", 0), data_rank);
   const int index_rank = site.input_rank(1);
   const Placement& dy = site.in(0);
-  OpPlacement result = site.replicated();
-  if (dy.is_partial()) {
-    result.inputs[0] = dy;
-    result.outputs[0] = dy;
-  } else if (dy.is_sharded() && dy.dim < axis) {
-    result.inputs[0] = dy;
-    result.outputs[0] = dy;
-  } else if (dy.is_sharded() && dy.dim >= axis + index_rank) {
-    result.inputs[0] = dy;
-    result.outputs[0] = Placement::sharded(dy.dim - index_rank + 1);
-  } else if (dy.is_sharded()) {
-    // Each member scatters its own rows: the table gradient sums over members.
-    result.inputs[0] = dy;
-    result.inputs[1] = Placement::sharded(dy.dim - axis);
-    result.outputs[0] = Placement::partial();
+  if (dy.is_partial() || (dy.is_sharded() && dy.dim < axis)) return site.first(dy, dy);
+  if (!dy.is_sharded()) return site.replicated();
+  if (dy.dim >= axis + index_rank) {
+    return site.first(dy, Placement::sharded(dy.dim - index_rank + 1));
   }
+  // Each member scatters its own rows: the table gradient sums over members.
+  OpPlacement result = site.first(dy, Placement::partial());
+  result.inputs[1] = Placement::sharded(dy.dim - axis);
   return result;
 }
 
