@@ -293,9 +293,9 @@ void expect_parse_error(const std::string& text, const std::string& message) {
 
 TEST(TextTest, ErrorsNameTheLineAndWhatWasExpected) {
   const std::string x = "tensor x f32[2] input\n";
-  expect_parse_error(
-      "tensr x f32[2] input",
-      "line 1: expected tensor, op, inputs, loss, trained, grad_norm, shard_groups, task or edge, got 'tensr'");
+  expect_parse_error("tensr x f32[2] input",
+                     "line 1: expected tensor, op, inputs, loss, trained, grad_norm, shard_groups, "
+                     "task or edge, got 'tensr'");
   expect_parse_error("\ntensor x f64[2] input",
                      "line 2: expected a dtype (f32, i64, bool), got 'f64'");
   expect_parse_error("tensor x f32[2,] input", "line 1: expected a dimension, got ']'");
