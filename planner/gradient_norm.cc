@@ -63,11 +63,13 @@ class GradientNorm {
 
  private:
   // The gradient an update op applies, before ZeRO-1's piper.Shard takes this replica's slice
-  // of it inside the update's task (the whole gradient is what that task waits for).
+  // of it inside the update's task (the whole gradient is what that task waits for). A
+  // tensor-parallel piper.Shard writes the gradient itself (a member's block of it).
   ir::TensorId applied_gradient(const ir::Op& update) const {
     ir::TensorId gradient = update.inputs.at(1);
     const ir::OpId producer = ops_.producer(gradient);
-    if (producer >= 0 && ops_.op(producer).type == "piper.Shard") {
+    if (producer >= 0 && ops_.op(producer).type == "piper.Shard" &&
+        ir::attr_string(ops_.op(producer).attributes, "group", "") != "tensor") {
       gradient = ops_.op(producer).inputs.at(0);
     }
     for (const ir::TrainedParameter& trained : ops_.trained) {

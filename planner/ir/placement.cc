@@ -278,6 +278,48 @@ OpPlacement place_reshape(const Site& site) {
   return dim >= 0 ? site.first(x, Placement::sharded(dim)) : site.replicated();
 }
 
+// Slice (and its adjoint), Concat and Split along other dimensions than a split one keep it
+// split: rotary embeddings slice and concatenate each head's features, with the heads split.
+OpPlacement place_slice(const Site& site) {
+  const Placement& x = site.in(0);
+  if (!x.is_sharded()) return x.is_partial() ? site.first(x, x) : site.replicated();
+  std::vector<int64_t> axes;
+  const auto starts = constant_ints(site.graph, site.op.inputs.at(1));
+  const auto given_axes = site.has_input(3) ? constant_ints(site.graph, site.op.inputs[3])
+                                            : std::optional<std::vector<int64_t>>{};
+  if (!starts || (site.has_input(3) && !given_axes)) return site.replicated();
+  if (given_axes) {
+    axes = *given_axes;
+  } else {
+    for (size_t d = 0; d < starts->size(); ++d) axes.push_back(static_cast<int64_t>(d));
+  }
+  for (int64_t axis : axes) {
+    if (normalize_axis(axis, site.input_rank(0)) == x.dim) return site.replicated();
+  }
+  return site.first(x, x);
+}
+
+OpPlacement place_concat_or_split(const Site& site) {
+  const int rank = site.op.type == "Concat" ? site.output_rank(0) : site.input_rank(0);
+  const int axis = normalize_axis(attr_int(site.op.attributes, "axis", 0), rank);
+  int sharded = -1;
+  for (size_t i = 0; i < site.num_inputs(); ++i) {
+    if (site.has_input(i) && site.in(i).is_sharded() && site.input_rank(i) == rank) {
+      sharded = site.in(i).dim;
+    }
+  }
+  OpPlacement result = site.replicated();
+  if (sharded < 0 || sharded == axis) return result;
+  const size_t data_inputs = site.op.type == "Concat" ? site.num_inputs() : 1;
+  for (size_t i = 0; i < data_inputs; ++i) {
+    if (site.has_input(i)) result.inputs[i] = Placement::sharded(sharded);
+  }
+  for (size_t j = 0; j < site.op.outputs.size(); ++j) {
+    if (site.op.outputs[j] >= 0) result.outputs[j] = Placement::sharded(sharded);
+  }
+  return result;
+}
+
 OpPlacement place_transpose(const Site& site) {
   const Placement& x = site.in(0);
   if (!x.is_sharded()) return site.keep_inputs(x);
@@ -553,6 +595,10 @@ const std::map<std::string, Rule>& rules() {
       t[op] = place_reshape;
     }
     t["Transpose"] = place_transpose;
+    t["Slice"] = place_slice;
+    t["piper.SliceGrad"] = place_slice;  // dY, starts, ends, axes, steps: Slice's inputs
+    t["Concat"] = place_concat_or_split;
+    t["Split"] = place_concat_or_split;
     t["Expand"] = place_broadcast;
     t["piper.BroadcastTo"] = place_broadcast;
     for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"}) {

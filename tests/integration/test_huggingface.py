@@ -69,16 +69,33 @@ OPTIMIZER = {"type": "adamw", "lr": 1e-3, "weight_decay": 0.01}
 # dispatch (torch.where, ONNX NonZero) gives each expert as many rows as tokens chose it, an
 # extent known only at run time (docs/plan-format.md).
 DECODER_LAYERS = ["/model/model/layers.0/*", "/model/model/layers.1/*"]
+# Megatron's plan on HF's Linear weights ([out, in]): q, k, v, gate and up split by output
+# features, o and down by input features (biases follow their weights). Mixtral's experts stay
+# whole (expert parallelism is not planned yet): only its attention splits.
+LLAMA_TENSOR_PARALLEL = {"*.self_attn.q_proj.weight": 0, "*.self_attn.k_proj.weight": 0,
+                         "*.self_attn.v_proj.weight": 0, "*.self_attn.o_proj.weight": 1,
+                         "*.mlp.gate_proj.weight": 0, "*.mlp.up_proj.weight": 0,
+                         "*.mlp.down_proj.weight": 1}
+ATTENTION_TENSOR_PARALLEL = {glob: dim for glob, dim in LLAMA_TENSOR_PARALLEL.items()
+                             if "self_attn" in glob}
 ARCHITECTURES = {
     "gpt2": {"layers": ["/model/transformer/h.0/*", "/model/transformer/h.1/*"],
              "fuses_attention": True,
              # c_attn writes q, k and v, HIDDEN (32) each.
-             "key_biases": {"*attn.c_attn.bias": slice(32, 64)}},
-    "llama": {"layers": DECODER_LAYERS, "fuses_attention": True, "key_biases": {}},
-    "mistral": {"layers": DECODER_LAYERS, "fuses_attention": True, "key_biases": {}},
-    "mixtral": {"layers": DECODER_LAYERS, "fuses_attention": True, "key_biases": {}},
+             "key_biases": {"*attn.c_attn.bias": slice(32, 64)},
+             # Conv1D weights are [in, out]; c_attn's output is q, k and v concatenated, so
+             # its split does not follow the heads and the attention reads it gathered.
+             "tensor_parallel": {"*.attn.c_attn.weight": 1, "*.attn.c_proj.weight": 0,
+                                 "*.mlp.c_fc.weight": 1, "*.mlp.c_proj.weight": 0}},
+    "llama": {"layers": DECODER_LAYERS, "fuses_attention": True, "key_biases": {},
+              "tensor_parallel": LLAMA_TENSOR_PARALLEL},
+    "mistral": {"layers": DECODER_LAYERS, "fuses_attention": True, "key_biases": {},
+                "tensor_parallel": LLAMA_TENSOR_PARALLEL},
+    "mixtral": {"layers": DECODER_LAYERS, "fuses_attention": True, "key_biases": {},
+                "tensor_parallel": ATTENTION_TENSOR_PARALLEL},
     "qwen2": {"layers": DECODER_LAYERS, "fuses_attention": True,
-              "key_biases": {"*self_attn.k_proj.bias": slice(None)}},
+              "key_biases": {"*self_attn.k_proj.bias": slice(None)},
+              "tensor_parallel": LLAMA_TENSOR_PARALLEL},
     # Encoder, then decoder (which reads the encoder's output and the shared embedding). Only
     # the cross-attentions fuse: self-attention adds a position bias computed from a trained
     # table.
@@ -242,9 +259,19 @@ def tearDownModule():
         print(f"  {arch:8s} {strategy:14s} {loss:.1e} {weight}")
 
 
-for _arch in ARCHITECTURES:
+def check_tensor_parallel_two(self):
+    """Megatron's tensor parallelism over 2 devices (the architectures with a plan above)."""
+    self.check_against_pytorch(
+        "tp2", [{"op": "shard", "devices": [0, 1],
+                 "params": ARCHITECTURES[self.arch]["tensor_parallel"]}])
+
+
+for _arch, _info in ARCHITECTURES.items():
     _name = f"{_arch.capitalize()}MatchesPyTorch"
-    globals()[_name] = type(_name, (HuggingFaceHarness, unittest.TestCase), {"arch": _arch})
+    _methods = {"arch": _arch}
+    if "tensor_parallel" in _info:
+        _methods["test_tensor_parallel_two"] = check_tensor_parallel_two
+    globals()[_name] = type(_name, (HuggingFaceHarness, unittest.TestCase), _methods)
 
 
 if __name__ == "__main__":
