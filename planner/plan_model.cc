@@ -191,13 +191,17 @@ void plan_timeline(const ir::TaskGraph& graph, const sim::DeviceRates& rates,
     return;
   }
   std::vector<plan::Plan> leaders;
-  for (const auto& group : graph.shard_groups) leaders.push_back(plans.at(group.front()));
+  for (const auto& group : graph.shard_groups) {
+    leaders.push_back(std::move(plans.at(group.front())));
+  }
   sim::add_planned_timeline(graph, rates, leaders);
   for (size_t g = 0; g < leaders.size(); ++g) {
-    for (int rank : graph.shard_groups[g]) {
-      *plans[rank].mutable_planned_tasks() = leaders[g].planned_tasks();
-      *plans[rank].mutable_planned_step() = leaders[g].planned_step();
+    const auto& group = graph.shard_groups[g];
+    for (size_t member = 1; member < group.size(); ++member) {
+      *plans[group[member]].mutable_planned_tasks() = leaders[g].planned_tasks();
+      *plans[group[member]].mutable_planned_step() = leaders[g].planned_step();
     }
+    plans[group.front()] = std::move(leaders[g]);
   }
 }
 

@@ -93,6 +93,9 @@ class Lowering {
   Lowering(const ir::TaskGraph& graph, int rank, const LowerContext& context)
       : graph_(graph), ops_(graph.op_graph()), rank_(rank), context_(context) {
     locate_rank();
+    for (int r = 0; r < graph.num_ranks(); ++r) everyone_.push_back(r);
+    const ir::OpId norm = ops_.grad_norm >= 0 ? ops_.producer(ops_.grad_norm) : -1;
+    if (norm >= 0) norm_squares_ = ops_.op(norm).inputs.at(0);
     // Group ids are the same on every rank: tensor-parallel groups first, then the groups of
     // each collective task as every member of a tensor-parallel group runs it.
     for (const auto& group : graph.shard_groups) group_id(group);
@@ -100,7 +103,7 @@ class Lowering {
       for (const ir::Task& task : graph.tasks()) {
         if (task.kind != ir::TaskKind::kCompute && task.kind != ir::TaskKind::kSend &&
             task.kind != ir::TaskKind::kRecv) {
-          group_id(ranks_of(task.devices, member));
+          group_id(collective_ranks(task, member));
         }
       }
     }
@@ -108,11 +111,7 @@ class Lowering {
       microbatches_ = std::max(microbatches_, task.microbatch + 1);
       holds_different_parameters_ |= task.kind == ir::TaskKind::kSend;
     }
-    if (holds_different_parameters_ || parts_ > 1) {
-      std::vector<int> everyone(graph.num_ranks());
-      for (int r = 0; r < graph.num_ranks(); ++r) everyone[r] = r;
-      everyone_group_ = group_id(everyone);
-    }
+    if (holds_different_parameters_) collect_group_ = group_id(everyone_);
   }
 
   plan::Plan run() {
@@ -123,7 +122,7 @@ class Lowering {
     for (ir::TaskId id : order_) emit_task(id);
     add_groups();
     plan_.set_collect_parameters(holds_different_parameters_);
-    if (holds_different_parameters_) plan_.set_collect_group(everyone_group_);
+    if (holds_different_parameters_) plan_.set_collect_group(collect_group_);
     add_batch_inputs();
     add_loss();
     place_tensors();
@@ -343,20 +342,19 @@ class Lowering {
     }
   }
 
-  // The norm's sum of squares adds every rank's share, across tensor-parallel groups too.
-  int collective_group(const ir::Task& task) const {
-    const bool norm = task.kind == ir::TaskKind::kAllReduce && ops_.grad_norm >= 0 &&
-                      ops_.producer(ops_.grad_norm) >= 0 &&
-                      ops_.op(ops_.producer(ops_.grad_norm)).inputs.at(0) == task.tensors.at(0);
-    if (norm && parts_ > 1) return everyone_group_;
-    return group_ids_.at(ranks_of(task.devices, member_));
+  // The ranks of a collective task as member `member` of each group runs it. The norm's sum
+  // of squares adds every rank's share, across tensor-parallel groups too.
+  std::vector<int> collective_ranks(const ir::Task& task, int member) const {
+    const bool norm = task.kind == ir::TaskKind::kAllReduce && norm_squares_ >= 0 &&
+                      task.tensors.at(0) == norm_squares_;
+    return norm && parts_ > 1 ? everyone_ : ranks_of(task.devices, member);
   }
 
   void emit_collective(plan::Stream& out, const ir::Task& task, ir::TaskId id) {
     const std::string label = ir::to_string(task.kind) + " " + ops_.tensor(task.tensors[0]).name +
                               (task.tensors.size() > 2 ? " (+more)" : "");
     plan::Collective& collective = *instruction(out, task, id, label)->mutable_collective();
-    collective.set_group(collective_group(task));
+    collective.set_group(group_ids_.at(collective_ranks(task, member_)));
     collective.set_average(task.average);
     const auto add = [&](ir::TensorId tensor, bool input) {
       const int index = use(tensor, task.microbatch);
@@ -728,8 +726,10 @@ class Lowering {
   std::map<Instance, int> input_replica_;
   // Pipelines: stages hold different parameters, which --save-onnx collects.
   bool holds_different_parameters_ = false;
-  int everyone_group_ = -1;
-  std::vector<ir::TaskId> order_;  // this rank's tasks in emission order
+  std::vector<int> everyone_;  // every rank of the job
+  int collect_group_ = -1;
+  ir::TensorId norm_squares_ = -1;  // the gradient norm's all-reduced sum of squares
+  std::vector<ir::TaskId> order_;   // this rank's tasks in emission order
   // The DAG's edges plus this rank's release edges (add_release_edges).
   std::vector<ir::Edge> local_edges_;
   std::map<ir::TaskId, size_t> local_index_;

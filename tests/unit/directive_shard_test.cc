@@ -137,6 +137,10 @@ void expect_rejected(const std::string& text, const std::string& message) {
   EXPECT_NE(errors[0].find(message), std::string::npos) << errors[0];
 }
 
+void expect_accepted(const std::string& text) {
+  EXPECT_EQ(ir::verify(ir::parse(text)), std::vector<std::string>{}) << text;
+}
+
 TEST(VerifyPlacements, APartialSumReadWholeNeedsAnAllReduce) {
   const std::string tensors = R"(
 tensor a f32[4,4] input placement=S(1)
@@ -149,11 +153,10 @@ tensor r f32[4,4] activation
                                 "op 0 MatMul \"mm\" (a, b) -> (y)\n"
                                 "op 1 Relu \"relu\" (y) -> (r)\n"),
                   "reads 'y' placed P but needs it R");
-  EXPECT_TRUE(ir::verify(ir::parse(reshard_graph(tensors,
-                                                 "op 0 MatMul \"mm\" (a, b) -> (y)\n"
-                                                 "op 1 piper.AllReduce \"ar\" (y) -> (s)\n"
-                                                 "op 2 Relu \"relu\" (s) -> (r)\n")))
-                  .empty());
+  expect_accepted(reshard_graph(tensors,
+                                "op 0 MatMul \"mm\" (a, b) -> (y)\n"
+                                "op 1 piper.AllReduce \"ar\" (y) -> (s)\n"
+                                "op 2 Relu \"relu\" (s) -> (r)\n"));
 }
 
 TEST(VerifyPlacements, ABlockReadWholeNeedsAnAllGather) {
@@ -164,10 +167,9 @@ tensor y f32[4,8] activation
 )";
   expect_rejected(reshard_graph(tensors, "op 0 Softmax \"softmax\" (x) -> (y) {axis=0}\n"),
                   "reads 'x' placed S(0) but needs it R");
-  EXPECT_TRUE(ir::verify(ir::parse(reshard_graph(tensors,
-                                                 "op 0 piper.AllGather \"ag\" (x) -> (w)\n"
-                                                 "op 1 Softmax \"softmax\" (w) -> (y) {axis=0}\n")))
-                  .empty());
+  expect_accepted(reshard_graph(tensors,
+                                "op 0 piper.AllGather \"ag\" (x) -> (w)\n"
+                                "op 1 Softmax \"softmax\" (w) -> (y) {axis=0}\n"));
 }
 
 TEST(VerifyPlacements, APartialSumAddedToABlockNeedsAReduceScatter) {
@@ -179,10 +181,9 @@ tensor y f32[2,8] activation placement=S(0)
 )";
   expect_rejected(reshard_graph(tensors, "op 0 Add \"add\" (x, p) -> (y)\n"),
                   "reads 'p' placed P but needs it S(0)");
-  EXPECT_TRUE(ir::verify(ir::parse(reshard_graph(tensors,
-                                                 "op 0 piper.ReduceScatter \"rs\" (p) -> (q)\n"
-                                                 "op 1 Add \"add\" (x, q) -> (y)\n")))
-                  .empty());
+  expect_accepted(reshard_graph(tensors,
+                                "op 0 piper.ReduceScatter \"rs\" (p) -> (q)\n"
+                                "op 1 Add \"add\" (x, q) -> (y)\n"));
 }
 
 TEST(VerifyPlacements, AWholeTensorAddedToABlockNeedsASlice) {
@@ -194,12 +195,10 @@ tensor y f32[2,8] activation placement=S(0)
 )";
   expect_rejected(reshard_graph(tensors, "op 0 Add \"add\" (x, c) -> (y)\n"),
                   "reads 'c' placed R but needs it S(0)");
-  EXPECT_TRUE(
-      ir::verify(ir::parse(reshard_graph(
-                     tensors,
-                     "op 0 piper.Shard \"slice\" (c) -> (q) {group=\"tensor\", num_shards=2}\n"
-                     "op 1 Add \"add\" (x, q) -> (y)\n")))
-          .empty());
+  expect_accepted(
+      reshard_graph(tensors,
+                    "op 0 piper.Shard \"slice\" (c) -> (q) {group=\"tensor\", num_shards=2}\n"
+                    "op 1 Add \"add\" (x, q) -> (y)\n"));
 }
 
 TEST(VerifyPlacements, AnOutputPlacedOtherwiseThanItsOpGivesIsRejected) {
