@@ -116,6 +116,9 @@ struct ShardDirective {
   std::string style;               // "" (params) | "expert"
   std::optional<std::string> tag;  // set exactly when style is "expert"
   std::string stream = "compute";
+  // Set by the planner, never parsed: the groups are the device sets data parallelism
+  // replicates over (expert parallelism), not tensor-parallel groups.
+  bool over_replicas = false;
   bool operator==(const ShardDirective&) const = default;
 };
 

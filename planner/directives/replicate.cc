@@ -395,9 +395,24 @@ struct Replication {
                     " is replicated already; replicate each task once, after split and place");
       }
     }
+    // Parameters split over the replicas (expert parallelism) are each replica's own: their
+    // gradients already sum every replica's rows.
     for (size_t p = 0; p < ops().trained.size(); ++p) {
-      if (selected[update_task_any(p)]) parameters.push_back(p);
+      const bool split = ops().tensor(ops().trained[p].parameter).placement.is_sharded();
+      if (selected[update_task_any(p)] && !(split && ops().replica_group > 0)) {
+        parameters.push_back(p);
+      }
     }
+  }
+
+  // The shard directive split experts over groups of replicas this directive must form.
+  void check_expert_groups() {
+    const int64_t group = ops().replica_group;
+    if (group == 0 || static_cast<int64_t>(devices.size()) == group) return;
+    throw Error(context.where("devices") + ": the shard directive splits parameters over the " +
+                std::to_string(group) + " replicas of each group, but this replicate spans " +
+                std::to_string(devices.size()) +
+                " devices; replicate over the shard directive's axis (or its device groups)");
   }
 
   // The task updating parameter p, selected or not.
@@ -412,6 +427,7 @@ struct Replication {
   }
 
   void run() {
+    check_expert_groups();
     select();
     for (ir::TaskId id = 0; id < graph.num_tasks(); ++id) {
       if (selected[id]) graph.task(id).devices = devices;

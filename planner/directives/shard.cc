@@ -31,7 +31,11 @@ class Partitioner {
  public:
   Partitioner(const ir::OpGraph& graph, const strategy::ShardDirective& shard, int64_t parts,
               const DirectiveContext& context)
-      : in_(graph), shard_(shard), parts_(parts), context_(context) {
+      : in_(graph),
+        shard_(shard),
+        parts_(parts),
+        over_replicas_(shard.over_replicas),
+        context_(context) {
     for (const ir::Tensor& tensor : in_.tensors()) add_tensor(tensor);
     produced_.assign(static_cast<size_t>(in_.num_tensors()), false);
     for (const ir::Op& op : in_.ops()) {
@@ -45,14 +49,17 @@ class Partitioner {
   }
 
   ir::OpGraph run() {
+    if (over_replicas_) track_replica_placements();
     place_parameters();
     for (ir::OpId id = 0; id < in_.num_ops(); ++id) place(in_.op(id));
+    if (over_replicas_) keep_replica_placements();
     localize();
     out_.inputs = in_.inputs;
     out_.loss = in_.loss;
     out_.loss_seed = in_.loss_seed;
     out_.trained = in_.trained;
     out_.grad_norm = in_.grad_norm;
+    out_.replica_group = over_replicas_ ? parts_ : 0;
     return std::move(out_);
   }
 
@@ -66,6 +73,129 @@ class Partitioner {
   Placement& placement(ir::TensorId id) { return out_.tensor(id).placement; }
 
   std::string where(const std::string& field = "") const { return context_.where(field); }
+
+  // Expert parallelism: the op graph is the program every data-parallel replica runs on its
+  // own rows of the batch, so each tensor is, over the replicas, its rows along a dimension,
+  // a partial sum over their rows, or replicated. Propagating the batch inputs' rows (placed
+  // S(0)) through the whole-replica rules finds which, and every tensor's whole shape over the
+  // group; ops placed no other way run as each replica's own (untouched), and only those that
+  // meet the split parameters are placed, their reshards turning rows into expert blocks.
+  //
+  // The rules see each replica's rows as one whole (a group of one): which dimension of a
+  // replica's tensor its rows lie along does not depend on how many replicas there are.
+  void track_replica_placements() {
+    held_.assign(static_cast<size_t>(in_.num_tensors()), Placement{});
+    data_.assign(static_cast<size_t>(in_.num_tensors()), false);
+    const std::vector<ir::Shape> rows = whole_;
+    for (ir::TensorId input : in_.inputs) {
+      data_[input] = true;
+      if (in_.tensor(input).shape.empty()) continue;
+      held_[input] = Placement::sharded(0);
+      whole_[input][0] *= parts_;
+    }
+    for (const ir::Op& op : in_.ops()) {
+      std::vector<Placement> given;
+      bool data = false;
+      for (ir::TensorId in : op.inputs) {
+        given.push_back(in >= 0 ? held_[in] : Placement{});
+        data = data || (in >= 0 && data_[in]);
+      }
+      const ir::OpPlacement decision = ir::place_op(in_, op, given, rows, 1);
+      const bool as_held = decision.inputs == given;
+      for (size_t j = 0; j < op.outputs.size(); ++j) {
+        const ir::TensorId out = op.outputs[j];
+        if (out < 0) continue;
+        data_[out] = data && op.type != "Shape";
+        held_[out] = as_held ? decision.outputs[j] : Placement{};
+        if (held_[out].is_sharded()) whole_[out][held_[out].dim] *= parts_;
+      }
+    }
+  }
+
+  // How the replicas hold `tensor`: its own placement once an op placed it, else the rows each
+  // replica computes.
+  Placement effective(ir::TensorId tensor) {
+    if (!over_replicas_ || !placement(tensor).is_replicated()) return placement(tensor);
+    return tensor < static_cast<ir::TensorId>(held_.size()) ? held_[tensor] : Placement{};
+  }
+
+  // An op that meets no placed tensor runs as every replica's own, as data parallelism runs it.
+  bool runs_on_own_rows(const ir::Op& op) {
+    for (ir::TensorId in : op.inputs) {
+      if (in >= 0 && !placement(in).is_replicated()) return false;
+    }
+    for (ir::TensorId out : op.outputs) {
+      if (out >= 0 && is_split_gradient(out)) return false;
+    }
+    return true;
+  }
+
+  bool is_split_gradient(ir::TensorId tensor) {
+    const auto parameter = parameter_of_.find(tensor);
+    return parameter != parameter_of_.end() && placement(parameter->second).is_sharded();
+  }
+
+  void emit_on_own_rows(ir::Op op) {
+    for (ir::TensorId in : op.inputs) {
+      if (in >= 0) fixed_[in] = true;
+    }
+    for (ir::TensorId out : op.outputs) {
+      if (out >= 0) fixed_[out] = true;
+    }
+    out_.add_op(std::move(op));
+  }
+
+  // The placements an op is placed from: under expert parallelism a tensor of the replicas'
+  // own is read as the rows it is, which must be known for data.
+  std::vector<Placement> presented_placements(const ir::Op& op) {
+    std::vector<Placement> given;
+    for (ir::TensorId in : op.inputs) {
+      if (in < 0) {
+        given.emplace_back();
+        continue;
+      }
+      given.push_back(effective(in));
+      const bool own = in < static_cast<ir::TensorId>(data_.size()) && data_[in];
+      if (over_replicas_ && own && given.back().is_replicated() && placement(in).is_replicated()) {
+        throw Error(where("params") + ": the node '" + op.name + "' meets the split parameters " +
+                    "and reads '" + out_.tensor(in).name +
+                    "', which each replica computes from its own rows in a way Piper cannot "
+                    "place over the group (an op without a placement rule computed it); split "
+                    "fewer parameters or report the op");
+      }
+    }
+    return given;
+  }
+
+  // What an op's outputs are best placed as: the rows each replica holds of them, or a split
+  // gradient's parameter's blocks.
+  std::vector<Placement> preferred_placements(const ir::Op& op) {
+    std::vector<Placement> preferred;
+    for (ir::TensorId out : op.outputs) {
+      preferred.push_back(out < 0 ? Placement{} : written_placement(out, effective(out)));
+    }
+    return preferred;
+  }
+
+  // A placed output that is the rows its replica computes of it is that replica's own again.
+  Placement stored_placement(ir::TensorId tensor, const Placement& placed) {
+    const bool own = over_replicas_ && tensor < static_cast<ir::TensorId>(held_.size()) &&
+                     placed == held_[tensor] && !is_split_gradient(tensor);
+    return own ? Placement{} : placed;
+  }
+
+  // Tensors of the replicas' own keep their shapes and record how the replicas hold them;
+  // the placed ones take their whole shape, which localize() cuts.
+  void keep_replica_placements() {
+    for (ir::TensorId id = 0; id < in_.num_tensors(); ++id) {
+      ir::Tensor& tensor = out_.tensor(id);
+      if (tensor.placement.is_replicated()) {
+        tensor.replica_placement = held_[id];
+      } else {
+        tensor.shape = whole_[id];
+      }
+    }
+  }
 
   // The parameters `params` names, split along their dimension.
   void place_parameters() {
@@ -180,14 +310,21 @@ class Partitioner {
   }
 
   void place_and_emit(ir::Op op) {
-    const std::vector<Placement> given = given_placements(op);
-    ir::OpPlacement decision = ir::place_op(out_, op, sequence_split(op, given), whole_, parts_);
+    if (over_replicas_ && runs_on_own_rows(op)) {
+      emit_on_own_rows(std::move(op));
+      return;
+    }
+    const std::vector<Placement> given = presented_placements(op);
+    const std::vector<Placement> preferred = preferred_placements(op);
+    ir::OpPlacement decision = ir::place_op(out_, op, sequence_split(op, given), whole_, parts_,
+                                            over_replicas_ ? &preferred : nullptr);
     std::vector<std::pair<ir::TensorId, ir::TensorId>> redirected;  // (written, gradient)
     for (size_t j = 0; j < op.outputs.size(); ++j) {
       const ir::TensorId out = op.outputs[j];
       if (out < 0) continue;
       const Placement wanted = written_placement(out, decision.outputs[j]);
-      if (wanted == decision.outputs[j]) continue;
+      const bool averaged = over_replicas_ && is_split_gradient(out);
+      if (wanted == decision.outputs[j] && !averaged) continue;
       if (op.type == "piper.Accumulate" || op.type == "Identity") {
         decision.inputs[0] = wanted;
         decision.outputs[j] = wanted;
@@ -214,13 +351,13 @@ class Partitioner {
     }
     for (size_t j = 0; j < op.outputs.size(); ++j) {
       if (op.outputs[j] < 0) continue;
-      placement(op.outputs[j]) = decision.outputs[j];
+      placement(op.outputs[j]) = stored_placement(op.outputs[j], decision.outputs[j]);
       fixed_[op.outputs[j]] = true;
     }
     const ir::Op emitted = op;
     out_.add_op(std::move(op));
     for (const auto& [written, gradient] : redirected) {
-      reshard_into(written, placement(written), written_placement(gradient, {}), emitted, gradient);
+      reshard_into(written, effective(written), written_placement(gradient, {}), emitted, gradient);
     }
   }
 
@@ -246,10 +383,15 @@ class Partitioner {
 
   // The placement an op must give `tensor`: its parameter's for a trained gradient, the first
   // writer's for a tensor written several times (accumulated), else what the op gives.
+  // Under expert parallelism a replicated parameter's gradient stays each replica's partial
+  // sum over its rows: data parallelism reduces it.
   Placement written_placement(ir::TensorId tensor, const Placement& given) {
     const auto parameter = parameter_of_.find(tensor);
-    if (parameter != parameter_of_.end()) return placement(parameter->second);
-    if (fixed_[tensor]) return placement(tensor);
+    if (parameter != parameter_of_.end()) {
+      const Placement& split = placement(parameter->second);
+      return over_replicas_ && split.is_replicated() ? held_[tensor] : split;
+    }
+    if (fixed_[tensor]) return effective(tensor);
     return given;
   }
 
@@ -292,7 +434,9 @@ class Partitioner {
   // The reshard of a gradient written as `from` into the trained gradient tensor itself.
   void reshard_into(ir::TensorId written, const Placement& from, const Placement& to,
                     const ir::Op& producer, ir::TensorId gradient) {
-    const ir::TensorId result = convert(written, from, to, producer);
+    ir::TensorId result = convert(written, from, to, producer);
+    if (over_replicas_ && is_split_gradient(gradient))
+      result = mean_over_replicas(result, producer);
     ir::Op& last = out_.op(out_.num_ops() - 1);
     std::replace(last.outputs.begin(), last.outputs.end(), result, gradient);
     placement(gradient) = to;
@@ -306,19 +450,88 @@ class Partitioner {
       throw std::logic_error("shard: no reshard makes a partial sum of '" +
                              out_.tensor(tensor).name + "'");
     }
+    if (from.is_sharded() && to.is_sharded() && whole_[tensor][to.dim] % parts_ == 0) {
+      return all_to_all(tensor, from.dim, to.dim, consumer);
+    }
     if (from.is_sharded()) {
-      const ir::TensorId moved = to_front(tensor, from.dim, consumer);
+      const ir::TensorId moved = to_front(tensor, from.dim, from, consumer);
       const ir::TensorId whole = collective("piper.AllGather", moved, Placement{}, consumer);
-      return convert(from_front(whole, from.dim, consumer), Placement{}, to, consumer);
+      return convert(from_front(whole, from.dim, Placement{}, consumer), Placement{}, to, consumer);
     }
     if (from.is_partial() && to.is_replicated()) {
       return collective("piper.AllReduce", tensor, Placement{}, consumer);
     }
-    const ir::TensorId moved = to_front(tensor, to.dim, consumer);
+    const ir::TensorId moved = to_front(tensor, to.dim, from, consumer);
     const ir::TensorId block = from.is_partial() ? collective("piper.ReduceScatter", moved,
                                                               Placement::sharded(0), consumer)
                                                  : slice(moved, consumer);
-    return from_front(block, to.dim, consumer);
+    return from_front(block, to.dim, Placement::sharded(0), consumer);
+  }
+
+  // Blocks along `from` into blocks along `to` (DeepSpeed-Ulysses' and GShard's all-to-all):
+  // with `to` moved to the front and split into [G, n / G], member g's block of row g goes to
+  // member g, and the rows that come back, one per member's block of `from`, are put back
+  // in front of the block they came from and merged with it.
+  ir::TensorId all_to_all(ir::TensorId tensor, int from, int to, const ir::Op& consumer) {
+    const ir::TensorId moved = to_front(tensor, to, Placement::sharded(from), consumer);
+    const int block = from < to ? from + 1 : from;  // `from` in moved's numbering
+    ir::Shape rows = whole_[moved];
+    rows[0] /= parts_;
+    rows.insert(rows.begin(), parts_);
+    const ir::TensorId split =
+        reshape(moved, rows, Placement::sharded(block + 1), "/ep_rows", consumer);
+    ir::Tensor exchanged = fresh(split, "/exchanged");
+    exchanged.shape[1] *= parts_;
+    exchanged.shape[block + 1] /= parts_;
+    const ir::TensorId received =
+        emit("piper.AllToAll", "/all_to_all", split, std::move(exchanged), Placement::sharded(1),
+             consumer, {{"dim", static_cast<int64_t>(block + 1)}});
+    std::vector<int64_t> perm;
+    for (int d = 1; d <= block; ++d) perm.push_back(d);
+    perm.push_back(0);
+    for (int d = block + 1; d < static_cast<int>(rows.size()); ++d) perm.push_back(d);
+    const ir::TensorId sources = transpose(received, perm, Placement::sharded(1), consumer);
+    const ir::TensorId merged =
+        reshape(sources, whole_[moved], Placement::sharded(0), "/ep_merged", consumer);
+    return from_front(merged, to, Placement::sharded(0), consumer);
+  }
+
+  // `tensor` (placed `placed`) reshaped to the whole shape `shape`, placed as `result`; its
+  // shape constant names the whole shape until localize() names the block.
+  ir::TensorId reshape(ir::TensorId tensor, const ir::Shape& shape, const Placement& result,
+                       const std::string& suffix, const ir::Op& consumer) {
+    ir::Tensor constant;
+    constant.name = out_.tensor(tensor).name + suffix + "/shape";
+    constant.dtype = ir::DType::kInt64;
+    constant.shape = {static_cast<int64_t>(shape.size())};
+    constant.role = ir::Role::kConstant;
+    constant.data.resize(shape.size() * sizeof(int64_t));
+    std::memcpy(constant.data.data(), shape.data(), constant.data.size());
+    const ir::TensorId target = add_tensor(std::move(constant));
+    ir::Tensor out = fresh(tensor, suffix);
+    out.shape = shape;
+    const ir::TensorId reshaped = emit("Reshape", suffix, tensor, std::move(out), result, consumer);
+    out_.op(out_.num_ops() - 1).inputs.push_back(target);
+    return reshaped;
+  }
+
+  // A split parameter's gradient sums every replica's rows, where data parallelism averages
+  // the replicated ones' over the replicas: it is scaled to their mean.
+  ir::TensorId mean_over_replicas(ir::TensorId gradient, const ir::Op& producer) {
+    if (replica_scale_ < 0) {
+      ir::Tensor scale;
+      scale.name = "expert_parallel/replica_mean";
+      scale.role = ir::Role::kConstant;
+      const float value = 1.0f / static_cast<float>(parts_);
+      scale.data.resize(sizeof value);
+      std::memcpy(scale.data.data(), &value, sizeof value);
+      replica_scale_ = add_tensor(std::move(scale));
+    }
+    ir::Tensor out = fresh(gradient, "/replica_mean");
+    const ir::TensorId scaled =
+        emit("Mul", "/replica_mean", gradient, std::move(out), placement(gradient), producer);
+    out_.op(out_.num_ops() - 1).inputs.push_back(replica_scale_);
+    return scaled;
   }
 
   ir::TensorId emit(const std::string& type, const std::string& suffix, ir::TensorId input,
@@ -355,31 +568,33 @@ class Partitioner {
                 {{"group", std::string("tensor")}, {"num_shards", parts_}});
   }
 
-  // `tensor` with dimension `dim` moved to the front (a Transpose; none for dimension 0).
-  ir::TensorId to_front(ir::TensorId tensor, int dim, const ir::Op& consumer) {
+  // `tensor`, placed `placed`, with dimension `dim` moved to the front (a Transpose; none for
+  // dimension 0).
+  ir::TensorId to_front(ir::TensorId tensor, int dim, const Placement& placed,
+                        const ir::Op& consumer) {
     if (dim == 0) return tensor;
     std::vector<int64_t> perm = {dim};
     for (int d = 0; d < static_cast<int>(whole_[tensor].size()); ++d) {
       if (d != dim) perm.push_back(d);
     }
-    return transpose(tensor, perm, consumer);
+    return transpose(tensor, perm, placed, consumer);
   }
 
   // The inverse of to_front.
-  ir::TensorId from_front(ir::TensorId tensor, int dim, const ir::Op& consumer) {
+  ir::TensorId from_front(ir::TensorId tensor, int dim, const Placement& placed,
+                          const ir::Op& consumer) {
     if (dim == 0) return tensor;
     std::vector<int64_t> perm;
     for (int d = 1; d <= dim; ++d) perm.push_back(d);
     perm.push_back(0);
     for (int d = dim + 1; d < static_cast<int>(whole_[tensor].size()); ++d) perm.push_back(d);
-    return transpose(tensor, perm, consumer);
+    return transpose(tensor, perm, placed, consumer);
   }
 
-  ir::TensorId transpose(ir::TensorId tensor, const std::vector<int64_t>& perm,
+  ir::TensorId transpose(ir::TensorId tensor, const std::vector<int64_t>& perm, Placement placed,
                          const ir::Op& consumer) {
     ir::Tensor out = fresh(tensor, "/moved");
     for (size_t j = 0; j < perm.size(); ++j) out.shape[j] = whole_[tensor][perm[j]];
-    Placement placed = placement(tensor);
     if (placed.is_sharded()) {
       placed.dim = static_cast<int>(std::find(perm.begin(), perm.end(), placed.dim) - perm.begin());
     }
@@ -435,6 +650,7 @@ class Partitioner {
   const ir::OpGraph& in_;
   const strategy::ShardDirective& shard_;
   const int64_t parts_;
+  const bool over_replicas_;  // expert parallelism: the groups are data-parallel replicas
   const DirectiveContext& context_;
   ir::OpGraph out_;
   std::vector<ir::Shape> whole_;                       // per tensor of out_, until localize()
@@ -443,6 +659,9 @@ class Partitioner {
   std::map<ir::TensorId, ir::TensorId> parameter_of_;  // trained gradient -> parameter
   std::map<std::tuple<ir::TensorId, std::string, ir::Tags, ir::Pass>, ir::TensorId> cache_;
   std::map<std::string, int> names_;
+  std::vector<Placement> held_;  // per tensor of in_: how the replicas hold it (expert parallelism)
+  std::vector<bool> data_;       // per tensor of in_: computed from the batch
+  ir::TensorId replica_scale_ = -1;
 };
 
 }  // namespace
@@ -473,6 +692,7 @@ void apply_shard(ir::TaskGraph& graph, const DirectiveContext& context) {
   const int64_t parts = static_cast<int64_t>(shard.groups.front().size());
   ir::OpGraph partitioned = Partitioner(graph.op_graph(), shard, parts, context).run();
   graph = ir::build_task_graph(std::move(partitioned));
+  if (shard.over_replicas) return;
   for (const auto& group : shard.groups) {
     graph.shard_groups.emplace_back(group.begin(), group.end());
   }
@@ -502,6 +722,21 @@ int64_t group_of(const Leaders& leaders, int64_t device, const std::string& wher
               " is in no group of the shard directive; every device must be in one");
 }
 
+// Expert parallelism: every group of the shard directive is the device set of a replicate
+// directive (the same mesh axis), so the groups split the batch as well as the parameters.
+bool splits_over_replicas(const strategy::Strategy& strategy,
+                          const strategy::ShardDirective& shard) {
+  std::set<std::set<int64_t>> replicated;
+  for (const strategy::Directive& directive : strategy.directives) {
+    if (const auto* replicate = std::get_if<strategy::ReplicateDirective>(&directive.spec)) {
+      replicated.emplace(replicate->devices.begin(), replicate->devices.end());
+    }
+  }
+  return std::all_of(shard.groups.begin(), shard.groups.end(), [&](const auto& group) {
+    return replicated.count(std::set<int64_t>(group.begin(), group.end())) > 0;
+  });
+}
+
 }  // namespace
 
 strategy::Strategy on_shard_groups(const strategy::Strategy& strategy) {
@@ -515,6 +750,13 @@ strategy::Strategy on_shard_groups(const strategy::Strategy& strategy) {
     throw Error(strategy.source + ": " + shards[1].path +
                 ": a second shard directive; Piper plans one tensor-parallel split per "
                 "strategy for now");
+  }
+  if (splits_over_replicas(strategy, std::get<strategy::ShardDirective>(shards[0].spec))) {
+    strategy::Strategy result = strategy;
+    std::get<strategy::ShardDirective>(shards[0].spec).over_replicas = true;
+    result.directives = shards;
+    result.directives.insert(result.directives.end(), others.begin(), others.end());
+    return result;
   }
   const auto& shard = std::get<strategy::ShardDirective>(shards[0].spec);
   Leaders leaders;

@@ -89,6 +89,10 @@ struct Tensor {
   std::vector<DynamicDim> dynamic{};
   // Over the tensor-parallel group of the devices computing it; `shape` is one member's block.
   Placement placement{};
+  // Under expert parallelism (OpGraph::replica_group), for a tensor replicated above: how the
+  // data-parallel replicas hold what each computes of it — their rows of the batch along a
+  // dimension, a partial sum over their rows, or replicated (not data, or Piper cannot tell).
+  Placement replica_placement{};
 
   LabelCount label_count{};
 };
@@ -139,6 +143,9 @@ class OpGraph {
   // The global L2 norm of the gradients the update ops apply (planner/gradient_norm.h), a
   // float32 scalar that every update op reads; -1 until that pass runs.
   TensorId grad_norm = -1;
+  // Expert parallelism (directives/shard.cc): > 0 when placements are over the data-parallel
+  // replicas of every task, a group of this many, rather than over a tensor-parallel group.
+  int64_t replica_group = 0;
 
  private:
   std::vector<Tensor> tensors_;

@@ -1,10 +1,14 @@
 #include "planner/ir/placement.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
 #include <set>
+
+#include "formats/einsum.h"
+#include "formats/error.h"
 
 namespace piper::ir {
 namespace {
@@ -18,6 +22,7 @@ struct Site {
   const Placements& given;
   const std::vector<Shape>& whole;
   int64_t group_size;
+  const Placements* preferred;  // outputs' preferred placements, or null
 
   size_t num_inputs() const { return op.inputs.size(); }
   bool has_input(size_t i) const { return i < op.inputs.size() && op.inputs[i] >= 0; }
@@ -26,6 +31,14 @@ struct Site {
   int input_rank(size_t i) const { return static_cast<int>(input_shape(i).size()); }
   int output_rank(size_t j) const { return static_cast<int>(output_shape(j).size()); }
   const Placement& in(size_t i) const { return given.at(i); }
+  // Whether input i's dimension `dim` is broadcast against `extent` (size 1 against more, or
+  // against 1 unless it is split there already): it is then read whole, not split.
+  bool broadcast(size_t i, int dim, int64_t extent) const {
+    return input_shape(i)[dim] == 1 && (extent != 1 || in(i) != Placement::sharded(dim));
+  }
+  bool prefers(size_t j, const Placement& placement) const {
+    return preferred != nullptr && j < preferred->size() && (*preferred)[j] == placement;
+  }
 
   // Every input whole and every output whole: what an op without a rule needs.
   OpPlacement replicated() const {
@@ -137,7 +150,9 @@ OpPlacement place_elementwise(const Site& site, const Elementwise& kind) {
     for (size_t i = 0; i < site.num_inputs(); ++i) {
       if (!site.has_input(i)) continue;
       const int dim = sharded - (rank - site.input_rank(i));
-      if (dim >= 0 && site.input_shape(i)[dim] != 1) result.inputs[i] = Placement::sharded(dim);
+      if (dim >= 0 && !site.broadcast(i, dim, site.output_shape(0)[sharded])) {
+        result.inputs[i] = Placement::sharded(dim);
+      }
     }
     for (size_t j = 0; j < site.op.outputs.size(); ++j) {
       if (site.op.outputs[j] >= 0 && site.output_rank(j) == rank) {
@@ -211,8 +226,9 @@ OpPlacement place_matmul(const Site& site) {
     const int dim = given.dim + ry - rank;
     Candidate batch{{}, {}, Placement::sharded(dim)};
     const int da = dim - (ry - ra), db = dim - (ry - rb);
-    if (da >= 0 && site.input_shape(0)[da] != 1) batch.a = Placement::sharded(da);
-    if (db >= 0 && site.input_shape(1)[db] != 1) batch.b = Placement::sharded(db);
+    const int64_t extent = site.output_shape(0)[dim];
+    if (da >= 0 && !site.broadcast(0, da, extent)) batch.a = Placement::sharded(da);
+    if (db >= 0 && !site.broadcast(1, db, extent)) batch.b = Placement::sharded(db);
     candidates.push_back(batch);
   }
   if (!has_bias) {
@@ -241,6 +257,87 @@ OpPlacement place_matmul(const Site& site) {
     if (site.op.outputs[j] >= 0) result.outputs[j] = best->y;
   }
   return result;
+}
+
+// A trained parameter, or its cast to another precision.
+bool is_parameter(const OpGraph& graph, TensorId tensor) {
+  if (graph.tensor(tensor).role == Role::kParameter) return true;
+  const OpId producer = graph.producer(tensor);
+  return producer >= 0 && graph.op(producer).type == "Cast" &&
+         is_parameter(graph, graph.op(producer).inputs.at(0));
+}
+
+// Einsum (GSPMD's dot rule, generalized): a label sharded in one operand is sharded in every
+// operand that has it, and in the output if it survives there (a partial sum if it is summed
+// away); one partial operand with the others whole gives a partial output (einsum is linear in
+// each). Among the labels the operands shard, the cheapest reshard wins; moving an operand
+// costs more when it is a parameter, so that expert weights sharded along their experts stay
+// put and the tokens travel to them (GShard), and a whole output beats a partial one.
+OpPlacement place_einsum(const Site& site) {
+  std::vector<size_t> ranks;
+  for (size_t i = 0; i < site.num_inputs(); ++i) ranks.push_back(site.input_shape(i).size());
+  const auto attribute = site.op.attributes.find("equation");
+  if (attribute == site.op.attributes.end() ||
+      !std::holds_alternative<std::string>(attribute->second)) {
+    return site.replicated();
+  }
+  const formats::EinsumEquation equation =
+      formats::parse_einsum(std::get<std::string>(attribute->second), ranks);
+  std::vector<int> labels;  // candidate labels, in order of appearance
+  for (size_t i = 0; i < site.num_inputs(); ++i) {
+    if (site.in(i).is_sharded()) labels.push_back(equation.inputs[i].at(site.in(i).dim));
+  }
+  if (site.preferred != nullptr && !site.preferred->empty() && (*site.preferred)[0].is_sharded()) {
+    labels.push_back(equation.output.at((*site.preferred)[0].dim));
+  }
+  const auto position = [](const std::vector<int>& term, int label) {
+    const auto found = std::find(term.begin(), term.end(), label);
+    return found == term.end() ? -1 : static_cast<int>(found - term.begin());
+  };
+  std::map<int, int64_t> extents;
+  for (size_t i = 0; i < site.num_inputs(); ++i) {
+    for (size_t d = 0; d < equation.inputs[i].size(); ++d) {
+      int64_t& extent = extents[equation.inputs[i][d]];
+      extent = std::max(extent, site.input_shape(i)[d]);
+    }
+  }
+  std::vector<OpPlacement> candidates;
+  for (int label : labels) {
+    OpPlacement candidate = site.replicated();
+    bool divides = true;
+    for (size_t i = 0; i < site.num_inputs(); ++i) {
+      const int dim = position(equation.inputs[i], label);
+      if (dim < 0 || site.broadcast(i, dim, extents.at(label))) continue;
+      divides = divides && site.input_shape(i)[dim] % site.group_size == 0;
+      candidate.inputs[i] = Placement::sharded(dim);
+    }
+    const int out = position(equation.output, label);
+    candidate.outputs[0] = out >= 0 ? Placement::sharded(out) : Placement::partial();
+    if (divides) candidates.push_back(std::move(candidate));
+  }
+  std::vector<size_t> partial;
+  for (size_t i = 0; i < site.num_inputs(); ++i) {
+    if (site.in(i).is_partial()) partial.push_back(i);
+  }
+  if (partial.size() == 1) {
+    OpPlacement candidate = site.replicated();
+    candidate.inputs[partial[0]] = Placement::partial();
+    candidate.outputs[0] = Placement::partial();
+    candidates.push_back(std::move(candidate));
+  }
+  candidates.push_back(site.replicated());
+  const auto cost = [&](const OpPlacement& candidate) {
+    double total = candidate.outputs[0].is_partial() ? 0.5 : 0;
+    for (size_t i = 0; i < site.num_inputs(); ++i) {
+      const double moved = reshard_cost(site.in(i), candidate.inputs[i]);
+      const bool parameter = is_parameter(site.graph, site.op.inputs[i]);
+      total += moved * (parameter && moved >= 1 ? 2 : 1);
+    }
+    return total - (site.prefers(0, candidate.outputs[0]) ? 0.75 : 0);
+  };
+  return *std::min_element(
+      candidates.begin(), candidates.end(),
+      [&](const OpPlacement& a, const OpPlacement& b) { return cost(a) < cost(b); });
 }
 
 // ---- layout ops -------------------------------------------------------------------------
@@ -482,6 +579,62 @@ OpPlacement place_gather_grad(const Site& site) {
   return result;
 }
 
+// TopK (X, K) along `axis`, and CumSum (X, axis): rows off the axis are independent.
+OpPlacement place_along_axis(const Site& site) {
+  const Placement& x = site.in(0);
+  int axis = static_cast<int>(attr_int(site.op.attributes, "axis", -1));
+  if (site.op.type == "CumSum") {
+    const auto given = site.has_input(1) ? constant_ints(site.graph, site.op.inputs[1])
+                                         : std::optional<std::vector<int64_t>>{};
+    if (!given || given->size() != 1) return site.replicated();
+    axis = static_cast<int>(given->front());
+  }
+  if (!x.is_sharded() || x.dim == normalize_axis(axis, site.input_rank(0))) {
+    return site.replicated();
+  }
+  OpPlacement result = site.keep_inputs(x);
+  for (size_t i = 1; i < site.num_inputs(); ++i) result.inputs[i] = {};
+  return result;
+}
+
+// OneHot (indices, depth, values): the output has the indices' dimensions around the new one.
+OpPlacement place_one_hot(const Site& site) {
+  const Placement& indices = site.in(0);
+  if (!indices.is_sharded()) return site.replicated();
+  const int axis = normalize_axis(attr_int(site.op.attributes, "axis", -1), site.output_rank(0));
+  return site.first(indices,
+                    Placement::sharded(indices.dim < axis ? indices.dim : indices.dim + 1));
+}
+
+// SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss (scores [N, C, ...], labels [N, ...],
+// weights) and their gradients (dLoss, scores, labels, weights): rows along a dimension other
+// than the classes' are independent; summed, they give a partial sum. A mean divides by the
+// whole count, so it reads its inputs whole.
+OpPlacement place_class_loss(const Site& site, bool gradient) {
+  const size_t scores = gradient ? 1 : 0;
+  const std::string reduction = attr_string(site.op.attributes, "reduction", "mean");
+  int dim = -1;  // in the scores' numbering
+  if (site.in(scores).is_sharded()) dim = site.in(scores).dim;
+  if (site.in(scores + 1).is_sharded()) {
+    const int label = site.in(scores + 1).dim;
+    dim = label < 1 ? label : label + 1;
+  }
+  if (dim < 0 || dim == 1 || reduction == "mean") return site.replicated();
+  const Placement rows = Placement::sharded(dim);
+  const Placement label_rows = Placement::sharded(dim < 1 ? dim : dim - 1);
+  OpPlacement result = site.replicated();
+  result.inputs[scores] = rows;
+  result.inputs[scores + 1] = label_rows;
+  if (gradient) {
+    if (reduction == "none") result.inputs[0] = label_rows;
+    result.outputs[0] = rows;
+    return result;
+  }
+  result.outputs[0] = reduction == "none" ? label_rows : Placement::partial();
+  if (result.outputs.size() > 1) result.outputs[1] = rows;
+  return result;
+}
+
 // piper.FusedAttention (Q, Kt, V[, Mask]) and its gradient: independent over the leading
 // (batch and head) dimensions; the gradient is linear in dY.
 OpPlacement place_attention(const Site& site, bool gradient) {
@@ -499,7 +652,9 @@ OpPlacement place_attention(const Site& site, bool gradient) {
     for (size_t i = 0; i < site.num_inputs(); ++i) {
       if (!site.has_input(i)) continue;
       const int dim = sharded - (rank - site.input_rank(i));
-      if (dim >= 0 && site.input_shape(i)[dim] != 1) result.inputs[i] = Placement::sharded(dim);
+      if (dim >= 0 && !site.broadcast(i, dim, site.input_shape(first)[sharded])) {
+        result.inputs[i] = Placement::sharded(dim);
+      }
     }
     for (size_t j = 0; j < site.op.outputs.size(); ++j) {
       if (site.op.outputs[j] >= 0) result.outputs[j] = Placement::sharded(sharded);
@@ -565,6 +720,11 @@ OpPlacement place_collective(const Site& site) {
     result.inputs[0] = Placement::partial();
   } else if (site.op.type == "piper.AllGather") {
     result.inputs[0] = Placement::sharded(0);
+  } else if (site.op.type == "piper.AllToAll") {
+    // [G, n / G, ...] blocks along `dim`: member g's block of row g goes to member g, and the
+    // rows that come back are the members' blocks of this member's row: the block of dim 1.
+    result.inputs[0] = Placement::sharded(static_cast<int>(attr_int(site.op.attributes, "dim", 1)));
+    result.outputs[0] = Placement::sharded(1);
   } else {  // piper.ReduceScatter
     result.inputs[0] = Placement::partial();
     result.outputs[0] = Placement::sharded(0);
@@ -619,7 +779,19 @@ const std::map<std::string, Rule>& rules() {
     t["piper.BiasGeluGrad"] = place_bias_gelu_grad;
     t["piper.AdamW"] = place_update;
     t["piper.SGD"] = place_update;
-    for (const char* op : {"piper.AllReduce", "piper.AllGather", "piper.ReduceScatter"}) {
+    t["Einsum"] = place_einsum;
+    t["TopK"] = place_along_axis;
+    t["CumSum"] = place_along_axis;
+    t["OneHot"] = place_one_hot;
+    for (const char* op : {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"}) {
+      t[op] = [](const Site& site) { return place_class_loss(site, false); };
+    }
+    for (const char* op :
+         {"piper.SoftmaxCrossEntropyLossGrad", "piper.NegativeLogLikelihoodLossGrad"}) {
+      t[op] = [](const Site& site) { return place_class_loss(site, true); };
+    }
+    for (const char* op :
+         {"piper.AllReduce", "piper.AllGather", "piper.ReduceScatter", "piper.AllToAll"}) {
       t[op] = place_collective;
     }
     t["piper.Shard"] = place_shard;
@@ -631,8 +803,9 @@ const std::map<std::string, Rule>& rules() {
 }  // namespace
 
 OpPlacement place_op(const OpGraph& graph, const Op& op, const std::vector<Placement>& given,
-                     const std::vector<Shape>& whole, int64_t group_size) {
-  const Site site{graph, op, given, whole, group_size};
+                     const std::vector<Shape>& whole, int64_t group_size,
+                     const std::vector<Placement>* preferred_outputs) {
+  const Site site{graph, op, given, whole, group_size, preferred_outputs};
   if (op.outputs.empty() && !rules().count(op.type)) return site.replicated();
   const auto rule = rules().find(op.type);
   if (rule != rules().end()) return rule->second(site);

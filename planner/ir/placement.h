@@ -22,9 +22,11 @@ struct OpPlacement {
 // whole shape (`whole`, indexed by tensor id), over a group of `group_size` members. An input whose
 // needed placement differs from its given one is resharded by the caller. Every rule keeps the op's
 // meaning: replicated inputs always give replicated outputs, and an op without a rule reads its
-// inputs whole.
+// inputs whole. Where an op could place its outputs several ways at equal cost,
+// `preferred_outputs` (if given) breaks the tie.
 OpPlacement place_op(const OpGraph& graph, const Op& op, const std::vector<Placement>& given,
-                     const std::vector<Shape>& whole, int64_t group_size);
+                     const std::vector<Shape>& whole, int64_t group_size,
+                     const std::vector<Placement>* preferred_outputs = nullptr);
 
 // What `tensor` holds is placed as this: a ZeRO slice (Tensor::shard_of) is a slice of its
 // whole tensor's block.

@@ -393,21 +393,33 @@ class Verifier {
   // With tensor parallelism, every op reads its inputs placed as its rule needs them (a
   // reshard goes before it otherwise) and writes what the rule gives. ZeRO's flat slices and
   // the norm's per-rank sum of squares have no block structure to check.
+  //
+  // Under expert parallelism (OpGraph::replica_group) the group is each task's replicas, an op
+  // that meets no placed tensor runs on its replica's own rows, and one that does reads a
+  // tensor of the replicas' own as the rows it is (Tensor::replica_placement).
   void check_placements() {
-    if (graph_.shard_groups.empty()) return;
-    const auto parts = static_cast<int64_t>(graph_.shard_groups.front().size());
+    const bool over_replicas = ops_.replica_group > 0;
+    if (graph_.shard_groups.empty() && !over_replicas) return;
+    const auto parts = over_replicas ? ops_.replica_group
+                                     : static_cast<int64_t>(graph_.shard_groups.front().size());
+    const auto placed = [&](TensorId t) {
+      const Tensor& tensor = ops_.tensor(t);
+      return over_replicas && tensor.placement.is_replicated() ? tensor.replica_placement
+                                                               : tensor.placement;
+    };
     std::vector<Shape> whole;
-    for (const Tensor& tensor : ops_.tensors()) {
+    for (TensorId t = 0; t < ops_.num_tensors(); ++t) {
+      const Tensor& tensor = ops_.tensor(t);
       // ZeRO's flat slices keep the placement of what they slice, not its rank.
       const bool blocked = tensor.placement.dim < static_cast<int>(tensor.shape.size());
-      whole.push_back(blocked ? whole_shape(tensor.shape, tensor.placement, parts) : tensor.shape);
+      whole.push_back(blocked ? whole_shape(tensor.shape, placed(t), parts) : tensor.shape);
     }
     for (OpId id = 0; id < ops_.num_ops(); ++id) {
       const Op& op = ops_.op(id);
       if (op.type == "piper.SumSquares" || touches_flat_slices(op)) continue;
+      if (over_replicas && runs_on_own_rows(op)) continue;
       std::vector<Placement> given;
-      for (TensorId in : op.inputs)
-        given.push_back(in >= 0 ? ops_.tensor(in).placement : Placement{});
+      for (TensorId in : op.inputs) given.push_back(in >= 0 ? placed(in) : Placement{});
       const OpPlacement needed = place_op(ops_, op, given, whole, parts);
       for (size_t i = 0; i < op.inputs.size(); ++i) {
         if (op.inputs[i] < 0 || given[i] == needed.inputs[i]) continue;
@@ -417,12 +429,18 @@ class Verifier {
       }
       for (size_t j = 0; j < op.outputs.size(); ++j) {
         if (op.outputs[j] < 0) continue;
-        const Placement& placed = ops_.tensor(op.outputs[j]).placement;
-        if (placed == needed.outputs[j]) continue;
+        const Placement written = placed(op.outputs[j]);
+        if (written == needed.outputs[j]) continue;
         report(describe_op(id) + " writes '" + ops_.tensor(op.outputs[j]).name + "' as " +
-               to_string(needed.outputs[j]) + " but it is placed " + to_string(placed));
+               to_string(needed.outputs[j]) + " but it is placed " + to_string(written));
       }
     }
+  }
+
+  bool runs_on_own_rows(const Op& op) const {
+    const auto own = [&](TensorId t) { return t < 0 || ops_.tensor(t).placement.is_replicated(); };
+    return std::all_of(op.inputs.begin(), op.inputs.end(), own) &&
+           std::all_of(op.outputs.begin(), op.outputs.end(), own);
   }
 
   // ZeRO's flat slices: loaded or accumulated ones (shard_of), those a data-parallel piper.Shard

@@ -107,6 +107,13 @@ class Lowering {
         }
       }
     }
+    // Expert parallelism: reshards run over the replicas of the task that needs them.
+    for (const ir::Task& task : graph.tasks()) {
+      if (ops_.replica_group > 0 && task.kind == ir::TaskKind::kCompute &&
+          task.devices.size() > 1) {
+        group_id(task.devices);
+      }
+    }
     for (const ir::Task& task : graph.tasks()) {
       microbatches_ = std::max(microbatches_, task.microbatch + 1);
       holds_different_parameters_ |= task.kind == ir::TaskKind::kSend;
@@ -312,7 +319,15 @@ class Lowering {
   }
 
   static bool is_tensor_parallel_collective(const std::string& type) {
-    return type == "piper.AllReduce" || type == "piper.AllGather" || type == "piper.ReduceScatter";
+    return type == "piper.AllReduce" || type == "piper.AllGather" ||
+           type == "piper.ReduceScatter" || type == "piper.AllToAll";
+  }
+
+  // The group a placed tensor's reshards and blocks are over: this rank's tensor-parallel
+  // group, or under expert parallelism the replicas of the task.
+  int placement_group(const ir::Task& task) const {
+    if (ops_.replica_group > 0) return group_ids_.at(ranks_of(task.devices, member_));
+    return group_ids_.at(graph_.shard_groups.at(device_));
   }
 
   // A reshard between placements (directives/shard.cc): a collective over this rank's
@@ -322,8 +337,9 @@ class Lowering {
     plan::Collective& collective = *instruction(out, task, id, op.name)->mutable_collective();
     collective.set_kind(op.type == "piper.AllReduce"   ? plan::Collective::ALL_REDUCE
                         : op.type == "piper.AllGather" ? plan::Collective::ALL_GATHER
+                        : op.type == "piper.AllToAll"  ? plan::Collective::ALL_TO_ALL
                                                        : plan::Collective::REDUCE_SCATTER);
-    collective.set_group(group_ids_.at(graph_.shard_groups.at(device_)));
+    collective.set_group(placement_group(task));
     collective.add_inputs(use(op.inputs.at(0), task.microbatch));
     collective.add_outputs(use(op.outputs.at(0), task.microbatch));
   }
@@ -490,13 +506,15 @@ class Lowering {
     shard.set_group(group_ids_.at(ranks_of(using_task_->devices, member_)));
   }
 
-  // This rank's block of a parameter split over its tensor-parallel group.
+  // This rank's block of a parameter split over its tensor-parallel group, or over the
+  // replicas of the task that uses it (expert parallelism).
   void describe_block(plan::ParameterBlock& block, const ir::Tensor& tensor) const {
     const int dim = tensor.placement.dim;
+    const int index = ops_.replica_group > 0 ? replica_index(*using_task_) : member_;
     block.set_dim(dim);
     block.set_size(tensor.shape.at(dim));
-    block.set_start(member_ * tensor.shape.at(dim));
-    block.set_group(group_ids_.at(graph_.shard_groups.at(device_)));
+    block.set_start(index * tensor.shape.at(dim));
+    block.set_group(placement_group(*using_task_));
   }
 
   void add_batch_inputs() {

@@ -1,0 +1,316 @@
+"""Expert parallelism over the data-parallel axis (GShard): samples/moe, whose
+experts are batched parameters [E, d, h] routed by einsum with a static
+capacity, and a variant with 8 experts, trained 10 AdamW steps with the
+`shard` directive splitting the experts over the replicas
+({"op": "shard", "axis": "dp", "params": {"blocks.*.mlp.w1": 0, ...}}),
+under EP=2, EP=4, EP=2 with ZeRO-2 and 2 microbatches, EP=2 x PP=2 (1F1B)
+and EP=2 in bf16, launched with piper-launch (Gloo over localhost), give
+every step's loss within 1e-5 relative of the single-process run and final
+weights within 1e-4 (bf16: 1e-3 and 1e-2 over the whole model, as for tensor
+parallelism). The plans: every replica holds 1/EP of the experts, their
+gradients are in no data-parallel collective, and tokens reach their experts
+by all-to-all and come back by all-to-all (two per MoE layer and microbatch
+in the forward, two in the backward). The single-process baselines are
+checked against PyTorch.
+
+One strategy per test method, so each runs alone:
+    /usr/bin/python3 tests/integration/test_expert_parallel.py --piper-plan ... \\
+        ExpertParallel.test_ep2
+"""
+import fnmatch
+import importlib.util
+import json
+import os
+import tempfile
+import unittest
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+
+import harness
+from harness import Tools
+from test_data_parallel import launch_path
+
+STEPS = 10
+GLOBAL_BATCH = 8
+SAMPLES = 2 * GLOBAL_BATCH
+MICROBATCHES = 2
+LAYERS = 2
+OPTIMIZER = {"type": "adamw", "lr": 0.01, "weight_decay": 0.01}
+FROZEN = ["*mask*"]  # the causal-mask buffers
+EXPERT_PARAMS = {"blocks.*.mlp.w1": 0, "blocks.*.mlp.b1": 0, "blocks.*.mlp.w2": 0,
+                 "blocks.*.mlp.b2": 0}
+EXPERT_GLOBS = tuple(EXPERT_PARAMS)
+LOSS_RTOL = 1e-5
+WEIGHT_RTOL = 1e-4
+BF16_LOSS_RTOL = 1e-3
+BF16_WEIGHT_RTOL = 1e-2
+PYTORCH_LOSS_RTOL = 1e-4
+PYTORCH_WEIGHT_RTOL = 1e-3
+
+
+def moe_sample():
+    spec = importlib.util.spec_from_file_location("piper_sample_moe",
+                                                  Tools.sample("moe", "export.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# Models: the sample, and 8 narrower experts (EP=4 gives each replica two).
+VARIANTS = {"moe": {}, "moe8": {"experts": 8, "hidden_mult": 1}}
+
+
+def build_model(name):
+    moe = moe_sample()
+    torch.manual_seed(moe.SEED)
+    options = VARIANTS[name]
+    return moe.gpt.GPT(make_mlp=lambda d: moe.MoE(d, **options))
+
+
+def strategy(ep, precision="fp32", zero=0, microbatches=1, pipeline=False):
+    """EP over the dp axis, with replicate (or zero) over the same axis."""
+    directives, annotations = [], []
+    if pipeline:
+        # Stage s on devices [s * ep, (s + 1) * ep), replicated over them, in flat device lists.
+        annotations = [{"match": f"/blocks.{layer}/*", "tags": {"PP": layer}}
+                       for layer in range(LAYERS)]
+        groups = [list(range(s * ep, (s + 1) * ep)) for s in range(LAYERS)]
+        directives.append({"op": "pipeline", "schedule": "1f1b",
+                           "devices": [group[0] for group in groups],
+                           "num_microbatches": microbatches})
+        directives += [{"op": "replicate", "filter": {"PP": s}, "devices": group}
+                       for s, group in enumerate(groups)]
+        directives.append({"op": "shard", "devices": groups, "params": EXPERT_PARAMS})
+        return {"directives": directives, "annotations": annotations, "precision": precision}
+    else:
+        if microbatches > 1:
+            directives.append({"op": "split", "dim_name": "MB",
+                               "num_microbatches": microbatches})
+        directives.append({"op": "zero", "stage": zero, "axis": "dp"} if zero
+                          else {"op": "replicate", "axis": "dp"})
+    directives.append({"op": "shard", "axis": "dp", "params": EXPERT_PARAMS})
+    return {"mesh": [["dp", ep]], "directives": directives, "precision": precision}
+
+
+CASES = {
+    "ep2": (dict(ep=2), ["moe", "moe8"]),
+    "ep4": (dict(ep=4), ["moe8"]),
+    "ep2_zero2_mb2": (dict(ep=2, zero=2, microbatches=MICROBATCHES), ["moe"]),
+    "ep4_zero2_mb2": (dict(ep=4, zero=2, microbatches=MICROBATCHES), ["moe"]),
+    "ep2_pp2_1f1b": (dict(ep=2, pipeline=True, microbatches=MICROBATCHES), ["moe"]),
+    "ep2_bf16": (dict(ep=2, precision="bf16"), ["moe"]),
+}
+
+
+def weights_of(path):
+    return {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+
+
+def relative_error(got, want):
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+
+def is_expert(name):
+    return any(fnmatch.fnmatchcase(name, glob) for glob in EXPERT_GLOBS)
+
+
+class ExpertParallel(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        torch.set_num_threads(1)
+        cls.tmp = tempfile.TemporaryDirectory(prefix="piper_ep_")
+        cls.data = os.path.join(cls.tmp.name, "data")
+        moe = moe_sample()
+        cls.idx = harness.save_token_sequences(cls.data, SAMPLES, moe.gpt.VOCAB, moe.gpt.BLOCK,
+                                               seed=15)
+        cls.model_paths = {}
+        cls.references = {}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    @classmethod
+    def model_path(cls, model):
+        if model not in cls.model_paths:
+            if model == "moe":
+                cls.model_paths[model] = Tools.sample("moe", "model.onnx")
+            else:
+                path = os.path.join(cls.tmp.name, f"{model}.onnx")
+                moe_sample().gpt.export_model(build_model(model), path)
+                cls.model_paths[model] = path
+        return cls.model_paths[model]
+
+    @classmethod
+    def plan(cls, model, name, extra):
+        work = os.path.join(cls.tmp.name, f"{model}_{name}")
+        os.makedirs(work, exist_ok=True)
+        path = harness.write_json(os.path.join(work, "strategy.json"),
+                                  harness.strategy(GLOBAL_BATCH, OPTIMIZER, frozen=FROZEN, **extra))
+        plans = os.path.join(work, "plans")
+        harness.run_ok([Tools.plan, cls.model_path(model), path, "-o", plans])
+        return work, plans
+
+    @classmethod
+    def train(cls, work, plans, launch):
+        metrics = os.path.join(work, "metrics.jsonl")
+        trained = os.path.join(work, "trained.onnx")
+        flags = ["--steps", STEPS, "--data", cls.data, "--metrics", metrics,
+                 "--save-onnx", trained, "--timeout", 60]
+        if launch:
+            harness.run_ok([launch_path(), "--plans", plans] + flags, timeout=240)
+        else:
+            harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan")] + flags)
+        return [r["loss"] for r in harness.read_metrics(metrics)], weights_of(trained)
+
+    @classmethod
+    def reference(cls, model, precision="fp32"):
+        key = (model, precision)
+        if key not in cls.references:
+            work, plans = cls.plan(model, f"single_{precision}", {"precision": precision})
+            cls.references[key] = cls.train(work, plans, launch=False)
+        return cls.references[key]
+
+    @staticmethod
+    def dump(plans, rank=0):
+        path = os.path.join(plans, f"rank{rank}.plan")
+        return json.loads(harness.run_ok([Tools.dump, "--json", path]).stdout)
+
+    def check_case(self, case):
+        options, models = CASES[case]
+        for model in models:
+            with self.subTest(model=model):
+                self.check_training(model, case, options)
+
+    def check_training(self, model, case, options):
+        name = f"{model}_{case}"
+        precision = options.get("precision", "fp32")
+        loss_rtol, weight_rtol = ((LOSS_RTOL, WEIGHT_RTOL) if precision == "fp32"
+                                  else (BF16_LOSS_RTOL, BF16_WEIGHT_RTOL))
+        work, plans = self.plan(model, case, strategy(**options))
+        self.check_plan(name, plans, options)
+        losses, weights = self.train(work, plans, launch=True)
+        want_losses, want_weights = self.reference(model, precision)
+        self.assertEqual(len(losses), STEPS, name)
+        for step, (got, want) in enumerate(zip(losses, want_losses)):
+            self.assertLessEqual(abs(got - want) / abs(want), loss_rtol,
+                                 f"[{name}] step {step}: {got!r} vs one process {want!r}")
+        self.assertEqual(sorted(weights), sorted(want_weights), name)
+        for param, want in want_weights.items():
+            self.assertEqual(weights[param].shape, want.shape,
+                             f"[{name}] {param}: --save-onnx must gather the whole tensor")
+            if precision == "fp32":
+                error = relative_error(weights[param], want)
+                self.assertLessEqual(error, weight_rtol, f"[{name}] final {param}: {error:.2e}")
+        if precision != "fp32":
+            names = sorted(want_weights)
+            error = relative_error(np.concatenate([weights[n].ravel() for n in names]),
+                                   np.concatenate([want_weights[n].ravel() for n in names]))
+            self.assertLessEqual(error, weight_rtol, f"[{name}] final weights: {error:.2e}")
+        print(f"[{name}] losses match one process to {loss_rtol}, weights to {weight_rtol}")
+
+    def check_plan(self, name, plans, options):
+        """Rank 0 holds 1/EP of every expert tensor, reduces no expert gradient over the
+        replicas, and exchanges tokens by two all-to-alls per MoE layer and microbatch each
+        way."""
+        plan = self.dump(plans)
+        ep = options["ep"]
+        tensors = plan["tensors"]
+        experts = {t.name: t.dims[0] for t in onnx.load(self.model_path(name.split("_")[0]))
+                   .graph.initializer if is_expert(t.name)}
+        loaded = {load["initializer"]: load for load in plan["parameters"]}
+        for initializer, count in experts.items():
+            if initializer not in loaded:
+                continue  # a pipeline stage's rank holds its own layers
+            block = loaded[initializer].get("block")
+            self.assertIsNotNone(block, f"[{name}] {initializer} is not split")
+            self.assertEqual((int(block["dim"]), int(block["size"]) * ep), (0, count),
+                             f"[{name}] {initializer}: rank 0 holds experts {block}")
+        streams = plan["streams"]
+        instructions = [inst for stream in streams for inst in stream.get("instructions", [])]
+        exchanges = [inst for inst in instructions
+                     if inst.get("collective", {}).get("kind") == "ALL_TO_ALL"]
+        layers = LAYERS // 2 if options.get("pipeline") else LAYERS
+        microbatches = options.get("microbatches", 1)
+        self.assertEqual(len(exchanges), 4 * layers * microbatches,
+                         f"[{name}] all-to-alls on rank 0: " +
+                         ", ".join(inst.get("label", "") for inst in exchanges))
+        # The expert biases' gradients sum each replica's rows of their experts by a small
+        # reduce-scatter (E x d); no all-reduce or data-parallel collective reads an expert's.
+        for inst in instructions:
+            collective = inst.get("collective")
+            if not collective or collective.get("kind") == "ALL_TO_ALL":
+                continue
+            if inst.get("label", "").endswith("tp_reduce_scatter"):
+                continue
+            for index in collective.get("inputs", []):
+                tensor = tensors[int(index)]["name"]
+                self.assertFalse(
+                    tensor.startswith("grad/") and is_expert(tensor[len("grad/"):].split("/")[0]),
+                    f"[{name}] the expert gradient {tensor} is reduced by "
+                    f"{inst.get('label', '')}")
+
+    def test_single_process_matches_pytorch(self):
+        """The baselines train what PyTorch trains from the same weights."""
+        targets = np.roll(self.idx, -1, axis=1)
+        moe = moe_sample()
+        for model in VARIANTS:
+            with self.subTest(model=model):
+                losses, weights = self.reference(model)
+                module = moe.load_initializers(build_model(model), self.model_path(model))
+                expected = harness.train_like_piper(
+                    module, (self.idx, targets),
+                    lambda p: torch.optim.AdamW(p, lr=OPTIMIZER["lr"],
+                                                weight_decay=OPTIMIZER["weight_decay"]),
+                    STEPS, GLOBAL_BATCH)
+                for step, (got, want) in enumerate(zip(losses, expected)):
+                    self.assertLessEqual(abs(got - want) / abs(want), PYTORCH_LOSS_RTOL,
+                                         f"[{model}] step {step}: piper {got!r}, "
+                                         f"pytorch {want!r}")
+                for param, value in module.named_parameters():
+                    error = relative_error(weights[param], value.detach().numpy())
+                    self.assertLessEqual(error, PYTORCH_WEIGHT_RTOL,
+                                         f"[{model}] final {param}: {error:.2e}")
+
+    def test_ep2(self):
+        self.check_case("ep2")
+
+    def test_ep4(self):
+        self.check_case("ep4")
+
+    def test_ep2_zero2_microbatches(self):
+        self.check_case("ep2_zero2_mb2")
+
+    def test_ep4_zero2_microbatches(self):
+        self.check_case("ep4_zero2_mb2")
+
+    def test_ep2_pp2_1f1b(self):
+        self.check_case("ep2_pp2_1f1b")
+
+    def test_ep2_bf16(self):
+        self.check_case("ep2_bf16")
+
+    def test_expert_memory_is_one_over_ep(self):
+        """The expert parameters' bytes, their gradients' and AdamW state's on rank 0 are
+        1/EP of one process's; the rest stay whole."""
+        model = "moe8"
+        _, single = self.plan(model, "single_memory", {})
+        full = {k: int(v) for k, v in self.dump(single)["memory"].items()}
+        experts = sum(4 * int(np.prod(t.dims))
+                      for t in onnx.load(self.model_path(model)).graph.initializer
+                      if is_expert(t.name))
+        for ep in (2, 4):
+            with self.subTest(ep=ep):
+                _, plans = self.plan(model, f"ep{ep}_memory", strategy(ep=ep))
+                got = {k: int(v) for k, v in self.dump(plans)["memory"].items()}
+                saved = experts * (1 - 1 / ep)
+                self.assertEqual(got["parameter_bytes"], full["parameter_bytes"] - saved)
+                self.assertEqual(got["gradient_bytes"], full["gradient_bytes"] - saved)
+                self.assertEqual(got["optimizer_bytes"], full["optimizer_bytes"] - 2 * saved)
+
+
+if __name__ == "__main__":
+    harness.main()
