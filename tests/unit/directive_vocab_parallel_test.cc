@@ -1,0 +1,107 @@
+// Vocabulary parallelism (planner/directives/vocab_parallel.h) on a tied language model:
+// ids -Gather(wte)-> h -Gemm(wte^T)-> logits -SoftmaxCrossEntropyLoss(labels). Numerics
+// against one process: tests/integration/test_tensor_parallel.py.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "directive_fixture.h"
+#include "planner/ir/text.h"
+
+namespace piper {
+namespace {
+
+constexpr int64_t kVocab = 8, kHidden = 4, kBatch = 6;
+
+ir::TaskGraph tied_task_graph(const std::string& reduction) {
+  testing::OnnxBuilder b;
+  b.input("ids", {-1}, onnx::TensorProto::INT64)
+      .input("y", {-1}, onnx::TensorProto::INT64)
+      .output("loss", {});
+  b.initializer("wte", {kVocab, kHidden}, std::vector<float>(kVocab * kHidden, 0.1f));
+  b.node("Gather", {"wte", "ids"}, {"h"}, "/tok/Gather");
+  testing::OnnxBuilder::attr(b.node("Gemm", {"h", "wte"}, {"z"}, "/head/Gemm"), "transB",
+                             int64_t{1});
+  auto& loss = b.node("SoftmaxCrossEntropyLoss", {"z", "y"}, {"loss"}, "/loss");
+  testing::OnnxBuilder::attr(loss, "ignore_index", int64_t{-100});
+  auto* attribute = loss.add_attribute();
+  attribute->set_name("reduction");
+  attribute->set_type(onnx::AttributeProto::STRING);
+  attribute->set_s(reduction);
+  ir::OpGraph graph = planner::import_model(b.model(), {.batch = kBatch}, "tied.onnx");
+  planner::differentiate(graph);
+  planner::add_optimizer(
+      graph, strategy::parse_strategy(R"({"batch": {"global": 6}, "optimizer": {"type": "sgd"}})",
+                                      "test.json")
+                 .optimizer);
+  return ir::build_task_graph(std::move(graph));
+}
+
+bool has_vocabulary(const ir::Shape& shape) {
+  return std::find(shape.begin(), shape.end(), kVocab) != shape.end();
+}
+
+TEST(VocabParallel, NeitherTheTableNorTheLogitsAreGathered) {
+  for (const std::string reduction : {"mean", "sum"}) {
+    SCOPED_TRACE(reduction);
+    ir::TaskGraph graph = tied_task_graph(reduction);
+    testing::apply_directives(graph, R"([{"op": "shard", "devices": [0, 1],
+                                          "params": {"wte": 0}}])");
+    const ir::OpGraph& ops = graph.op_graph();
+    const std::string text = ir::print(graph);
+    // The table and the logits hold one block of the vocabulary each, and so does the table's
+    // gradient (the lookup's and the head's, summed).
+    EXPECT_NE(text.find("\ntensor wte f32[4,4] parameter init=wte placement=S(0)\n"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("\ntensor z f32[6,4] activation placement=S(1)\n"), std::string::npos)
+        << text;
+    const ir::TrainedParameter& wte = ops.trained.at(0);
+    EXPECT_EQ(ops.tensor(wte.gradient).placement, ir::Placement::sharded(0));
+    EXPECT_EQ(ops.tensor(wte.gradient).shape, (ir::Shape{kVocab / 2, kHidden}));
+    int gathers = 0, all_reduces = 0;
+    for (const ir::Op& op : ops.ops()) {
+      EXPECT_NE(op.type, "SoftmaxCrossEntropyLoss") << op.name;
+      EXPECT_NE(op.type, "piper.SoftmaxCrossEntropyLossGrad") << op.name;
+      EXPECT_NE(op.type, "Gather") << op.name;
+      EXPECT_NE(op.type, "piper.GatherGrad") << op.name;
+      // Every collective moves rows (the members' maxima [2, N], sums [N], the embedding
+      // [N, d]), never a tensor with the vocabulary's extent.
+      if (op.type == "piper.AllGather" || op.type == "piper.AllReduce" ||
+          op.type == "piper.ReduceScatter") {
+        for (ir::TensorId t : op.inputs)
+          EXPECT_FALSE(has_vocabulary(ops.tensor(t).shape)) << op.name;
+        for (ir::TensorId t : op.outputs) {
+          EXPECT_FALSE(has_vocabulary(ops.tensor(t).shape)) << op.name;
+        }
+        gathers += op.type == "piper.AllGather";
+        all_reduces += op.type == "piper.AllReduce" && op.pass == ir::Pass::kForward;
+      }
+    }
+    // The maxima's all-gather; the embedding, the sum of exp and the target logit all-reduced.
+    EXPECT_EQ(gathers, 1) << text;
+    EXPECT_EQ(all_reduces, 3) << text;
+    // No whole vocabulary anywhere but the members' offsets constant [2].
+    for (const ir::Tensor& tensor : ops.tensors()) {
+      if (tensor.shape.size() >= 2) {
+        EXPECT_FALSE(has_vocabulary(tensor.shape)) << tensor.name;
+      }
+    }
+    EXPECT_TRUE(ir::verify(graph).empty());
+  }
+}
+
+TEST(VocabParallel, LogitsSplitAlongRowsKeepTheWholeLoss) {
+  // Split along the hidden dimension instead, the head's product is a partial sum the loss
+  // reads whole: nothing to rewrite, and the loss op stays.
+  ir::TaskGraph graph = tied_task_graph("mean");
+  testing::apply_directives(graph, R"([{"op": "shard", "devices": [0, 1],
+                                        "params": {"wte": 1}}])");
+  const auto& ops = graph.op_graph().ops();
+  EXPECT_TRUE(std::any_of(ops.begin(), ops.end(),
+                          [](const ir::Op& op) { return op.type == "SoftmaxCrossEntropyLoss"; }));
+  EXPECT_TRUE(ir::verify(graph).empty());
+}
+
+}  // namespace
+}  // namespace piper
