@@ -44,6 +44,11 @@ class Emitter {
   }
   TensorId int_scalar(int64_t value) { return ints({}, {value}); }
   TensorId float_scalar(float value) { return constant({}, DType::kFloat32, &value, sizeof value); }
+  // A scalar 0 of `like`'s dtype (float32 or bfloat16: all bits zero).
+  TensorId zero(TensorId like) {
+    const std::vector<uint8_t> bits(ir::dtype_size(dtype(like)), 0);
+    return constant({}, dtype(like), bits.data(), bits.size());
+  }
 
   TensorId reshape(TensorId x, const Shape& shape, TensorId into = -1) {
     return same("Reshape", {x, ints({static_cast<int64_t>(shape.size())}, shape)}, shape, x, {},
@@ -168,7 +173,7 @@ bool VocabParallel::embedding(const ir::Op& op) {
   const auto row_rank = static_cast<int>(table_shape.size()) - 1;
   const TensorId mask =
       e.insert_ones(members.in_range, static_cast<int>(e.whole(members.in_range).size()), row_rank);
-  const TensorId masked = e.same("Where", {mask, rows, e.float_scalar(0.0f)}, rows_shape, table);
+  const TensorId masked = e.same("Where", {mask, rows, e.zero(table)}, rows_shape, table);
   e.same("ReduceSum", {masked}, graph_.whole_shape(op.outputs.at(0)), table,
          {{"axes", std::vector<int64_t>{0}}, {"keepdims", int64_t{0}}}, op.outputs.at(0));
   members.safe = tuples;
@@ -190,8 +195,8 @@ bool VocabParallel::embedding_gradient(const ir::Op& op) {
   Emitter e(graph_, op);
   const TensorId dy = op.inputs.at(0);
   const Shape masked_shape = with(e.whole(dy), 0, e.parts());
-  const TensorId masked = e.same(
-      "Where", {members.in_range, e.insert_ones(dy, 0), e.float_scalar(0.0f)}, masked_shape, dy);
+  const TensorId masked =
+      e.same("Where", {members.in_range, e.insert_ones(dy, 0), e.zero(dy)}, masked_shape, dy);
   Shape blocks = table_shape;
   blocks[0] /= e.parts();
   blocks.insert(blocks.begin(), e.parts());
@@ -229,9 +234,8 @@ bool VocabParallel::cross_entropy(const ir::Op& op) {
   const TensorId picked =
       e.same("GatherElements", {e.reshape(shifted, blocks), e.reshape(rows.ids.safe, picked_shape)},
              picked_shape, x, {{"axis", int64_t{2}}});
-  const TensorId owned =
-      e.same("Where", {e.reshape(rows.ids.in_range, picked_shape), picked, e.float_scalar(0.0f)},
-             picked_shape, x);
+  const TensorId owned = e.same(
+      "Where", {e.reshape(rows.ids.in_range, picked_shape), picked, e.zero(x)}, picked_shape, x);
   const TensorId target = e.same("ReduceSum", {owned}, {n}, x,
                                  {{"axes", std::vector<int64_t>{1, 2}}, {"keepdims", int64_t{0}}});
   TensorId loss = e.same("Sub", {rows.log_sum, target}, {n}, x);
@@ -242,7 +246,7 @@ bool VocabParallel::cross_entropy(const ir::Op& op) {
         e.op("Equal", {labels, e.int_scalar(ir::attr_int(op.attributes, "ignore_index", 0))}, {n},
              DType::kBool);
     const TensorId kept = e.op("Not", {ignored}, {n}, DType::kBool);
-    loss = e.same("Where", {kept, loss, e.float_scalar(0.0f)}, {n}, x);
+    loss = e.same("Where", {kept, loss, e.zero(x)}, {n}, x);
     rows.weight = e.same("Cast", {kept}, {n}, x, {{"to", ir::onnx_data_type(e.dtype(x))}});
     rows.count = e.same("ReduceSum", {rows.weight}, {}, x, {{"keepdims", int64_t{0}}});
   }

@@ -2,7 +2,9 @@
 real processes: samples/gpt and the variants of tp_models.py (4 heads with
 biases, GQA, tied embeddings, SwiGLU with RMSNorm) trained 10 AdamW steps
 under TP=2, TP=4, TP=2 x DP=2 with ZeRO-1 and with ZeRO-3 (2 microbatches)
-and TP=2 x PP=2 (1F1B), launched with piper-launch (Gloo over localhost),
+and TP=2 x PP=2 (1F1B), and with the embedding and head split along the
+vocabulary too (vocabulary parallelism, under TP=2, TP=4, sequence
+parallelism, DP and PP), launched with piper-launch (Gloo over localhost),
 give every step's loss within 1e-5 relative of the single-process run of the
 same model and global batch, and final weights (--save-onnx gathers the
 tensor-parallel blocks into whole initializers) within 1e-4. The plans
@@ -90,37 +92,37 @@ class Layout:
         return GLOBAL_BATCH // self.dp // self.microbatches
 
 
-def tp_only(degree):
-    return Layout(f"tp{degree}", [("tp", degree)], [])
+def suffix(vocab):
+    return "_vocab" if vocab else ""
 
 
-def tp_sequence_parallel():
-    return Layout("tp2_sp", [("tp", 2)], [], sequence_parallel=True)
+def tp_only(degree, vocab=False):
+    return Layout(f"tp{degree}" + suffix(vocab), [("tp", degree)], [], vocab=vocab)
+
+
+def tp_sequence_parallel(vocab=False):
+    return Layout("tp2_sp" + suffix(vocab), [("tp", 2)], [], sequence_parallel=True, vocab=vocab)
 
 
 def tp_bf16():
     return Layout("tp2_bf16", [("tp", 2)], [], precision="bf16")
 
 
-def tp_vocab():
-    return Layout("tp2_vocab", [("tp", 2)], [], vocab=True)
-
-
 def tp_dp(zero, vocab=False):
-    return Layout(f"tp2_dp2_zero{zero}" + ("_vocab" if vocab else ""), [("dp", 2), ("tp", 2)],
+    return Layout(f"tp2_dp2_zero{zero}" + suffix(vocab), [("dp", 2), ("tp", 2)],
                   [{"op": "split", "dim_name": "MB", "num_microbatches": MICROBATCHES},
                    {"op": "zero", "stage": zero, "axis": "dp"}],
                   zero=zero, microbatches=MICROBATCHES, vocab=vocab)
 
 
-def tp_pp():
+def tp_pp(vocab=False):
     half = tp_models.LAYERS // 2
     stages = [{"match": f"/blocks.{layer}/*", "tags": {"PP": layer // half}}
               for layer in range(tp_models.LAYERS)]
-    return Layout("tp2_pp2_1f1b", [("pp", 2), ("tp", 2)],
+    return Layout("tp2_pp2_1f1b" + suffix(vocab), [("pp", 2), ("tp", 2)],
                   [{"op": "pipeline", "schedule": "1f1b", "axis": "pp",
                     "num_microbatches": MICROBATCHES}],
-                  stages, microbatches=MICROBATCHES, layers=half)
+                  stages, microbatches=MICROBATCHES, layers=half, vocab=vocab)
 
 
 # Each strategy and the models it trains: every model under TP=2; TP=4 needs 4 query and
@@ -135,8 +137,11 @@ CASES = {
     "tp2_pp2_1f1b": (tp_pp(), ["gpt", "tied"]),
     # Vocabulary parallelism: samples/gpt's head has a bias, "tied" reads the embedding as its
     # head, "swiglu"'s head has no bias; with dp, microbatches make the token mean global.
-    "tp2_vocab": (tp_vocab(), ["gpt", "tied", "swiglu"]),
+    "tp2_vocab": (tp_only(2, vocab=True), ["gpt", "tied", "swiglu"]),
+    "tp4_vocab": (tp_only(4, vocab=True), ["heads4"]),
+    "tp2_sp_vocab": (tp_sequence_parallel(vocab=True), ["gpt"]),
     "tp2_dp2_zero1_vocab": (tp_dp(1, vocab=True), ["gpt", "tied"]),
+    "tp2_pp2_1f1b_vocab": (tp_pp(vocab=True), ["tied"]),
 }
 
 
@@ -312,8 +317,17 @@ class TensorParallel(unittest.TestCase):
     def test_tp2_vocab(self):
         self.check_case("tp2_vocab")
 
+    def test_tp4_vocab(self):
+        self.check_case("tp4_vocab")
+
+    def test_tp2_sequence_parallel_vocab(self):
+        self.check_case("tp2_sp_vocab")
+
     def test_tp2_dp2_zero1_vocab(self):
         self.check_case("tp2_dp2_zero1_vocab")
+
+    def test_tp2_pp2_1f1b_vocab(self):
+        self.check_case("tp2_pp2_1f1b_vocab")
 
     def test_vocab_parallel_never_holds_the_vocabulary_whole(self):
         """Split along the vocabulary, the embedding and the head are never
