@@ -103,5 +103,45 @@ TEST(VocabParallel, LogitsSplitAlongRowsKeepTheWholeLoss) {
   EXPECT_TRUE(ir::verify(graph).empty());
 }
 
+// The rules the rewrite relies on: a batched GatherND (and its gradient) keeps a split batch
+// dimension split when both operands hold it split; GatherElements a dimension other than
+// its axis. verify() rejects an operand placed otherwise.
+std::vector<std::string> verify_one_op(const std::string& tensors, const std::string& op) {
+  return ir::verify(
+      ir::parse("shard_groups [0,1]\n" + tensors + op + "task 0 compute F devices=[0] ops=[0]\n"));
+}
+
+TEST(VocabParallel, BatchedGathersKeepTheirSplitBatchDimension) {
+  const std::string nd = R"(
+tensor data f32[1,4,3] parameter init=data placement=S(0)
+tensor ids i64[1,5,1] input placement=S(0)
+tensor whole_ids i64[2,5,1] input
+tensor rows f32[1,5,3] activation placement=S(0)
+tensor dy f32[1,5,3] input placement=S(0)
+tensor ddata f32[1,4,3] activation placement=S(0)
+)";
+  EXPECT_EQ(verify_one_op(nd, "op 0 GatherND \"g\" (data, ids) -> (rows) {batch_dims=1}\n"),
+            std::vector<std::string>{});
+  EXPECT_EQ(
+      verify_one_op(nd, "op 0 piper.GatherNDGrad \"g\" (dy, ids) -> (ddata) {batch_dims=1}\n"),
+      std::vector<std::string>{});
+  const auto wrong =
+      verify_one_op(nd, "op 0 GatherND \"g\" (data, whole_ids) -> (rows) {batch_dims=1}\n");
+  ASSERT_EQ(wrong.size(), 1u);
+  EXPECT_NE(wrong[0].find("reads 'whole_ids' placed R but needs it S(0)"), std::string::npos)
+      << wrong[0];
+  const std::string elements = R"(
+tensor x f32[6,1,4] input placement=S(1)
+tensor at i64[6,1,1] input placement=S(1)
+tensor picked f32[6,1,1] activation placement=S(1)
+)";
+  EXPECT_EQ(verify_one_op(elements, "op 0 GatherElements \"g\" (x, at) -> (picked) {axis=2}\n"),
+            std::vector<std::string>{});
+  // Split along the gathered axis, the indices address the whole dimension: gathered first.
+  const auto along_axis =
+      verify_one_op(elements, "op 0 GatherElements \"g\" (x, at) -> (picked) {axis=1}\n");
+  EXPECT_FALSE(along_axis.empty());
+}
+
 }  // namespace
 }  // namespace piper
