@@ -115,7 +115,6 @@ VocabParallel::MemberIds member_ids(Emitter& e, TensorId ids, int64_t block, int
   const Shape shape = with(e.whole(ids), axis, e.parts());
   const auto rank = static_cast<int>(shape.size());
   VocabParallel::MemberIds result;
-  result.axis = axis;
   result.local =
       e.same("Sub", {e.insert_ones(ids, axis), e.member_offsets(block, axis, rank)}, shape, ids);
   const TensorId zero = e.int_scalar(0);
@@ -163,7 +162,7 @@ bool VocabParallel::embedding(const ir::Op& op) {
   blocks[0] = block;
   blocks.insert(blocks.begin(), e.parts());
   const TensorId table_blocks = e.reshape(table, blocks);
-  MemberIds members = member_ids(e, ids, block, 0);
+  const MemberIds members = member_ids(e, ids, block, 0);
   const TensorId tuples =
       e.insert_ones(members.safe, static_cast<int>(e.whole(members.safe).size()));
   Shape rows_shape = e.whole(members.safe);
@@ -176,9 +175,7 @@ bool VocabParallel::embedding(const ir::Op& op) {
   const TensorId masked = e.same("Where", {mask, rows, e.zero(table)}, rows_shape, table);
   e.same("ReduceSum", {masked}, graph_.whole_shape(op.outputs.at(0)), table,
          {{"axes", std::vector<int64_t>{0}}, {"keepdims", int64_t{0}}}, op.outputs.at(0));
-  members.safe = tuples;
-  members.in_range = mask;
-  lookups_[{ids, table_shape[0]}] = members;
+  lookups_[{ids, table_shape[0]}] = {tuples, mask};
   return true;
 }
 
@@ -191,16 +188,16 @@ bool VocabParallel::embedding_gradient(const ir::Op& op) {
       normalize_axis(ir::attr_int(op.attributes, "axis", 0), table_shape.size()) != 0) {
     return false;
   }
-  const MemberIds& members = found->second;
+  const Lookup& lookup = found->second;
   Emitter e(graph_, op);
   const TensorId dy = op.inputs.at(0);
   const Shape masked_shape = with(e.whole(dy), 0, e.parts());
   const TensorId masked =
-      e.same("Where", {members.in_range, e.insert_ones(dy, 0), e.zero(dy)}, masked_shape, dy);
+      e.same("Where", {lookup.mask, e.insert_ones(dy, 0), e.zero(dy)}, masked_shape, dy);
   Shape blocks = table_shape;
   blocks[0] /= e.parts();
   blocks.insert(blocks.begin(), e.parts());
-  const TensorId gradient = e.same("piper.GatherNDGrad", {masked, members.safe}, blocks, dy,
+  const TensorId gradient = e.same("piper.GatherNDGrad", {masked, lookup.tuples}, blocks, dy,
                                    {{"batch_dims", int64_t{1}}});
   e.reshape(gradient, table_shape, op.outputs.at(0));
   return true;

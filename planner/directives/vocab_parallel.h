@@ -53,7 +53,11 @@ class VocabParallel {
   // id is the member's; each the ids' shape with the G members inserted at `axis`.
   struct MemberIds {
     ir::TensorId local = -1, safe = -1, in_range = -1;
-    int axis = 0;
+  };
+  // What the lookup's gradient reuses of its forward: the index tuples [G, ids..., 1] and the
+  // mask [G, ids..., 1, ...] broadcasting over the table's rows.
+  struct Lookup {
+    ir::TensorId tuples = -1, mask = -1;
   };
   // What the cross-entropy's gradient reuses of its forward.
   struct LossRows {
@@ -73,7 +77,7 @@ class VocabParallel {
 
   PlacingGraph& graph_;
   // By the ids of a rewritten Gather and its table's rows.
-  std::map<std::pair<ir::TensorId, int64_t>, MemberIds> lookups_;
+  std::map<std::pair<ir::TensorId, int64_t>, Lookup> lookups_;
   std::map<ir::TensorId, LossRows> losses_;  // by the logits of a rewritten loss
 };
 
