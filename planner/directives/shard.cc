@@ -60,7 +60,7 @@ class Partitioner final : public PlacingGraph {
  private:
   // PlacingGraph, for the vocabulary-parallel rewrite.
   const ir::OpGraph& placed() const override { return out_; }
-  const ir::Shape& whole_shape(ir::TensorId tensor) const override { return whole_.at(tensor); }
+  ir::Shape whole_shape(ir::TensorId tensor) const override { return whole_.at(tensor); }
   int64_t group_size() const override { return parts_; }
   void place_op(ir::Op op) override { place_and_emit(std::move(op)); }
   ir::TensorId member_block(ir::TensorId tensor, const ir::Op& consumer) override {

@@ -74,7 +74,7 @@ class Emitter {
     return reshape(cut, shape);
   }
 
-  const Shape& whole(TensorId x) const { return graph_.whole_shape(x); }
+  Shape whole(TensorId x) const { return graph_.whole_shape(x); }
   DType dtype(TensorId x) const { return graph_.placed().tensor(x).dtype; }
   int64_t parts() const { return graph_.group_size(); }
 
@@ -150,7 +150,7 @@ bool VocabParallel::rewrite(const ir::Op& op) {
 // [G, V/G, ...]: on each member, its own rows' lookups, a partial sum of the whole lookup.
 bool VocabParallel::embedding(const ir::Op& op) {
   const TensorId table = op.inputs.at(0), ids = op.inputs.at(1);
-  const Shape& table_shape = graph_.whole_shape(table);
+  const Shape table_shape = graph_.whole_shape(table);
   if (normalize_axis(ir::attr_int(op.attributes, "axis", 0), table_shape.size()) != 0 ||
       !is_vocab_split(graph_, table, 0) || !graph_.placed().tensor(ids).placement.is_replicated() ||
       graph_.placed().tensor(ids).dtype != DType::kInt64) {
@@ -182,7 +182,7 @@ bool VocabParallel::embedding(const ir::Op& op) {
 // dTable = GatherNDGrad(Where(in_range, dY, 0), safe) over [G, V/G, ...]: each member
 // scatters the gradients of its own rows into its block of the table's gradient.
 bool VocabParallel::embedding_gradient(const ir::Op& op) {
-  const Shape& table_shape = graph_.whole_shape(op.outputs.at(0));
+  const Shape table_shape = graph_.whole_shape(op.outputs.at(0));
   const auto found = lookups_.find({op.inputs.at(1), table_shape.at(0)});
   if (found == lookups_.end() || !single_output(op) ||
       normalize_axis(ir::attr_int(op.attributes, "axis", 0), table_shape.size()) != 0) {
@@ -206,7 +206,7 @@ bool VocabParallel::embedding_gradient(const ir::Op& op) {
 // Megatron's vocab_parallel_cross_entropy over logits x [N, C] split along C.
 bool VocabParallel::cross_entropy(const ir::Op& op) {
   const TensorId x = op.inputs.at(0), labels = op.inputs.at(1);
-  const Shape& shape = graph_.whole_shape(x);
+  const Shape shape = graph_.whole_shape(x);
   if (shape.size() != 2 || !is_vocab_split(graph_, x, 1) || has_input(op, 2) ||
       !single_output(op) || !graph_.placed().tensor(labels).placement.is_replicated()) {
     return false;
@@ -271,7 +271,7 @@ bool VocabParallel::cross_entropy_gradient(const ir::Op& op) {
   }
   const LossRows& rows = found->second;
   Emitter e(graph_, op);
-  const Shape& shape = e.whole(x);
+  const Shape shape = e.whole(x);
   const int64_t n = shape[0], block = shape[1] / e.parts();
   const Shape blocks = {n, e.parts(), block};
   const TensorId log_total = e.same("Add", {rows.max, e.reshape(rows.log_sum, {n, 1})}, {n, 1}, x);

@@ -29,7 +29,8 @@ class PlacingGraph {
   virtual ~PlacingGraph() = default;
   // The graph placed so far: every tensor read so far has its placement.
   virtual const ir::OpGraph& placed() const = 0;
-  virtual const ir::Shape& whole_shape(ir::TensorId tensor) const = 0;
+  // By value: adding tensors moves what a reference would point to.
+  virtual ir::Shape whole_shape(ir::TensorId tensor) const = 0;
   virtual int64_t group_size() const = 0;
   // A new tensor, of its whole shape.
   virtual ir::TensorId add_tensor(ir::Tensor tensor) = 0;
