@@ -4,7 +4,7 @@ biases, GQA, tied embeddings, SwiGLU with RMSNorm) trained 10 AdamW steps
 under TP=2, TP=4, TP=2 x DP=2 with ZeRO-1 and with ZeRO-3 (2 microbatches)
 and TP=2 x PP=2 (1F1B), and with the embedding and head split along the
 vocabulary too (vocabulary parallelism, under TP=2, TP=4, sequence
-parallelism, DP and PP), launched with piper-launch (Gloo over localhost),
+parallelism, bf16, DP and PP), launched with piper-launch (Gloo over localhost),
 give every step's loss within 1e-5 relative of the single-process run of the
 same model and global batch, and final weights (--save-onnx gathers the
 tensor-parallel blocks into whole initializers) within 1e-4. The plans
@@ -104,8 +104,8 @@ def tp_sequence_parallel(vocab=False):
     return Layout("tp2_sp" + suffix(vocab), [("tp", 2)], [], sequence_parallel=True, vocab=vocab)
 
 
-def tp_bf16():
-    return Layout("tp2_bf16", [("tp", 2)], [], precision="bf16")
+def tp_bf16(vocab=False):
+    return Layout("tp2_bf16" + suffix(vocab), [("tp", 2)], [], precision="bf16", vocab=vocab)
 
 
 def tp_dp(zero, vocab=False):
@@ -140,6 +140,7 @@ CASES = {
     "tp2_vocab": (tp_only(2, vocab=True), ["gpt", "tied", "swiglu"]),
     "tp4_vocab": (tp_only(4, vocab=True), ["heads4"]),
     "tp2_sp_vocab": (tp_sequence_parallel(vocab=True), ["gpt"]),
+    "tp2_bf16_vocab": (tp_bf16(vocab=True), ["tied"]),
     "tp2_dp2_zero1_vocab": (tp_dp(1, vocab=True), ["gpt", "tied"]),
     "tp2_pp2_1f1b_vocab": (tp_pp(vocab=True), ["tied"]),
 }
@@ -322,6 +323,9 @@ class TensorParallel(unittest.TestCase):
 
     def test_tp2_sequence_parallel_vocab(self):
         self.check_case("tp2_sp_vocab")
+
+    def test_tp2_bf16_vocab(self):
+        self.check_case("tp2_bf16_vocab")
 
     def test_tp2_dp2_zero1_vocab(self):
         self.check_case("tp2_dp2_zero1_vocab")
