@@ -20,6 +20,7 @@
 
 #include "formats/error.h"
 #include "planner/directives/directive.h"
+#include "planner/directives/vocab_parallel.h"
 #include "planner/ir/placement.h"
 
 namespace piper::planner {
@@ -27,7 +28,7 @@ namespace {
 
 using ir::Placement;
 
-class Partitioner {
+class Partitioner final : public PlacingGraph {
  public:
   Partitioner(const ir::OpGraph& graph, const strategy::ShardDirective& shard, int64_t parts,
               const DirectiveContext& context)
@@ -64,7 +65,16 @@ class Partitioner {
   }
 
  private:
-  ir::TensorId add_tensor(ir::Tensor tensor) {
+  // PlacingGraph, for the vocabulary-parallel rewrite.
+  const ir::OpGraph& placed() const override { return out_; }
+  ir::Shape whole_shape(ir::TensorId tensor) const override { return whole_.at(tensor); }
+  int64_t group_size() const override { return parts_; }
+  void place_op(ir::Op op) override { place_and_emit(std::move(op)); }
+  ir::TensorId member_block(ir::TensorId tensor, const ir::Op& consumer) override {
+    return slice(tensor, consumer);
+  }
+
+  ir::TensorId add_tensor(ir::Tensor tensor) override {
     whole_.push_back(tensor.shape);
     fixed_.push_back(false);
     return out_.add_tensor(std::move(tensor));
@@ -242,6 +252,7 @@ class Partitioner {
   }
 
   void place(const ir::Op& original) {
+    if (vocab_.rewrite(original)) return;
     ir::Op op = original;
     if (op.type == "Sum") op = sum_partial_terms_first(std::move(op));
     if ((op.type == "piper.MatMul" || op.type == "Gemm") && op.inputs.size() > 2 &&
@@ -662,6 +673,7 @@ class Partitioner {
   std::vector<Placement> held_;  // per tensor of in_: how the replicas hold it (expert parallelism)
   std::vector<bool> data_;       // per tensor of in_: computed from the batch
   ir::TensorId replica_scale_ = -1;
+  VocabParallel vocab_{*this};
 };
 
 }  // namespace

@@ -635,6 +635,34 @@ OpPlacement place_class_loss(const Site& site, bool gradient) {
   return result;
 }
 
+// GatherND and piper.GatherNDGrad (data or dY, indices): a batch dimension (before
+// `batch_dims`) split in either splits both and the output; linear in the data (or dY).
+// GatherElements and piper.GatherElementsGrad alike for a dimension other than `axis`. The
+// vocabulary-parallel rewrite (directives/vocab_parallel.h) gathers each member's block so.
+OpPlacement place_aligned_gather(const Site& site, bool nd) {
+  const int rank = nd ? std::min(site.input_rank(0), site.input_rank(1)) : site.input_rank(0);
+  const int axis = normalize_axis(attr_int(site.op.attributes, "axis", 0), rank);
+  const int64_t batch_dims = attr_int(site.op.attributes, "batch_dims", 0);
+  const auto aligned = [&](const Placement& p) {
+    if (!p.is_sharded()) return false;
+    if (nd) return p.dim < batch_dims;
+    const int64_t extent = site.output_shape(0)[p.dim];
+    return p.dim != axis && site.input_shape(0)[p.dim] == extent &&
+           site.input_shape(1)[p.dim] == extent;
+  };
+  OpPlacement result = site.replicated();
+  for (size_t i = 0; i < 2; ++i) {
+    if (!aligned(site.in(i))) continue;
+    const Placement split = site.in(i);
+    result.inputs[0] = result.inputs[1] = split;
+    result.outputs[0] = split;
+    return result;
+  }
+  if (site.in(0).is_partial() && site.in(1).is_replicated())
+    return site.first(site.in(0), site.in(0));
+  return result;
+}
+
 // piper.FusedAttention (Q, Kt, V[, Mask]) and its gradient: independent over the leading
 // (batch and head) dimensions; the gradient is linear in dY.
 OpPlacement place_attention(const Site& site, bool gradient) {
@@ -773,6 +801,12 @@ const std::map<std::string, Rule>& rules() {
     t["piper.LayerNormalizationGrad"] = place_layer_norm_grad;
     t["Gather"] = place_gather;
     t["piper.GatherGrad"] = place_gather_grad;
+    t["GatherND"] = [](const Site& site) { return place_aligned_gather(site, true); };
+    t["piper.GatherNDGrad"] = [](const Site& site) { return place_aligned_gather(site, true); };
+    t["GatherElements"] = [](const Site& site) { return place_aligned_gather(site, false); };
+    t["piper.GatherElementsGrad"] = [](const Site& site) {
+      return place_aligned_gather(site, false);
+    };
     t["piper.FusedAttention"] = [](const Site& site) { return place_attention(site, false); };
     t["piper.FusedAttentionGrad"] = [](const Site& site) { return place_attention(site, true); };
     t["piper.BiasGelu"] = place_bias_gelu;

@@ -3,8 +3,10 @@ configs, random weights, the model's own loss, torch.onnx.export in training mod
 never edited) train with Piper as with PyTorch from the same weights on the same rows: on one
 rank, on 2 replicas with ZeRO-2 and 2 microbatches, and as a 2-stage 1F1B pipeline, each 10
 AdamW steps with every loss within 1e-4 relative and every final weight within 1e-3; on one
-rank in bf16 within 1e-2 per step of PyTorch's CPU autocast (docs/strategy.md). Attention fuses
-once per layer where the architecture's attention is the fused kernel's.
+rank in bf16 within 1e-2 per step of PyTorch's CPU autocast (docs/strategy.md). The decoders
+also train under Megatron's tensor parallelism over 2 devices, and with their embedding, head
+and cross-entropy split along the vocabulary too. Attention fuses once per layer where the
+architecture's attention is the fused kernel's.
 
 Runs in the venv tools/install-deps.sh creates (third_party/hf-venv, transformers 4.40.2 over
 /usr/bin/python3's torch); CTest starts it with /usr/bin/python3 and --hf-python VENV_PYTHON,
@@ -39,6 +41,7 @@ run_under_hf_python()
 
 import copy  # noqa: E402
 import fnmatch  # noqa: E402
+import json  # noqa: E402
 import importlib.util  # noqa: E402
 import re  # noqa: E402
 import tempfile  # noqa: E402
@@ -105,6 +108,13 @@ ARCHITECTURES = {
              "fuses_attention": True,
              "key_biases": {"*attention.self.key.bias": slice(None)}},
 }
+
+# Vocabulary parallelism on top: the token embedding and the output head split along the
+# vocabulary (GPT-2's head is its embedding, tied), the cross-entropy computed blockwise.
+DECODER_VOCAB_PARALLEL = {"*embed_tokens.weight": 0, "*lm_head.weight": 0}
+VOCAB_PARALLEL = {"gpt2": {"*wte.weight": 0}, "llama": DECODER_VOCAB_PARALLEL,
+                  "mistral": DECODER_VOCAB_PARALLEL, "qwen2": DECODER_VOCAB_PARALLEL,
+                  "mixtral": DECODER_VOCAB_PARALLEL}
 
 RESULTS = {}  # (architecture, strategy) -> (worst loss error, worst weight error)
 
@@ -266,11 +276,26 @@ def check_tensor_parallel_two(self):
                  "params": ARCHITECTURES[self.arch]["tensor_parallel"]}])
 
 
+def check_vocab_parallel_two(self):
+    """The same with the embedding, the head and the loss split along the vocabulary."""
+    params = dict(ARCHITECTURES[self.arch]["tensor_parallel"], **VOCAB_PARALLEL[self.arch])
+    self.check_against_pytorch("tp2_vocab", [{"op": "shard", "devices": [0, 1],
+                                              "params": params}])
+    # The loss ran blockwise: no cross-entropy kernel reads the logits whole.
+    plan = os.path.join(self.tmp.name, "tp2_vocab", "plans", "rank0.plan")
+    dump = json.loads(harness.run_ok([Tools.dump, "--json", plan]).stdout)
+    kernels = {i["kernel"]["op_type"] for stream in dump["streams"]
+               for i in stream.get("instructions", []) if "kernel" in i}
+    self.assertNotIn("SoftmaxCrossEntropyLoss", kernels, f"[{self.arch} tp2_vocab]")
+
+
 for _arch, _info in ARCHITECTURES.items():
     _name = f"{_arch.capitalize()}MatchesPyTorch"
     _methods = {"arch": _arch}
     if "tensor_parallel" in _info:
         _methods["test_tensor_parallel_two"] = check_tensor_parallel_two
+    if _arch in VOCAB_PARALLEL:
+        _methods["test_vocab_parallel_two"] = check_vocab_parallel_two
     globals()[_name] = type(_name, (HuggingFaceHarness, unittest.TestCase), _methods)
 
 

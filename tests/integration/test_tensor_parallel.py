@@ -2,7 +2,9 @@
 real processes: samples/gpt and the variants of tp_models.py (4 heads with
 biases, GQA, tied embeddings, SwiGLU with RMSNorm) trained 10 AdamW steps
 under TP=2, TP=4, TP=2 x DP=2 with ZeRO-1 and with ZeRO-3 (2 microbatches)
-and TP=2 x PP=2 (1F1B), launched with piper-launch (Gloo over localhost),
+and TP=2 x PP=2 (1F1B), and with the embedding and head split along the
+vocabulary too (vocabulary parallelism, under TP=2, TP=4, sequence
+parallelism, bf16, DP and PP), launched with piper-launch (Gloo over localhost),
 give every step's loss within 1e-5 relative of the single-process run of the
 same model and global batch, and final weights (--save-onnx gathers the
 tensor-parallel blocks into whole initializers) within 1e-4. The plans
@@ -53,8 +55,10 @@ class Layout:
     """A strategy over a device mesh and what rank 0 holds under it."""
 
     def __init__(self, name, mesh, directives, annotations=(), zero=0, microbatches=1,
-                 layers=tp_models.LAYERS, sequence_parallel=False, precision="fp32"):
+                 layers=tp_models.LAYERS, sequence_parallel=False, precision="fp32",
+                 vocab=False):
         self.name = name
+        self.vocab = vocab  # the embedding and head split along the vocabulary too
         self.sequence_parallel = sequence_parallel
         self.precision = precision
         # In bf16 each member rounds its partial sum to bf16 before the all-reduce adds them
@@ -88,33 +92,37 @@ class Layout:
         return GLOBAL_BATCH // self.dp // self.microbatches
 
 
-def tp_only(degree):
-    return Layout(f"tp{degree}", [("tp", degree)], [])
+def suffix(vocab):
+    return "_vocab" if vocab else ""
 
 
-def tp_sequence_parallel():
-    return Layout("tp2_sp", [("tp", 2)], [], sequence_parallel=True)
+def tp_only(degree, vocab=False):
+    return Layout(f"tp{degree}" + suffix(vocab), [("tp", degree)], [], vocab=vocab)
 
 
-def tp_bf16():
-    return Layout("tp2_bf16", [("tp", 2)], [], precision="bf16")
+def tp_sequence_parallel(vocab=False):
+    return Layout("tp2_sp" + suffix(vocab), [("tp", 2)], [], sequence_parallel=True, vocab=vocab)
 
 
-def tp_dp(zero):
-    return Layout(f"tp2_dp2_zero{zero}", [("dp", 2), ("tp", 2)],
+def tp_bf16(vocab=False):
+    return Layout("tp2_bf16" + suffix(vocab), [("tp", 2)], [], precision="bf16", vocab=vocab)
+
+
+def tp_dp(zero, vocab=False):
+    return Layout(f"tp2_dp2_zero{zero}" + suffix(vocab), [("dp", 2), ("tp", 2)],
                   [{"op": "split", "dim_name": "MB", "num_microbatches": MICROBATCHES},
                    {"op": "zero", "stage": zero, "axis": "dp"}],
-                  zero=zero, microbatches=MICROBATCHES)
+                  zero=zero, microbatches=MICROBATCHES, vocab=vocab)
 
 
-def tp_pp():
+def tp_pp(vocab=False):
     half = tp_models.LAYERS // 2
     stages = [{"match": f"/blocks.{layer}/*", "tags": {"PP": layer // half}}
               for layer in range(tp_models.LAYERS)]
-    return Layout("tp2_pp2_1f1b", [("pp", 2), ("tp", 2)],
+    return Layout("tp2_pp2_1f1b" + suffix(vocab), [("pp", 2), ("tp", 2)],
                   [{"op": "pipeline", "schedule": "1f1b", "axis": "pp",
                     "num_microbatches": MICROBATCHES}],
-                  stages, microbatches=MICROBATCHES, layers=half)
+                  stages, microbatches=MICROBATCHES, layers=half, vocab=vocab)
 
 
 # Each strategy and the models it trains: every model under TP=2; TP=4 needs 4 query and
@@ -127,6 +135,14 @@ CASES = {
     "tp2_dp2_zero1": (tp_dp(1), ["gpt", "swiglu"]),
     "tp2_dp2_zero3": (tp_dp(3), ["gpt", "gqa"]),
     "tp2_pp2_1f1b": (tp_pp(), ["gpt", "tied"]),
+    # Vocabulary parallelism: samples/gpt's head has a bias, "tied" reads the embedding as its
+    # head, "swiglu"'s head has no bias; with dp, microbatches make the token mean global.
+    "tp2_vocab": (tp_only(2, vocab=True), ["gpt", "tied", "swiglu"]),
+    "tp4_vocab": (tp_only(4, vocab=True), ["heads4"]),
+    "tp2_sp_vocab": (tp_sequence_parallel(vocab=True), ["gpt"]),
+    "tp2_bf16_vocab": (tp_bf16(vocab=True), ["tied"]),
+    "tp2_dp2_zero1_vocab": (tp_dp(1, vocab=True), ["gpt", "tied"]),
+    "tp2_pp2_1f1b_vocab": (tp_pp(vocab=True), ["tied"]),
 }
 
 
@@ -184,6 +200,8 @@ class TensorParallel(unittest.TestCase):
     @classmethod
     def plan_layout(cls, model, layout):
         params = tp_models.megatron_params(cls.torch_model(model))
+        if layout.vocab:
+            params.update(tp_models.vocab_params(cls.torch_model(model)))
         return cls.plan(model, layout.name, layout.strategy(params))
 
     @classmethod
@@ -297,6 +315,63 @@ class TensorParallel(unittest.TestCase):
     def test_tp2_pp2_1f1b(self):
         self.check_case("tp2_pp2_1f1b")
 
+    def test_tp2_vocab(self):
+        self.check_case("tp2_vocab")
+
+    def test_tp4_vocab(self):
+        self.check_case("tp4_vocab")
+
+    def test_tp2_sequence_parallel_vocab(self):
+        self.check_case("tp2_sp_vocab")
+
+    def test_tp2_bf16_vocab(self):
+        self.check_case("tp2_bf16_vocab")
+
+    def test_tp2_dp2_zero1_vocab(self):
+        self.check_case("tp2_dp2_zero1_vocab")
+
+    def test_tp2_pp2_1f1b_vocab(self):
+        self.check_case("tp2_pp2_1f1b_vocab")
+
+    def test_vocab_parallel_never_holds_the_vocabulary_whole(self):
+        """Split along the vocabulary, the embedding and the head are never
+        gathered, nor are the logits or their gradient: no tensor of rank 0's
+        plan has the whole vocabulary as a dimension ("swiglu" has no other
+        dimension of that size), where the plan with only the layers split
+        holds the whole logits; no collective moves more than b*s*h elements."""
+        vocab = tp_models.VOCAB
+        layout = CASES["tp2_vocab"][0]
+        _, plans = self.plan_layout("swiglu", CASES["tp2"][0])
+        whole = [t["name"] for t in self.dump(plans)["tensors"]
+                 if str(vocab) in t.get("shape", [])]
+        self.assertTrue(whole, "the layers-only plan should hold the whole logits")
+        for model in CASES["tp2_vocab"][1]:
+            with self.subTest(model=model):
+                _, plans = self.plan_layout(model, layout)
+                plan = self.dump(plans)
+                hidden = self.torch_model(model).tok.weight.shape[1]
+                elements = layout.rows() * tp_models.BLOCK * hidden
+                moved = self.tp_all_reduces(plan, layout,
+                                            ("ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER"))
+                self.assertEqual([m for m in moved if m[1] > elements], [], f"[{model}]")
+                instructions = [i for s in plan["streams"] for i in s.get("instructions", [])]
+                kernels = {i["kernel"]["op_type"] for i in instructions if "kernel" in i}
+                self.assertFalse(kernels & {"SoftmaxCrossEntropyLoss",
+                                            "piper.SoftmaxCrossEntropyLossGrad"}, f"[{model}]")
+                # Neither the vocabulary-split weights nor their gradients are gathered.
+                for i in instructions:
+                    collective = i.get("collective", {})
+                    names = [plan["tensors"][t]["name"] for side in ("inputs", "outputs")
+                             for t in collective.get(side, [])]
+                    self.assertEqual([n for n in names if n.split("/")[-1].startswith(
+                        ("tok.weight", "head."))], [], f"[{model}] {i.get('label')}")
+                if model == "swiglu":
+                    whole = [(t["name"], t["shape"]) for t in plan["tensors"]
+                             if str(vocab) in t.get("shape", [])]
+                    self.assertEqual(whole, [], f"[{model}] tensors of the whole vocabulary")
+                print(f"[{model} tp2_vocab] no collective moves more than {elements} "
+                      f"elements; the loss and lookup run on vocabulary blocks")
+
     def sharded_bytes(self, model):
         """Bytes of the initializers the Megatron plan splits."""
         globs = tp_models.megatron_params(self.torch_model(model))
@@ -364,6 +439,8 @@ class TensorParallel(unittest.TestCase):
         its rows per microbatch, s the sequence and h the hidden size."""
         for case, (layout, models) in CASES.items():
             for model in models:
+                if layout.vocab:
+                    continue  # test_vocab_parallel_never_holds_the_vocabulary_whole
                 with self.subTest(case=case, model=model):
                     _, plans = self.plan_layout(model, layout)
                     if layout.sequence_parallel:

@@ -3,7 +3,9 @@ ignore_index -100), trained on targets that are -100 at a different number of po
 every row, as HF labels mark padding and unmasked tokens. One process matches PyTorch; 2
 replicas x ZeRO-2, 2 microbatches, and both together match one process (every step's loss
 within 1e-5 relative, final weights within 1e-4), where the mean of each part's own mean (what
-DDP trains) does not: the test checks that it differs on this data."""
+DDP trains) does not: the test checks that it differs on this data. Split along the vocabulary
+over 2 tensor-parallel members (the embedding and the head), alone and with 2 replicas x 2
+microbatches, the blockwise cross-entropy keeps ignore_index and the global token mean exact."""
 import importlib.util
 import os
 import tempfile
@@ -26,6 +28,7 @@ PYTORCH_LOSS_RTOL = 1e-4
 PYTORCH_WEIGHT_RTOL = 1e-3
 OPTIMIZER = {"type": "adamw", "lr": 0.01, "weight_decay": 0.01}
 FROZEN = ["*mask*"]  # the causal-mask buffers
+VOCAB_SHARD = {"op": "shard", "axis": "tp", "params": {"tok.weight": 0, "head.*": 0}}
 
 
 def gpt_module():
@@ -68,13 +71,13 @@ class TokenMeansMatchOneProcess(unittest.TestCase):
         cls.tmp.cleanup()
 
     @classmethod
-    def train(cls, name, strategy_directives, launch=True):
+    def train(cls, name, strategy_directives, launch=True, **extra):
         work = os.path.join(cls.tmp.name, name)
         os.makedirs(work)
         strategy = harness.write_json(
             os.path.join(work, "strategy.json"),
             harness.strategy(GLOBAL_BATCH, OPTIMIZER, directives=strategy_directives,
-                             frozen=FROZEN))
+                             frozen=FROZEN, **extra))
         plans = os.path.join(work, "plans")
         harness.run_ok([Tools.plan, cls.model_path, strategy, "-o", plans])
         return dp.train_plans(work, plans, cls.data, launch)
@@ -127,6 +130,21 @@ class TokenMeansMatchOneProcess(unittest.TestCase):
         if replicas == 1:
             strategy_directives = strategy_directives[:1]  # the split alone
         losses, weights = self.train(name, strategy_directives, launch=replicas > 1)
+        self.check_against_one_process(name, losses, weights)
+
+    def check_vocab_parallel(self, replicas, microbatches):
+        name = f"tp2_vocab_dp{replicas}_mb{microbatches}"
+        strategy_directives = [VOCAB_SHARD]
+        mesh = [["tp", 2]]
+        if replicas > 1:
+            strategy_directives = [
+                {"op": "split", "dim_name": "MB", "num_microbatches": microbatches},
+                {"op": "zero", "stage": 1, "axis": "dp"}, VOCAB_SHARD]
+            mesh = [["dp", replicas], ["tp", 2]]
+        losses, weights = self.train(name, strategy_directives, mesh=mesh)
+        self.check_against_one_process(name, losses, weights)
+
+    def check_against_one_process(self, name, losses, weights):
         want_losses, want_weights = self.reference
         self.assertEqual(len(losses), STEPS, name)
         for step, (got, want) in enumerate(zip(losses, want_losses)):
@@ -145,6 +163,12 @@ class TokenMeansMatchOneProcess(unittest.TestCase):
 
     def test_two_replicas_zero2_two_microbatches(self):
         self.check(2, 2, 2)
+
+    def test_vocab_parallel(self):
+        self.check_vocab_parallel(1, 1)
+
+    def test_vocab_parallel_two_replicas_two_microbatches(self):
+        self.check_vocab_parallel(2, 2)
 
 
 if __name__ == "__main__":

@@ -217,6 +217,16 @@ def megatron_params(model):
     return params
 
 
+def vocab_params(model):
+    """The `params` that split the token embedding and an untied output head along the
+    vocabulary (dimension 0 of their [V, d] weights, and the head's bias)."""
+    names = {name for name, _ in model.named_parameters()}
+    params = {"tok.weight": 0}
+    if "head.weight" in names:
+        params["head.*"] = 0
+    return params
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--output", required=True, help="directory for <variant>.onnx")
