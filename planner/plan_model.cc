@@ -16,6 +16,7 @@
 #include "planner/autodiff/autodiff.h"
 #include "planner/autodiff/op_dtypes.h"
 #include "planner/autodiff/optimizer.h"
+#include "planner/batch_means.h"
 #include "planner/directives/directive.h"
 #include "planner/directives/expand.h"
 #include "planner/directives/transfers.h"
@@ -43,9 +44,14 @@ std::string new_plan_id() {
   return id.str();
 }
 
+struct BatchParts {
+  int64_t microbatches = 1;
+  int64_t replicas = 1;
+};
+
 // The batch one task instance processes: the global batch over microbatches
 // and replicas. Replicas made by `place` must be kept in sync by `replicate`.
-int64_t planned_batch(const strategy::Strategy& strategy) {
+int64_t planned_batch(const strategy::Strategy& strategy, BatchParts* parts_out = nullptr) {
   int64_t microbatches = 1;
   size_t replicas = 1;
   std::vector<int64_t> placed;
@@ -72,6 +78,7 @@ int64_t planned_batch(const strategy::Strategy& strategy) {
                 " microbatch(es) x " + std::to_string(replicas) +
                 " replica(s); choose a multiple of " + std::to_string(parts));
   }
+  if (parts_out != nullptr) *parts_out = {microbatches, static_cast<int64_t>(replicas)};
   return strategy.global_batch / parts;
 }
 
@@ -178,6 +185,9 @@ ir::OpGraph training_graph(const std::string& model_path, const strategy::Strate
     throw Error(model_path + ": " + error.what());
   }
   add_optimizer(graph, strategy.optimizer);
+  BatchParts parts;
+  planned_batch(strategy, &parts);
+  make_batch_means_global(graph, parts.replicas, parts.microbatches, model_path, strategy.source);
   if (strategy.precision == "tf32") allow_tf32(graph);
   infer_run_time_extents(graph, model_path);
   return graph;

@@ -90,35 +90,12 @@ class Partitioner final : public PlacingGraph {
   // S(0)) through the whole-replica rules finds which, and every tensor's whole shape over the
   // group; ops placed no other way run as each replica's own (untouched), and only those that
   // meet the split parameters are placed, their reshards turning rows into expert blocks.
-  //
-  // The rules see each replica's rows as one whole (a group of one): which dimension of a
-  // replica's tensor its rows lie along does not depend on how many replicas there are.
   void track_replica_placements() {
-    held_.assign(static_cast<size_t>(in_.num_tensors()), Placement{});
-    data_.assign(static_cast<size_t>(in_.num_tensors()), false);
-    const std::vector<ir::Shape> rows = whole_;
-    for (ir::TensorId input : in_.inputs) {
-      data_[input] = true;
-      if (in_.tensor(input).shape.empty()) continue;
-      held_[input] = Placement::sharded(0);
-      whole_[input][0] *= parts_;
-    }
-    for (const ir::Op& op : in_.ops()) {
-      std::vector<Placement> given;
-      bool data = false;
-      for (ir::TensorId in : op.inputs) {
-        given.push_back(in >= 0 ? held_[in] : Placement{});
-        data = data || (in >= 0 && data_[in]);
-      }
-      const ir::OpPlacement decision = ir::place_op(in_, op, given, rows, 1);
-      const bool as_held = decision.inputs == given;
-      for (size_t j = 0; j < op.outputs.size(); ++j) {
-        const ir::TensorId out = op.outputs[j];
-        if (out < 0) continue;
-        data_[out] = data && op.type != "Shape";
-        held_[out] = as_held ? decision.outputs[j] : Placement{};
-        if (held_[out].is_sharded()) whole_[out][held_[out].dim] *= parts_;
-      }
+    ir::ReplicaRows rows = ir::replica_placements(in_);
+    held_ = std::move(rows.held);
+    data_ = std::move(rows.data);
+    for (ir::TensorId id = 0; id < in_.num_tensors(); ++id) {
+      if (held_[id].is_sharded()) whole_[id][held_[id].dim] *= parts_;
     }
   }
 

@@ -579,10 +579,12 @@ OpPlacement place_gather_grad(const Site& site) {
   return result;
 }
 
-// TopK (X, K) along `axis`, and CumSum (X, axis): rows off the axis are independent.
+// TopK (X, K), ArgMax and ArgMin (X) along `axis`, and CumSum (X, axis): rows off the axis are
+// independent.
 OpPlacement place_along_axis(const Site& site) {
   const Placement& x = site.in(0);
-  int axis = static_cast<int>(attr_int(site.op.attributes, "axis", -1));
+  const bool arg = site.op.type == "ArgMax" || site.op.type == "ArgMin";
+  int axis = static_cast<int>(attr_int(site.op.attributes, "axis", arg ? 0 : -1));
   if (site.op.type == "CumSum") {
     const auto given = site.has_input(1) ? constant_ints(site.graph, site.op.inputs[1])
                                          : std::optional<std::vector<int64_t>>{};
@@ -592,7 +594,10 @@ OpPlacement place_along_axis(const Site& site) {
   if (!x.is_sharded() || x.dim == normalize_axis(axis, site.input_rank(0))) {
     return site.replicated();
   }
-  OpPlacement result = site.keep_inputs(x);
+  const bool dropped = arg && attr_int(site.op.attributes, "keepdims", 1) == 0 &&
+                       x.dim > normalize_axis(axis, site.input_rank(0));
+  OpPlacement result = site.keep_inputs(dropped ? Placement::sharded(x.dim - 1) : x);
+  result.inputs[0] = x;
   for (size_t i = 1; i < site.num_inputs(); ++i) result.inputs[i] = {};
   return result;
 }
@@ -619,7 +624,9 @@ OpPlacement place_class_loss(const Site& site, bool gradient) {
     const int label = site.in(scores + 1).dim;
     dim = label < 1 ? label : label + 1;
   }
-  if (dim < 0 || dim == 1 || reduction == "mean") return site.replicated();
+  // Over a group of one (a replica's own rows, ir::replica_placements) a mean is the whole's.
+  const bool whole_mean = reduction == "mean" && site.group_size > 1;
+  if (dim < 0 || dim == 1 || whole_mean) return site.replicated();
   const Placement rows = Placement::sharded(dim);
   const Placement label_rows = Placement::sharded(dim < 1 ? dim : dim - 1);
   OpPlacement result = site.replicated();
@@ -630,7 +637,9 @@ OpPlacement place_class_loss(const Site& site, bool gradient) {
     result.outputs[0] = rows;
     return result;
   }
-  result.outputs[0] = reduction == "none" ? label_rows : Placement::partial();
+  result.outputs[0] = reduction == "none"  ? label_rows
+                      : reduction == "sum" ? Placement::partial()
+                                           : Placement{};
   if (result.outputs.size() > 1) result.outputs[1] = rows;
   return result;
 }
@@ -743,6 +752,9 @@ OpPlacement place_update(const Site& site) {
 
 // Piper's collectives over the group: what they take and give.
 OpPlacement place_collective(const Site& site) {
+  // Over the data-parallel replicas (exact batch means): nothing to do with the group's.
+  if (attr_string(site.op.attributes, "group", "") == "replicas")
+    return site.keep_inputs(site.in(0));
   OpPlacement result = site.replicated();
   if (site.op.type == "piper.AllReduce") {
     result.inputs[0] = Placement::partial();
@@ -816,6 +828,8 @@ const std::map<std::string, Rule>& rules() {
     t["Einsum"] = place_einsum;
     t["TopK"] = place_along_axis;
     t["CumSum"] = place_along_axis;
+    t["ArgMax"] = place_along_axis;
+    t["ArgMin"] = place_along_axis;
     t["OneHot"] = place_one_hot;
     for (const char* op : {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"}) {
       t[op] = [](const Site& site) { return place_class_loss(site, false); };
@@ -847,6 +861,59 @@ OpPlacement place_op(const OpGraph& graph, const Op& op, const std::vector<Place
   const auto elementwise = elementwise_ops().find(op.type);
   if (elementwise != elementwise_ops().end()) return place_elementwise(site, elementwise->second);
   return site.replicated();
+}
+
+namespace {
+
+bool concatenates_rows(const Op& op, const Placements& given, const std::vector<Shape>& rows) {
+  if (op.type != "Concat" || given.empty() || !given[0].is_sharded()) return false;
+  const auto same = [&](const Placement& p) { return p == given[0]; };
+  const int axis = normalize_axis(attr_int(op.attributes, "axis", 0),
+                                  static_cast<int>(rows[op.outputs[0]].size()));
+  return std::all_of(given.begin(), given.end(), same) && given[0].dim == axis;
+}
+
+}  // namespace
+
+ReplicaRows replica_placements(const OpGraph& graph, bool rows_in_any_order) {
+  ReplicaRows result;
+  result.held.assign(static_cast<size_t>(graph.num_tensors()), Placement{});
+  result.data.assign(static_cast<size_t>(graph.num_tensors()), false);
+  std::vector<Shape> rows;  // a replica's rows are its whole (a group of one)
+  for (const Tensor& tensor : graph.tensors()) rows.push_back(tensor.shape);
+  for (TensorId input : graph.inputs) {
+    result.data[input] = true;
+    if (!graph.tensor(input).shape.empty()) result.held[input] = Placement::sharded(0);
+  }
+  for (const Op& op : graph.ops()) {
+    Placements given;
+    bool data = false;
+    for (TensorId in : op.inputs) {
+      given.push_back(in >= 0 ? result.held[in] : Placement{});
+      data = data || (in >= 0 && result.data[in]);
+    }
+    // A shape, or an average over every replica (planner/batch_means.h), is alike on all.
+    const bool alike = op.type == "Shape" || attr_string(op.attributes, "group", "") == "replicas";
+    for (TensorId out : op.outputs) {
+      if (out >= 0) result.data[out] = data && !alike;
+    }
+    OpPlacement decision = place_op(graph, op, given, rows, 1);
+    if (rows_in_any_order && concatenates_rows(op, given, rows)) decision = {given, {given[0]}};
+    // A tensor computed from no data (a mask expanded to the rows) is every row's alike: it
+    // is read as the replica's rows where the op needs it so.
+    bool as_held = true;
+    for (size_t i = 0; i < given.size(); ++i) {
+      const TensorId in = op.inputs[i];
+      if (in < 0 || given[i] == decision.inputs[i]) continue;
+      as_held = as_held && given[i].is_replicated() && decision.inputs[i].is_sharded() &&
+                !result.data[in];
+    }
+    if (!as_held) continue;
+    for (size_t j = 0; j < op.outputs.size(); ++j) {
+      if (op.outputs[j] >= 0) result.held[op.outputs[j]] = decision.outputs[j];
+    }
+  }
+  return result;
 }
 
 const Placement& held_placement(const OpGraph& graph, TensorId tensor) {

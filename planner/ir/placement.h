@@ -28,6 +28,17 @@ OpPlacement place_op(const OpGraph& graph, const Op& op, const std::vector<Place
                      const std::vector<Shape>& whole, int64_t group_size,
                      const std::vector<Placement>* preferred_outputs = nullptr);
 
+// How the data-parallel replicas of `graph` hold each tensor (indexed by id) when every
+// replica runs it on its own rows of the batch, the graph inputs' first dimension: their rows
+// along a dimension (Sharded), a partial sum over their rows, or Replicated (not data, or an
+// op no rule places). With `rows_in_any_order`, a Concat along the rows' dimension keeps them
+// there though each replica's rows are no longer one block (what a mean over them needs).
+struct ReplicaRows {
+  std::vector<Placement> held;  // per tensor
+  std::vector<bool> data;       // per tensor: computed from the batch inputs
+};
+ReplicaRows replica_placements(const OpGraph& graph, bool rows_in_any_order = false);
+
 // What `tensor` holds is placed as this: a ZeRO slice (Tensor::shard_of) is a slice of its
 // whole tensor's block.
 const Placement& held_placement(const OpGraph& graph, TensorId tensor);

@@ -107,12 +107,14 @@ class Lowering {
         }
       }
     }
-    // Expert parallelism: reshards run over the replicas of the task that needs them.
+    // Expert parallelism's reshards and the batch means' averages run over the replicas of
+    // the task that needs them.
     for (const ir::Task& task : graph.tasks()) {
-      if (ops_.replica_group > 0 && task.kind == ir::TaskKind::kCompute &&
-          task.devices.size() > 1) {
-        group_id(task.devices);
+      if (task.kind != ir::TaskKind::kCompute || task.devices.size() < 2 ||
+          (ops_.replica_group == 0 && !averages_over_replicas(task))) {
+        continue;
       }
+      for (int member = 0; member < parts_; ++member) group_id(ranks_of(task.devices, member));
     }
     for (const ir::Task& task : graph.tasks()) {
       microbatches_ = std::max(microbatches_, task.microbatch + 1);
@@ -318,6 +320,12 @@ class Lowering {
     }
   }
 
+  bool averages_over_replicas(const ir::Task& task) const {
+    return std::any_of(task.ops.begin(), task.ops.end(), [&](ir::OpId op) {
+      return ir::attr_string(ops_.op(op).attributes, "group", "") == "replicas";
+    });
+  }
+
   static bool is_tensor_parallel_collective(const std::string& type) {
     return type == "piper.AllReduce" || type == "piper.AllGather" ||
            type == "piper.ReduceScatter" || type == "piper.AllToAll";
@@ -325,8 +333,10 @@ class Lowering {
 
   // The group a placed tensor's reshards and blocks are over: this rank's tensor-parallel
   // group, or under expert parallelism the replicas of the task.
-  int placement_group(const ir::Task& task) const {
-    if (ops_.replica_group > 0) return group_ids_.at(ranks_of(task.devices, member_));
+  int placement_group(const ir::Task& task, const ir::Op& op) const {
+    if (ops_.replica_group > 0 || ir::attr_string(op.attributes, "group", "") == "replicas") {
+      return group_ids_.at(ranks_of(task.devices, member_));
+    }
     return group_ids_.at(graph_.shard_groups.at(device_));
   }
 
@@ -339,7 +349,8 @@ class Lowering {
                         : op.type == "piper.AllGather" ? plan::Collective::ALL_GATHER
                         : op.type == "piper.AllToAll"  ? plan::Collective::ALL_TO_ALL
                                                        : plan::Collective::REDUCE_SCATTER);
-    collective.set_group(placement_group(task));
+    collective.set_group(placement_group(task, op));
+    collective.set_average(ir::attr_int(op.attributes, "average", 0) != 0);
     collective.add_inputs(use(op.inputs.at(0), task.microbatch));
     collective.add_outputs(use(op.outputs.at(0), task.microbatch));
   }
@@ -510,11 +521,12 @@ class Lowering {
   // replicas of the task that uses it (expert parallelism).
   void describe_block(plan::ParameterBlock& block, const ir::Tensor& tensor) const {
     const int dim = tensor.placement.dim;
-    const int index = ops_.replica_group > 0 ? replica_index(*using_task_) : member_;
+    const bool over_replicas = ops_.replica_group > 0;
     block.set_dim(dim);
     block.set_size(tensor.shape.at(dim));
-    block.set_start(index * tensor.shape.at(dim));
-    block.set_group(placement_group(*using_task_));
+    block.set_start((over_replicas ? replica_index(*using_task_) : member_) * tensor.shape.at(dim));
+    block.set_group(over_replicas ? group_ids_.at(ranks_of(using_task_->devices, member_))
+                                  : group_ids_.at(graph_.shard_groups.at(device_)));
   }
 
   void add_batch_inputs() {

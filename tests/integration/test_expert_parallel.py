@@ -27,6 +27,7 @@ import unittest
 import numpy as np
 import onnx
 import torch
+import torch.nn.functional as F
 from onnx import numpy_helper
 
 import harness
@@ -59,15 +60,36 @@ def moe_sample():
     return module
 
 
-# Models: the sample, and 8 narrower experts (EP=4 gives each replica two).
-VARIANTS = {"moe": {}, "moe8": {"experts": 8, "hidden_mult": 1}}
+# Models: the sample, 8 narrower experts (EP=4 gives each replica two), and the sample with
+# GShard's load-balancing loss added to its loss.
+VARIANTS = {"moe": {}, "moe8": {"experts": 8, "hidden_mult": 1}, "moe_aux": {}}
+AUX_WEIGHT = 0.5
 
 
 def build_model(name):
     moe = moe_sample()
     torch.manual_seed(moe.SEED)
     options = VARIANTS[name]
-    return moe.gpt.GPT(make_mlp=lambda d: moe.MoE(d, **options))
+    if name != "moe_aux":
+        return moe.gpt.GPT(make_mlp=lambda d: moe.MoE(d, **options))
+
+    class BalancedMoE(moe.MoE):
+        """GShard's auxiliary loss: E x sum over experts of (the fraction of tokens whose
+        first choice is e) x (e's mean router probability), both means over every token of
+        the batch, so a product of batch means."""
+
+        def forward(self, x):
+            gates = F.softmax(self.router(x), dim=-1)
+            first = F.one_hot(torch.argmax(gates, dim=-1), self.experts).to(x.dtype)
+            self.aux = self.experts * torch.sum(first.mean(dim=(0, 1)) * gates.mean(dim=(0, 1)))
+            return super().forward(x)
+
+    class BalancedGPT(moe.gpt.GPT):
+        def forward(self, idx, targets):
+            loss = super().forward(idx, targets)
+            return loss + AUX_WEIGHT * sum(block.mlp.aux for block in self.blocks)
+
+    return BalancedGPT(make_mlp=BalancedMoE)
 
 
 def strategy(ep, precision="fp32", zero=0, microbatches=1, pipeline=False):
@@ -102,6 +124,7 @@ CASES = {
     "ep4_zero2_mb2": (dict(ep=4, zero=2, microbatches=MICROBATCHES), ["moe"]),
     "ep2_pp2_1f1b": (dict(ep=2, pipeline=True, microbatches=MICROBATCHES), ["moe"]),
     "ep2_bf16": (dict(ep=2, precision="bf16"), ["moe"]),
+    "ep2_zero2": (dict(ep=2, zero=2), ["moe_aux"]),
 }
 
 
@@ -292,6 +315,41 @@ class ExpertParallel(unittest.TestCase):
 
     def test_ep2_bf16(self):
         self.check_case("ep2_bf16")
+
+    def test_ep2_zero2_load_balancing_loss(self):
+        """A product of batch means: each replica averages the means with the others'."""
+        self.check_case("ep2_zero2")
+
+    def test_load_balancing_loss_two_replicas_zero2(self):
+        """Data parallelism alone: the means are averaged over the replicas, where the mean of
+        each replica's own product (what DDP trains) is another objective, and a split of the
+        batch into microbatches is refused naming the mean."""
+        model = "moe_aux"
+        work, plans = self.plan(model, "dp2_zero2", {
+            "directives": [{"op": "zero", "stage": 2, "devices": [0, 1]}]})
+        losses, weights = self.train(work, plans, launch=True)
+        want_losses, want_weights = self.reference(model)
+        for step, (got, want) in enumerate(zip(losses, want_losses)):
+            self.assertLessEqual(abs(got - want) / abs(want), LOSS_RTOL,
+                                 f"[{model} dp2] step {step}: {got!r} vs one process {want!r}")
+        for param, want in want_weights.items():
+            error = relative_error(weights[param], want)
+            self.assertLessEqual(error, WEIGHT_RTOL, f"[{model} dp2] final {param}: {error:.2e}")
+        averages = [inst for stream in self.dump(plans)["streams"]
+                    for inst in stream.get("instructions", [])
+                    if inst.get("label", "").endswith("/replica_average")]
+        self.assertEqual(len(averages), 2 * LAYERS,  # the two means of each layer's term
+                         f"[dp2] replica averages: {[i.get('label') for i in averages]}")
+        path = harness.write_json(
+            os.path.join(work, "split.json"),
+            harness.strategy(GLOBAL_BATCH, OPTIMIZER, frozen=FROZEN, directives=[
+                {"op": "split", "dim_name": "MB", "num_microbatches": 2},
+                {"op": "zero", "stage": 2, "devices": [0, 1]}]))
+        refused = harness.run([Tools.plan, self.model_path(model), path, "-o",
+                               os.path.join(work, "split_plans")])
+        self.assertNotEqual(refused.returncode, 0, refused.describe())
+        self.assertIn("takes a mean over the batch's rows", refused.stderr)
+        self.assertIn("ReduceMean", refused.stderr)
 
     def test_expert_memory_is_one_over_ep(self):
         """The expert parameters' bytes, their gradients' and AdamW state's on rank 0 are
