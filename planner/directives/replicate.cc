@@ -100,6 +100,7 @@ struct Replication {
       result.back().push_back(p);
       bytes += size;
     }
+    if (result.back().empty()) result.pop_back();  // nothing to reduce (only expert weights)
     return result;
   }
 

@@ -91,6 +91,13 @@ class OnnxBuilder {
     a->set_f(value);
   }
 
+  static void attr(onnx::NodeProto& node, const std::string& name, const std::string& value) {
+    auto* a = node.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(value);
+  }
+
   static void attr(onnx::NodeProto& node, const std::string& name, std::vector<int64_t> values) {
     auto* a = node.add_attribute();
     a->set_name(name);
