@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "formats/error.h"
+#include "formats/lr_schedule.h"
 
 namespace piper::formats {
 namespace {
@@ -289,6 +290,13 @@ void write_optimizer(std::ostringstream& out, const plan::Plan& plan) {
     out << "  nesterov=" << (optimizer.nesterov() ? "true" : "false");
   }
   setting("weight_decay", optimizer.weight_decay());
+  const formats::LrSchedule schedule = formats::lr_schedule_of(optimizer);
+  if (schedule != formats::LrSchedule{}) {
+    out << "  lr_schedule=" << schedule.type << "(warmup_steps=" << schedule.warmup_steps
+        << ", total_steps=" << schedule.total_steps
+        << ", min_lr_ratio=" << number_to_text(schedule.min_lr_ratio) << ")";
+  }
+  if (optimizer.clip_grad_norm() > 0) setting("clip_grad_norm", optimizer.clip_grad_norm());
   out << '\n';
   out << "loss: ";
   if (plan.loss_size() == 0) {

@@ -29,6 +29,12 @@ json optimizer_json(const Optimizer& opt) {
     j["betas"] = {opt.beta1, opt.beta2};
     j["eps"] = opt.eps;
   }
+  const formats::LrSchedule& schedule = opt.lr_schedule;
+  j["lr_schedule"] = {{"type", schedule.type},
+                      {"warmup_steps", schedule.warmup_steps},
+                      {"min_lr_ratio", schedule.min_lr_ratio}};
+  if (schedule.total_steps != 0) j["lr_schedule"]["total_steps"] = schedule.total_steps;
+  if (opt.clip_grad_norm != 0) j["clip_grad_norm"] = opt.clip_grad_norm;
   return j;
 }
 

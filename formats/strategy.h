@@ -19,6 +19,8 @@
 #include <variant>
 #include <vector>
 
+#include "formats/lr_schedule.h"
+
 namespace piper::strategy {
 
 // replicate's default gradient bucket, as PyTorch DDP's bucket_cap_mb = 25.
@@ -46,15 +48,17 @@ struct Filter {
 
 // Fields that do not apply to `type` keep these defaults and are not written.
 struct Optimizer {
-  std::string type = "sgd";  // "sgd" | "adamw"
-  double lr = 0.01;          // adamw's default is 0.001
-  double momentum = 0;       // sgd only
-  double dampening = 0;      // sgd only
-  bool nesterov = false;     // sgd only
-  double beta1 = 0.9;        // adamw only
-  double beta2 = 0.999;      // adamw only
-  double eps = 1e-8;         // adamw only
-  double weight_decay = 0;   // adamw's default is 0.01
+  std::string type = "sgd";         // "sgd" | "adamw"
+  double lr = 0.01;                 // adamw's default is 0.001
+  double momentum = 0;              // sgd only
+  double dampening = 0;             // sgd only
+  bool nesterov = false;            // sgd only
+  double beta1 = 0.9;               // adamw only
+  double beta2 = 0.999;             // adamw only
+  double eps = 1e-8;                // adamw only
+  double weight_decay = 0;          // adamw's default is 0.01
+  formats::LrSchedule lr_schedule;  // step s trains at lr · lr_factor(lr_schedule, s)
+  double clip_grad_norm = 0;        // > 0: the global gradient norm's bound; 0: no clipping
   bool operator==(const Optimizer&) const = default;
 };
 

@@ -265,6 +265,21 @@ Directive read_directive(const Context& ctx, const json& v, size_t index) {
 const Keys kSgdOnly = {"momentum", "dampening", "nesterov"};
 const Keys kAdamwOnly = {"betas", "eps"};
 
+// $.optimizer.lr_schedule: the rules are formats::lr_schedule_problem's, named by JSON path.
+formats::LrSchedule read_lr_schedule(const Context& ctx, const std::string& path, const json& v) {
+  Object o(ctx, v, path, {"type", "warmup_steps", "total_steps", "min_lr_ratio"}, {"type"});
+  formats::LrSchedule schedule;
+  schedule.type = *o.choice("type", formats::lr_schedule_types());
+  schedule.warmup_steps = o.integer("warmup_steps", 0).value_or(0);
+  schedule.total_steps = o.integer("total_steps", 1).value_or(0);
+  schedule.min_lr_ratio =
+      o.number("min_lr_ratio", Range{.min = 0, .max = 1, .max_open = false}).value_or(0.0);
+  if (const auto problem = formats::lr_schedule_problem(schedule)) {
+    o.fail(problem->field, problem->what);
+  }
+  return schedule;
+}
+
 Optimizer read_optimizer(const Context& ctx, const json& v) {
   const std::string path = "$.optimizer";
   read_object(ctx, path, v);
@@ -280,13 +295,19 @@ Optimizer read_optimizer(const Context& ctx, const json& v) {
                                                  opt.type + "\"");
     }
   }
-  Object o(ctx, v, path,
-           sgd ? Keys{"type", "lr", "momentum", "dampening", "nesterov", "weight_decay"}
-               : Keys{"type", "lr", "betas", "eps", "weight_decay"});
+  Object o(
+      ctx, v, path,
+      sgd ? Keys{"type", "lr", "momentum", "dampening", "nesterov", "weight_decay", "lr_schedule",
+                 "clip_grad_norm"}
+          : Keys{"type", "lr", "betas", "eps", "weight_decay", "lr_schedule", "clip_grad_norm"});
   const Range positive{.min = 0, .min_open = true};
   const Range non_negative{.min = 0};
   opt.lr = o.number("lr", positive).value_or(sgd ? 0.01 : 0.001);
   opt.weight_decay = o.number("weight_decay", non_negative).value_or(sgd ? 0.0 : 0.01);
+  if (const json* schedule = o.find("lr_schedule")) {
+    opt.lr_schedule = read_lr_schedule(ctx, o.at("lr_schedule"), *schedule);
+  }
+  opt.clip_grad_norm = o.number("clip_grad_norm", positive).value_or(0.0);
   if (sgd) {
     opt.momentum = o.number("momentum", non_negative).value_or(0.0);
     opt.dampening = o.number("dampening", non_negative).value_or(0.0);

@@ -25,6 +25,28 @@ const float* gradient_norm_input(const KernelArgs& args, size_t index) {
   return norm.as<const float>();
 }
 
+UpdateSchedule update_schedule(const KernelArgs& args, const float* norm) {
+  const auto& attributes = args.attributes();
+  UpdateSchedule update;
+  update.lr = attributes.require_float("lr");
+  update.schedule.type = attributes.get_string("lr_schedule", "constant");
+  update.schedule.warmup_steps = attributes.get_int("warmup_steps", 0);
+  update.schedule.total_steps = attributes.get_int("total_steps", 0);
+  update.schedule.min_lr_ratio = attributes.get_float("min_lr_ratio", 0.0);
+  if (const auto problem = formats::lr_schedule_problem(update.schedule)) {
+    args.fail("attribute " +
+              (problem->field == "type" ? std::string("lr_schedule") : problem->field) + ": " +
+              problem->what);
+  }
+  const double max_norm = attributes.get_float("clip_grad_norm", 0.0);
+  if (!(max_norm >= 0)) args.fail("attribute clip_grad_norm must be >= 0 (0: no clipping)");
+  if (max_norm > 0 && norm == nullptr) {
+    args.fail("attribute clip_grad_norm needs the global gradient norm N as the last input");
+  }
+  update.max_norm = static_cast<float>(max_norm);
+  return update;
+}
+
 SquaredSlices squared_slices(const KernelArgs& args) {
   args.expect_outputs(1, 1);
   const std::vector<int64_t> starts = args.attributes().get_ints("starts", {});

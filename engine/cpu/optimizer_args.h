@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "engine/cpu/kernel_registry.h"
+#include "formats/lr_schedule.h"
 
 namespace piper::engine::cpu {
 
@@ -16,6 +17,23 @@ void check_optimizer_state(const KernelArgs& args, const std::vector<const char*
 // or null when the plan gives none. An update that reads a norm that is not finite changes
 // nothing.
 const float* gradient_norm_input(const KernelArgs& args, size_t index);
+
+// What an update's step changes besides the gradient: the scheduled learning rate and the
+// clipping bound (attributes lr, lr_schedule, warmup_steps, total_steps, min_lr_ratio,
+// clip_grad_norm; formats/lr_schedule.h).
+struct UpdateSchedule {
+  double lr = 0;
+  formats::LrSchedule schedule;
+  float max_norm = 0;  // clip_grad_norm; 0: no clipping
+  // The learning rate of the 1-based training step `context.step`.
+  double lr_at(const StepContext& context) const {
+    return lr * formats::lr_factor(schedule, context.step - 1);
+  }
+};
+
+// Reads and checks the attributes: the schedule as the strategy's rules say, clip_grad_norm
+// >= 0 and, when > 0, a gradient norm input (`norm` not null) to clip by.
+UpdateSchedule update_schedule(const KernelArgs& args, const float* norm);
 
 // piper.SumSquares(X1, ..., Xn) -> Y, attributes `starts` and `counts`: the slices of the
 // flattened float32 inputs whose squares add up to the float32 scalar Y.

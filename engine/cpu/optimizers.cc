@@ -1,8 +1,9 @@
 // In-place optimizer updates with torch.optim semantics: piper.SGD (momentum,
 // dampening, Nesterov, L2 weight decay) and piper.AdamW (decoupled weight decay,
-// bias correction by the 1-based optimizer step number). An optional last input, the
-// global gradient norm, skips the update when it is not finite (as AMP's GradScaler skips
-// optimizer.step()).
+// bias correction by the 1-based optimizer step number), at the scheduled learning rate of the
+// step. An optional last input, the global gradient norm, skips the update when it is not
+// finite (as AMP's GradScaler skips optimizer.step()) and scales the gradient by the clipping
+// factor (torch.nn.utils.clip_grad_norm_) when the update clips.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -10,6 +11,7 @@
 
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/optimizer_args.h"
+#include "engine/cpu/optimizer_math.h"
 #include "engine/cpu/parallel.h"
 
 namespace piper::engine::cpu {
@@ -20,7 +22,6 @@ bool skipped(const float* norm) { return norm != nullptr && !std::isfinite(*norm
 std::unique_ptr<PreparedKernel> sgd_factory(const KernelArgs& args) {
   args.expect_inputs(2, 4);
   const auto& attributes = args.attributes();
-  const double lr = attributes.require_float("lr");
   const double momentum = attributes.get_float("momentum", 0.0);
   const double dampening = attributes.get_float("dampening", 0.0);
   const double weight_decay = attributes.get_float("weight_decay", 0.0);
@@ -37,14 +38,16 @@ std::unique_ptr<PreparedKernel> sgd_factory(const KernelArgs& args) {
   float* m = momentum != 0.0 ? args.input(2).as<float>() : nullptr;
   const float* norm = gradient_norm_input(args, momentum != 0.0 ? 3 : 2);
   return make_kernel([n = p.elements(), pp = p.as<float>(), pg = args.input(1).as<const float>(), m,
-                      norm, lr = static_cast<float>(lr), mu = static_cast<float>(momentum),
+                      norm, update = update_schedule(args, norm), mu = static_cast<float>(momentum),
                       keep = static_cast<float>(1.0 - dampening),
                       wd = static_cast<float>(weight_decay), nesterov](const StepContext& context) {
     if (skipped(norm)) return;
     const bool first = context.update == 1;
+    const auto lr = static_cast<float>(update.lr_at(context));
+    const float scale = norm != nullptr ? clip_scale(update.max_norm, *norm) : 1.0f;
     parallel_for(n, kParallelGrain, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        float g = pg[i];
+        float g = pg[i] * scale;
         if (wd != 0.0f) g += wd * pp[i];
         if (m != nullptr) {
           m[i] = first ? g : mu * m[i] + keep * g;
@@ -56,9 +59,10 @@ std::unique_ptr<PreparedKernel> sgd_factory(const KernelArgs& args) {
   });
 }
 
-// One AdamW step's factors (torch.optim.AdamW).
+// One AdamW step's factors (torch.optim.AdamW); grad_scale is the clipping factor.
 struct AdamWStep {
-  float decay, b1, b2, one_minus_b1, one_minus_b2, step_size, bias_correction2_sqrt, epsilon;
+  float decay, b1, b2, one_minus_b1, one_minus_b2, step_size, bias_correction2_sqrt, epsilon,
+      grad_scale;
 };
 
 // Updates elements [0, n) of distinct tensors; the factors are a by-value argument, so that
@@ -67,7 +71,7 @@ struct AdamWStep {
 void adamw_update(AdamWStep s, float* __restrict p, float* __restrict m, float* __restrict v,
                   const float* __restrict grad, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i];
+    const float g = grad[i] * s.grad_scale;
     p[i] *= s.decay;
     m[i] = m[i] * s.b1 + s.one_minus_b1 * g;
     v[i] = v[i] * s.b2 + s.one_minus_b2 * g * g;
@@ -81,17 +85,18 @@ std::unique_ptr<PreparedKernel> adamw_factory(const KernelArgs& args) {
   check_optimizer_state(args, {"P (input 0)", "G (input 1)", "M (input 2)", "V (input 3)"});
   const float* norm = gradient_norm_input(args, 4);
   const auto& attributes = args.attributes();
-  const double lr = attributes.require_float("lr");
   const double beta1 = attributes.get_float("beta1", 0.9);
   const double beta2 = attributes.get_float("beta2", 0.999);
   const double eps = attributes.get_float("eps", 1e-8);
   const double weight_decay = attributes.get_float("weight_decay", 1e-2);
   const TensorView& p = args.input(0);
   return make_kernel([n = p.elements(), pp = p.as<float>(), pg = args.input(1).as<const float>(),
-                      pm = args.input(2).as<float>(), pv = args.input(3).as<float>(), norm, lr,
-                      beta1, beta2, eps, weight_decay](const StepContext& context) {
+                      pm = args.input(2).as<float>(), pv = args.input(3).as<float>(), norm,
+                      update = update_schedule(args, norm), beta1, beta2, eps,
+                      weight_decay](const StepContext& context) {
     if (skipped(norm)) return;
     const double t = static_cast<double>(context.update);
+    const double lr = update.lr_at(context);
     const AdamWStep s{static_cast<float>(1.0 - lr * weight_decay),
                       static_cast<float>(beta1),
                       static_cast<float>(beta2),
@@ -99,7 +104,8 @@ std::unique_ptr<PreparedKernel> adamw_factory(const KernelArgs& args) {
                       static_cast<float>(1.0 - beta2),
                       static_cast<float>(lr / (1.0 - std::pow(beta1, t))),
                       static_cast<float>(std::sqrt(1.0 - std::pow(beta2, t))),
-                      static_cast<float>(eps)};
+                      static_cast<float>(eps),
+                      norm != nullptr ? clip_scale(update.max_norm, *norm) : 1.0f};
     parallel_for(n, kParallelGrain, [&](int64_t begin, int64_t end) {
       adamw_update(s, pp + begin, pm + begin, pv + begin, pg + begin, end - begin);
     });

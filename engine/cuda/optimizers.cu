@@ -1,5 +1,6 @@
 // Optimizer updates: one thread per parameter element, the same float32 arithmetic in
 // the same order as the CPU kernels; and the sum of squares of the gradient norm.
+#include "engine/cpu/optimizer_math.h"
 #include "engine/cuda/device.cuh"
 #include "engine/cuda/optimizers.h"
 
@@ -9,11 +10,16 @@ namespace {
 // A step skipped for a non-finite gradient norm (read on the device: no host round trip).
 __device__ bool skipped(const float* norm) { return norm != nullptr && !isfinite(*norm); }
 
+__device__ float grad_scale(float max_norm, const float* norm) {
+  return norm != nullptr ? cpu::clip_scale(max_norm, *norm) : 1.0f;
+}
+
 __global__ void adamw_kernel(AdamWStep s, int64_t n, float* p, const float* g, float* m, float* v,
                              const float* norm) {
   if (skipped(norm)) return;
+  const float scale = grad_scale(s.max_norm, norm);
   PIPER_GRID_STRIDE_LOOP(i, n) {
-    const float grad = g[i];
+    const float grad = g[i] * scale;
     float param = p[i] * s.decay;
     const float mean = m[i] * s.beta1 + s.one_minus_beta1 * grad;
     const float variance = v[i] * s.beta2 + s.one_minus_beta2 * grad * grad;
@@ -28,8 +34,9 @@ __global__ void adamw_kernel(AdamWStep s, int64_t n, float* p, const float* g, f
 __global__ void sgd_kernel(SgdStep s, int64_t n, float* p, const float* g, float* m,
                            const float* norm) {
   if (skipped(norm)) return;
+  const float scale = grad_scale(s.max_norm, norm);
   PIPER_GRID_STRIDE_LOOP(i, n) {
-    float grad = g[i];
+    float grad = g[i] * scale;
     if (s.weight_decay != 0.0f) grad += s.weight_decay * p[i];
     if (m != nullptr) {
       const float buffer = s.first ? grad : s.momentum * m[i] + s.keep * grad;

@@ -15,15 +15,17 @@ struct AdamWStep {
   float step_size = 0.0f;              // lr / (1 − beta1^t)
   float bias_correction2_sqrt = 1.0f;  // sqrt(1 − beta2^t)
   float epsilon = 1e-8f;
+  float max_norm = 0.0f;  // clip_grad_norm (cpu::clip_scale), 0: no clipping
 };
 
 // `norm`, the global gradient norm on the device, may be null; when it is not finite the
-// update changes nothing.
+// update changes nothing, else the gradient is scaled by cpu::clip_scale(max_norm, *norm).
 void launch_adamw(const AdamWStep& step, int64_t n, float* p, const float* g, float* m, float* v,
                   const float* norm, cudaStream_t stream);
 
 struct SgdStep {
   float lr = 0.0f, momentum = 0.0f, keep = 1.0f /* 1 − dampening */, weight_decay = 0.0f;
+  float max_norm = 0.0f;  // as for AdamWStep
   bool nesterov = false;
   bool first = false;  // the first step seeds the momentum buffer with the gradient
 };

@@ -23,6 +23,7 @@
 #include "formats/atomic_file.h"
 #include "formats/build_info.h"
 #include "formats/error.h"
+#include "formats/lr_schedule.h"
 #include "formats/onnx_model.h"
 #include "formats/plan_file.h"
 
@@ -61,14 +62,14 @@ class MetricsFile {
 
 std::string non_finite_name(double value) { return std::isnan(value) ? "NaN" : "infinite"; }
 
-// "step 1 loss 2.302585 grad_norm 0.4172 (0.012 s, 5333 samples/s)", the norm only when the
-// plan has one.
-std::string step_line(int64_t step, double loss, std::optional<double> norm, double seconds,
-                      double samples_per_s, bool skipped) {
-  char line[200];
+// "step 1 loss 2.302585 lr 0.001 grad_norm 0.4172 (0.012 s, 5333 samples/s)", the learning
+// rate and the norm only when the plan trains (has a norm).
+std::string step_line(int64_t step, double loss, double lr, std::optional<double> norm,
+                      double seconds, double samples_per_s, bool skipped) {
+  char line[240];
   int used = std::snprintf(line, sizeof line, "step %" PRId64 " loss %.6f", step, loss);
   if (norm) {
-    used += std::snprintf(line + used, sizeof line - used, " grad_norm %.6g", *norm);
+    used += std::snprintf(line + used, sizeof line - used, " lr %.6g grad_norm %.6g", lr, *norm);
   }
   std::snprintf(
       line + used, sizeof line - used, " (%.3f s, %.0f samples/s)%s", seconds, samples_per_s,
@@ -137,12 +138,14 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double samples_per_s = seconds > 0 ? static_cast<double>(global_batch) / seconds : 0.0;
     const std::optional<double> norm = session.grad_norm();
+    // The step just run (0-based) is the one the update kernels scheduled.
+    const double lr = formats::scheduled_lr(session.plan().optimizer(), session.steps_done() - 1);
     const bool norm_finite = !norm || std::isfinite(*norm);
     // The norm is global, so every rank makes the same choice (the update kernels have left
     // the step out already).
     const bool skipped = !norm_finite && options.on_nonfinite == OnNonFinite::kSkip;
     skipped_steps += skipped;
-    out << step_line(step + 1, loss, norm, seconds, samples_per_s, skipped) << std::endl;
+    out << step_line(step + 1, loss, lr, norm, seconds, samples_per_s, skipped) << std::endl;
     if (metrics) {
       nlohmann::json line = {{"step", step + 1},
                              {"loss", loss},
@@ -151,6 +154,7 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
                              {"peak_bytes", session.peak_bytes()},
                              {"peak_rss_bytes", peak_resident_bytes()}};
       if (norm) {
+        line["lr"] = lr;
         line["grad_norm"] = *norm;
         line["skipped"] = skipped;
         line["skipped_steps"] = skipped_steps;

@@ -3,7 +3,7 @@
 namespace piper::planner {
 namespace {
 
-ir::Attributes optimizer_attributes(const strategy::Optimizer& optimizer) {
+ir::Attributes type_attributes(const strategy::Optimizer& optimizer) {
   if (optimizer.type == "adamw") {
     return {{"lr", optimizer.lr},
             {"beta1", optimizer.beta1},
@@ -16,6 +16,21 @@ ir::Attributes optimizer_attributes(const strategy::Optimizer& optimizer) {
           {"dampening", optimizer.dampening},
           {"weight_decay", optimizer.weight_decay},
           {"nesterov", int64_t{optimizer.nesterov ? 1 : 0}}};
+}
+
+// The schedule and the clipping bound, written only when they change the update, so that the
+// plans of strategies without them stay as they were.
+ir::Attributes optimizer_attributes(const strategy::Optimizer& optimizer) {
+  ir::Attributes attributes = type_attributes(optimizer);
+  const formats::LrSchedule& schedule = optimizer.lr_schedule;
+  if (schedule != formats::LrSchedule{}) {
+    attributes["lr_schedule"] = schedule.type;
+    attributes["warmup_steps"] = schedule.warmup_steps;
+    attributes["total_steps"] = schedule.total_steps;
+    attributes["min_lr_ratio"] = schedule.min_lr_ratio;
+  }
+  if (optimizer.clip_grad_norm > 0) attributes["clip_grad_norm"] = optimizer.clip_grad_norm;
+  return attributes;
 }
 
 std::vector<std::string> state_names(const strategy::Optimizer& optimizer) {

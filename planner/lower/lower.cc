@@ -6,6 +6,7 @@
 #include <string>
 
 #include "formats/build_info.h"
+#include "formats/lr_schedule.h"
 #include "formats/plan_file.h"
 #include "planner/ir/placement.h"
 #include "planner/lower/memory_plan.h"
@@ -163,6 +164,8 @@ class Lowering {
     optimizer.set_beta2(from.beta2);
     optimizer.set_eps(from.eps);
     optimizer.set_weight_decay(from.weight_decay);
+    formats::set_lr_schedule(from.lr_schedule, optimizer);
+    optimizer.set_clip_grad_norm(from.clip_grad_norm);
   }
 
   // This rank's device in the DAG and its place in that device's tensor-parallel group.

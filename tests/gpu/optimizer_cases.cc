@@ -1,5 +1,7 @@
 // Optimizers over three steps, so that bias correction and momentum start are covered, with
-// and without the gradient norm that skips a step; and the norm's sum of squares.
+// and without the gradient norm that skips a step, under learning-rate schedules (the factor
+// changes every step) with clipping that scales the gradient or leaves it; and the norm's sum
+// of squares.
 #include <cmath>
 
 #include "tests/gpu/cases.h"
@@ -36,8 +38,31 @@ std::vector<OpCase> OptimizerCases() {
   OpCase plain_skipped = plain;
   plain_skipped.name = "SGD_plain_nan_norm";
   plain_skipped.inputs.push_back(norm(std::nan("")));
-  std::vector<OpCase> cases = {adamw,       adamw_norm, adamw_skipped, sgd,
-                               sgd_skipped, plain,      plain_norm,    plain_skipped};
+  // The optimizer recipe: cosine with a warm-up step and a floor, clipped at 1 by the norm 2.5;
+  // linear with the norm 0.25 under the bound (unclipped).
+  const std::vector<plan::Attribute> cosine = {Str("lr_schedule", "cosine"), Int("warmup_steps", 1),
+                                               Int("total_steps", 3), Float("min_lr_ratio", 0.1),
+                                               Float("clip_grad_norm", 1.0)};
+  const std::vector<plan::Attribute> linear = {Str("lr_schedule", "linear"), Int("total_steps", 2),
+                                               Float("clip_grad_norm", 1.0)};
+  const auto with = [](OpCase c, const char* name, const std::vector<plan::Attribute>& extra) {
+    c.name = name;
+    c.attributes.insert(c.attributes.end(), extra.begin(), extra.end());
+    return c;
+  };
+  std::vector<OpCase> cases = {adamw,
+                               adamw_norm,
+                               adamw_skipped,
+                               sgd,
+                               sgd_skipped,
+                               plain,
+                               plain_norm,
+                               plain_skipped,
+                               with(adamw_norm, "AdamW_cosine_clipped", cosine),
+                               with(plain_norm, "SGD_plain_linear_unclipped", linear)};
+  OpCase sgd_clipped = with(sgd, "SGD_nesterov_cosine_clipped", cosine);
+  sgd_clipped.inputs.push_back(norm(2.5));
+  cases.push_back(sgd_clipped);
   for (OpCase& c : cases) c.steps = 3;
   // Slices of three gradients, one of them long enough for many blocks of partial sums.
   cases.push_back({"SumSquares",

@@ -44,16 +44,21 @@ def weights_of(path):
 def train_plans(work, plans, data, launch):
     """Trains STEPS steps from `plans` (every rank through piper-launch, or
     rank 0 alone) and returns each step's loss and the saved weights."""
+    records, weights = train_plans_metrics(work, plans, data, launch, STEPS)
+    return [record["loss"] for record in records], weights
+
+
+def train_plans_metrics(work, plans, data, launch, steps):
+    """As train_plans for `steps` steps; returns rank 0's metrics records and the weights."""
     metrics = os.path.join(work, "metrics.jsonl")
     trained = os.path.join(work, "trained.onnx")
-    flags = ["--steps", STEPS, "--data", data, "--metrics", metrics, "--save-onnx", trained,
+    flags = ["--steps", steps, "--data", data, "--metrics", metrics, "--save-onnx", trained,
              "--timeout", 60]
     if launch:
         harness.run_ok([launch_path(), "--plans", plans] + flags, timeout=240)
     else:
         harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan")] + flags)
-    losses = [record["loss"] for record in harness.read_metrics(metrics)]
-    return losses, weights_of(trained)
+    return harness.read_metrics(metrics), weights_of(trained)
 
 
 def gpt_data(directory):

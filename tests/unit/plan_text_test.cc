@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "formats/error.h"
+#include "formats/lr_schedule.h"
 #include "formats/plan_file.h"
 
 namespace piper::formats {
@@ -165,6 +166,20 @@ TEST(PlanTextTest, HeaderMemoryAndSettings) {
       << text;
   EXPECT_TRUE(has_line(text, "loss: 1 * loss f32[]")) << text;
   EXPECT_EQ(text.find("gradient norm:"), std::string::npos) << text;
+}
+
+TEST(PlanTextTest, OptimizerLineShowsTheScheduleAndClipping) {
+  plan::Plan plan = small_plan();
+  formats::set_lr_schedule(
+      {.type = "cosine", .warmup_steps = 10, .total_steps = 100, .min_lr_ratio = 0.1},
+      *plan.mutable_optimizer());
+  plan.mutable_optimizer()->set_clip_grad_norm(1.0);
+  const std::string text = plan_to_text(plan);
+  EXPECT_TRUE(has_line(text,
+                       "optimizer: sgd  lr=0.05  momentum=0.9  dampening=0  nesterov=false  "
+                       "weight_decay=0  lr_schedule=cosine(warmup_steps=10, total_steps=100, "
+                       "min_lr_ratio=0.1)  clip_grad_norm=1"))
+      << text;
 }
 
 TEST(PlanTextTest, GradientNormNamesTheShare) {

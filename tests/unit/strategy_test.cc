@@ -239,7 +239,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "precision, frozen, annotations, mesh, directives"},
         ErrorCase{"Optimizer", "{" + kBatch + R"(, "optimizer": {"type": "adamw", "betta": 1}})",
                   "strategy.json: $.optimizer.betta: unknown key; expected one of type, lr, "
-                  "betas, eps, weight_decay"},
+                  "betas, eps, weight_decay, lr_schedule, clip_grad_norm"},
         ErrorCase{"OtherOptimizersKey",
                   "{" + kBatch + R"(, "optimizer": {"type": "sgd", "eps": 1}})",
                   "strategy.json: $.optimizer.eps: only valid for type \"adamw\", not \"sgd\""},
@@ -543,7 +543,8 @@ TEST(StrategyJson, RoundTripsThroughToJson) {
   // Writing is stable: the expanded form is a fixed point.
   EXPECT_EQ(to_json(parse_strategy(written.dump(), "full.json")), written);
   EXPECT_EQ(written.at("optimizer"), json::parse(R"({"type": "adamw", "lr": 0.0003,
-      "betas": [0.8, 0.95], "eps": 1e-6, "weight_decay": 0.1})"));
+      "betas": [0.8, 0.95], "eps": 1e-6, "weight_decay": 0.1,
+      "lr_schedule": {"type": "constant", "warmup_steps": 0, "min_lr_ratio": 0}})"));
   EXPECT_EQ(to_json(s.directives[4]), json::parse(R"({"op": "order", "device": 1,
       "filters": [[{"MB": 0, "PASS": "F"}], [{"MB": 1, "PASS": "BI"}, {"MB": 0}]]})"));
 
@@ -555,7 +556,8 @@ TEST(StrategyJson, RoundTripsThroughToJson) {
       "devices": [0, 1], "bucket_size": 26214400, "shard_optimizer": true, "shard_grads": true,
       "shard_params": true, "gather_stream": "dp_gather", "reduce_stream": "dp_reduce"})"));
   EXPECT_EQ(to_json(defaults).at("optimizer"), json::parse(R"({"type": "sgd", "lr": 0.01,
-      "momentum": 0, "dampening": 0, "nesterov": false, "weight_decay": 0})"));
+      "momentum": 0, "dampening": 0, "nesterov": false, "weight_decay": 0,
+      "lr_schedule": {"type": "constant", "warmup_steps": 0, "min_lr_ratio": 0}})"));
 }
 
 TEST(StrategyJson, DirectiveKeepsTheObjectAsWritten) {
