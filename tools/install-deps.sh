@@ -15,7 +15,7 @@ packages=(
   cmake g++ make
   # libraries
   libonnx-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev libcli11-dev
-  libgtest-dev libopenblas-dev libgloo-dev libssl-dev
+  libgtest-dev libopenblas-dev libgloo-dev libssl-dev zlib1g-dev
   # the sanitizer and fuzzing builds (clang, its ASan/UBSan/libFuzzer runtimes), the format check
   clang libclang-rt-dev clang-format
   # reference and test data: PyTorch and ONNX for the sample export and the
