@@ -1,6 +1,7 @@
 """Sharded checkpoints (piper-run --checkpoint-dir, docs/reliability.md): samples/gpt trained
 6 steps on 2 replicas with ZeRO-2, and as a 2-stage 1F1B pipeline, equals bit for bit (every
-loss, every final weight) 3 steps saved then 3 resumed; SIGTERM to a running job saves the step
+loss, every final weight) 3 steps saved then 3 resumed, and TP=2 x DP=2 on 4 ranks 2 + 2; a
+ZeRO-3 checkpoint of 4 ranks continues as 1F1B over 2 stages x 2 replicas within 1e-5; SIGTERM to a running job saves the step
 it finished and the resumed run equals the uninterrupted one bitwise; what a kill during a save
 leaves (an uncommitted temporary folder, a step folder without its index) is passed over; a
 flipped byte in a shard is refused naming the file; --keep prunes; a checkpoint of another
@@ -91,6 +92,15 @@ class CheckpointResume(unittest.TestCase):
             "zero2": cls.plan("zero2", ZERO2),
             "pipeline": cls.plan("pipeline", PIPELINE, PIPELINE_TAGS),
         }
+        # The samples' 4-rank strategies: TP=2 x DP=2 (Megatron's blocks, ZeRO-1), ZeRO-3, and
+        # 1F1B over 2 stages x 2 replicas with ZeRO-1; and their one-rank baseline.
+        for name in ("gpt_tp2_dp2", "gpt_zero3", "gpt_pipeline"):
+            cls.plans[name] = cls.plan_sample(name, Tools.sample("strategies", name + ".json"))
+        with open(Tools.sample("strategies", "gpt_zero3.json")) as f:
+            single = json.load(f)
+        single["directives"] = []
+        cls.plans["gpt_single"] = cls.plan_sample(
+            "gpt_single", harness.write_json(os.path.join(cls.tmp.name, "gpt_single.json"), single))
 
     @classmethod
     def tearDownClass(cls):
@@ -108,6 +118,12 @@ class CheckpointResume(unittest.TestCase):
         harness.run_ok([Tools.plan, Tools.sample("gpt", "model.onnx"), strategy, "-o", plans])
         return plans
 
+    @classmethod
+    def plan_sample(cls, name, strategy):
+        plans = os.path.join(cls.tmp.name, name, "plans")
+        harness.run_ok([Tools.plan, Tools.sample("gpt", "model.onnx"), strategy, "-o", plans])
+        return plans
+
     def work(self, name):
         path = os.path.join(self.tmp.name, self.id().split(".")[-1] + "_" + name)
         os.makedirs(path)
@@ -118,7 +134,7 @@ class CheckpointResume(unittest.TestCase):
         common = ["--steps", steps, "--data", self.data, "--timeout", 60,
                   "--metrics", os.path.join(work, "metrics.jsonl"),
                   "--save-onnx", os.path.join(work, "trained.onnx")] + list(flags)
-        if layout == "single":
+        if layout in ("single", "gpt_single"):
             return [Tools.run, "--plan", os.path.join(plans, "rank0.plan")] + common
         return [launch_path(), "--plans", plans] + common
 
@@ -243,6 +259,28 @@ class CheckpointResume(unittest.TestCase):
                 for step, (got, want) in enumerate(zip(losses, reference[0])):
                     self.assertLessEqual(abs(got - want) / abs(want), 1e-5,
                                          f"[{layout} -> one rank] step {step + 1}")
+
+    def test_four_ranks_tensor_parallel_resumes_bitwise_and_zero3_continues_as_a_pipeline(self):
+        reference = self.train("gpt_tp2_dp2", self.work("whole"), 4)
+        work = self.work("tp")
+        checkpoints = os.path.join(work, "checkpoints")
+        self.train("gpt_tp2_dp2", work, 2, "--checkpoint-dir", checkpoints)
+        index = read_json(os.path.join(checkpoints, "step-000002", "index.json"))
+        boxes = [s for t in index["tensors"].values() for s in t["shards"] if "box" in s]
+        self.assertTrue(boxes, "tensor-parallel blocks are saved as boxes")
+        resumed = self.train("gpt_tp2_dp2", work, 4, "--checkpoint-dir", checkpoints, "--resume")
+        self.assert_bitwise(resumed, reference, "TP=2 x DP=2, 2 + resume 2")
+
+        single = self.train("gpt_single", self.work("single"), 4)
+        work = self.work("zero3_to_pipeline")
+        checkpoints = os.path.join(work, "checkpoints")
+        self.train("gpt_zero3", work, 2, "--checkpoint-dir", checkpoints)
+        losses, _ = self.train("gpt_pipeline", work, 4, "--checkpoint-dir", checkpoints,
+                               "--resume")
+        self.assertEqual(len(losses), 4)
+        for step, (got, want) in enumerate(zip(losses, single[0])):
+            self.assertLessEqual(abs(got - want) / abs(want), 1e-5,
+                                 f"[ZeRO-3 x 4 -> 1F1B 2 x 2 ZeRO-1] step {step + 1}")
 
     def test_checkpoint_of_another_model_is_refused(self):
         work = self.work("mismatch")
