@@ -1,6 +1,7 @@
 """Sharded checkpoints (piper-run --checkpoint-dir, docs/reliability.md): samples/gpt trained
 6 steps on 2 replicas with ZeRO-2, and as a 2-stage 1F1B pipeline, equals bit for bit (every
-loss, every final weight) 3 steps saved then 3 resumed, and TP=2 x DP=2 on 4 ranks 2 + 2; a
+loss, every final weight) 3 steps saved then 3 resumed, and TP=2 x DP=2 on 4 ranks 2 + 2;
+SIGKILL to a job saving every step resumes bitwise from its latest committed step; a
 ZeRO-3 checkpoint of 4 ranks continues as 1F1B over 2 stages x 2 replicas within 1e-5; SIGTERM to a running job saves the step
 it finished and the resumed run equals the uninterrupted one bitwise; what a kill during a save
 leaves (an uncommitted temporary folder, a step folder without its index) is passed over; a
@@ -209,6 +210,33 @@ class CheckpointResume(unittest.TestCase):
         resumed = self.train("zero2", work, step + 2, "--checkpoint-dir", checkpoints, "--resume")
         reference = self.train("zero2", self.work("whole"), step + 2)
         self.assert_bitwise(resumed, reference, f"SIGTERM after step {step}, resumed")
+
+    def test_sigkill_while_saving_every_step_resumes_bitwise(self):
+        # Saving every step, a SIGKILL to every process of the job lands during a save or
+        # between two; either way the latest committed step is whole.
+        work = self.work("killed")
+        checkpoints = os.path.join(work, "checkpoints")
+        metrics = os.path.join(work, "metrics.jsonl")
+        job = subprocess.Popen([str(a) for a in self.command(
+            "zero2", work, 100000, "--checkpoint-dir", checkpoints, "--save-every", 1)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.time() + 120
+        while time.time() < deadline and (not os.path.exists(metrics) or
+                                          len(harness.read_metrics(metrics)) < 3):
+            time.sleep(0.01)
+        time.sleep(np.random.default_rng().uniform(0, 0.2))
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(timeout=60)
+        steps = sorted(int(name[5:]) for name in os.listdir(checkpoints)
+                       if name.startswith("step-") and "." not in name)
+        self.assertTrue(steps, os.listdir(checkpoints))
+        latest = steps[-1]
+        resumed_work = self.work("resumed")
+        resumed = self.train("zero2", resumed_work, latest + 2, "--checkpoint-dir", checkpoints,
+                             "--resume")
+        reference = self.train("zero2", self.work("whole"), latest + 2)
+        self.assert_bitwise(resumed, (reference[0][latest:], reference[1]),
+                            f"SIGKILL after step {latest} was committed, resumed")
 
     def test_uncommitted_saves_are_passed_over(self):
         work = self.work("killed")
