@@ -34,20 +34,10 @@ std::string slice_key(const std::string& name, const formats::TensorSlice& slice
   return name + " " + slice.describe();
 }
 
-// This rank's shard records, as the index holds them, for rank 0 to merge.
-nlohmann::json shard_record(const HeldTensor& held, const std::string& file, uint32_t crc) {
-  formats::CheckpointIndex one;
-  formats::CheckpointTensor& tensor = one.tensors[held.name];
-  tensor.dtype = safetensors_dtype(held.dtype);
-  tensor.shape = held.shape;
-  tensor.shards.push_back({file, held.name, held.owned_slice(), crc});
-  return nlohmann::json::parse(formats::checkpoint_index_json(one)).at("tensors");
-}
-
 // Writes this rank's owned parts not owned by a lower rank too (replicas hold the same) into
-// its file of `folder`; returns their records.
-nlohmann::json write_shards(Session& session, const std::vector<HeldTensor>& held,
-                            const std::string& folder) {
+// its file of `folder`; returns an index of them alone, for rank 0 to merge.
+formats::CheckpointIndex write_shards(Session& session, const std::vector<HeldTensor>& held,
+                                      const std::string& folder) {
   const int rank = static_cast<int>(session.plan().header().rank());
   nlohmann::json keys = nlohmann::json::array();
   for (const HeldTensor& tensor : held)
@@ -71,7 +61,7 @@ nlohmann::json write_shards(Session& session, const std::vector<HeldTensor>& hel
                       static_cast<size_t>(tensor.owned_length) * element);
     written.push_back(&tensor);
   }
-  nlohmann::json records = nlohmann::json::object();
+  formats::CheckpointIndex records;
   if (written.empty()) return records;
   std::vector<formats::SafetensorsEntry> entries;
   const std::string file = rank_file(rank);
@@ -82,7 +72,10 @@ nlohmann::json write_shards(Session& session, const std::vector<HeldTensor>& hel
                                  : owned.start.empty() ? written[i]->shape
                                                        : owned.size;
     entries.push_back({written[i]->name, safetensors_dtype(written[i]->dtype), shape, data[i]});
-    records.merge_patch(shard_record(*written[i], file, formats::crc32_of(data[i])));
+    formats::CheckpointTensor& tensor = records.tensors[written[i]->name];
+    tensor.dtype = safetensors_dtype(written[i]->dtype);
+    tensor.shape = written[i]->shape;
+    tensor.shards.push_back({file, written[i]->name, owned, formats::crc32_of(data[i])});
   }
   formats::write_file_synced(
       (fs::path(folder) / file).string(),
@@ -91,24 +84,25 @@ nlohmann::json write_shards(Session& session, const std::vector<HeldTensor>& hel
   return records;
 }
 
-// Rank 0's index of the step from every rank's records.
+// Rank 0's index of the step: every rank's shards, and where training stands.
 formats::CheckpointIndex merged_index(const Session& session, const TrainingPosition& position,
                                       const std::vector<std::string>& records) {
-  nlohmann::json tensors = nlohmann::json::object();
-  for (const std::string& text : records) {
-    const nlohmann::json rank_records = nlohmann::json::parse(text);
-    for (auto tensor = rank_records.begin(); tensor != rank_records.end(); ++tensor) {
-      if (!tensors.contains(tensor.key())) {
-        tensors[tensor.key()] = tensor.value();
-        continue;
+  formats::CheckpointIndex index;
+  for (size_t rank = 0; rank < records.size(); ++rank) {
+    const formats::CheckpointIndex theirs = formats::parse_checkpoint_index(
+        records[rank], "the shards of rank " + std::to_string(rank));
+    for (const auto& [name, tensor] : theirs.tensors) {
+      formats::CheckpointTensor& merged = index.tensors[name];
+      if (!merged.shards.empty() &&
+          (merged.dtype != tensor.dtype || merged.shape != tensor.shape)) {
+        throw Error("rank " + std::to_string(rank) + " saves '" + name +
+                    "' with another dtype or shape than a lower rank; re-plan");
       }
-      const nlohmann::json& shards = tensor.value().at("shards");
-      for (size_t i = 0; i < shards.size(); ++i) {
-        tensors[tensor.key()]["shards"].push_back(shards[i]);
-      }
+      merged.dtype = tensor.dtype;
+      merged.shape = tensor.shape;
+      merged.shards.insert(merged.shards.end(), tensor.shards.begin(), tensor.shards.end());
     }
   }
-  formats::CheckpointIndex index;
   index.step = position.step;
   index.optimizer_steps = position.optimizer_steps;
   index.global_batch = session.plan().global_batch();
@@ -116,10 +110,7 @@ formats::CheckpointIndex merged_index(const Session& session, const TrainingPosi
   index.seed = position.seed;
   index.data = position.data;
   index.plan_id = session.plan().header().plan_id();
-  nlohmann::json json = nlohmann::json::parse(formats::checkpoint_index_json(index));
-  json["tensors"] = tensors;
-  return formats::parse_checkpoint_index(json.dump(),
-                                         "the index of step " + std::to_string(position.step));
+  return index;
 }
 
 std::optional<int64_t> step_of(const fs::path& folder) {
@@ -208,9 +199,10 @@ std::string save_checkpoint(Session& session, const std::string& directory,
     }
   }
   // write_shards first gathers from every rank: after it rank 0 has made the folder.
-  const nlohmann::json records = write_shards(session, held, temporary);
+  const formats::CheckpointIndex records = write_shards(session, held, temporary);
   // Every rank's files are written once this gather is done.
-  const std::vector<std::string> every_rank = session.gather_from_every_rank(records.dump());
+  const std::vector<std::string> every_rank =
+      session.gather_from_every_rank(formats::checkpoint_index_json(records));
   if (rank == 0) {
     const formats::CheckpointIndex index = merged_index(session, position, every_rank);
     formats::write_file_synced((fs::path(temporary) / kIndexFile).string(),
