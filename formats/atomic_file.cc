@@ -1,5 +1,6 @@
 #include "formats/atomic_file.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -34,6 +35,34 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
     std::filesystem::remove(temporary, ignored);
     throw Error("cannot write '" + path + "': " + error.message());
   }
+}
+
+void write_file_synced(const std::string& path, std::string_view bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("cannot write '" + path + "': " + std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t wrote = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) {
+      const int saved = errno;
+      ::close(fd);
+      throw Error("cannot write '" + path + "': " + std::strerror(saved));
+    }
+    done += static_cast<size_t>(wrote);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    throw Error("cannot flush '" + path + "' to the disk: " + std::strerror(errno));
+  }
+}
+
+void sync_directory(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw Error("cannot open folder '" + path + "': " + std::strerror(errno));
+  const int result = ::fsync(fd);
+  const int saved = errno;
+  ::close(fd);
+  if (result != 0) throw Error("cannot flush folder '" + path + "': " + std::strerror(saved));
 }
 
 std::string read_file(const std::string& path) {

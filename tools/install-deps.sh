@@ -15,7 +15,7 @@ packages=(
   cmake g++ make
   # libraries
   libonnx-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev libcli11-dev
-  libgtest-dev libopenblas-dev libgloo-dev libssl-dev
+  libgtest-dev libopenblas-dev libgloo-dev libssl-dev zlib1g-dev
   # the sanitizer and fuzzing builds (clang, its ASan/UBSan/libFuzzer runtimes), the format check
   clang libclang-rt-dev clang-format
   # reference and test data: PyTorch and ONNX for the sample export and the
@@ -23,20 +23,21 @@ packages=(
   python3-torch python3-onnx python3-numpy python3-venv libonnx-testdata
 )
 
-# transformers 4.40 is the last release that runs on Debian's torch 1.13.
+# transformers 4.40 is the last release that runs on Debian's torch 1.13; safetensors reads
+# Piper's checkpoint shards in tests/integration/test_checkpoint.py.
 hf_venv="$root/third_party/hf-venv"
-hf_requirement="transformers==4.40.2"
+hf_requirements=("transformers==4.40.2" "safetensors==0.8.0")
 
 install_hf_venv() {
   local check="import importlib.metadata as m, sys
-sys.exit(m.version('transformers') != '${hf_requirement#*==}')"
-  if "$hf_venv/bin/python" -c "$check" 2>/dev/null; then
-    echo "install-deps: $hf_venv has $hf_requirement"
+sys.exit(any(m.version(r.split('==')[0]) != r.split('==')[1] for r in sys.argv[1:]))"
+  if "$hf_venv/bin/python" -c "$check" "${hf_requirements[@]}" 2>/dev/null; then
+    echo "install-deps: $hf_venv has ${hf_requirements[*]}"
     return
   fi
-  echo "install-deps: creating $hf_venv with $hf_requirement"
+  echo "install-deps: creating $hf_venv with ${hf_requirements[*]}"
   /usr/bin/python3 -m venv --system-site-packages "$hf_venv"
-  "$hf_venv/bin/pip" install --quiet --disable-pip-version-check "$hf_requirement"
+  "$hf_venv/bin/pip" install --quiet --disable-pip-version-check "${hf_requirements[@]}"
 }
 
 missing=()

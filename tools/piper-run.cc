@@ -11,6 +11,8 @@
 namespace {
 // The exit code of a run stopped by a NaN or infinity, so that job scripts can tell it apart.
 constexpr int kNonFiniteExit = 3;
+// A run stopped by a signal after saving its checkpoint exits as shells report a signal's death.
+constexpr int kSignalExitBase = 128;
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -26,7 +28,9 @@ int main(int argc, char** argv) {
                  "launcher gives (RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID): "
                  "--plan plans/rank%r.plan")
       ->required();
-  app.add_option("--steps", options.steps, "Training steps to run")
+  app.add_option("--steps", options.steps,
+                 "Training steps to run: the step the run ends at (with --resume, counted from "
+                 "the start of training, not from the checkpoint)")
       ->default_val(10)
       ->check(CLI::Validator(
           [](std::string& value) {
@@ -95,16 +99,50 @@ int main(int argc, char** argv) {
                  "GradScaler does, and train on; the metrics count skipped steps)")
       ->default_val("stop")
       ->check(CLI::IsMember({"stop", "skip"}));
+  std::string checkpoint_dir;
+  piper::engine::CheckpointOptions checkpoints;
+  auto* checkpoint_option = app.add_option(
+      "--checkpoint-dir", checkpoint_dir,
+      "Save sharded checkpoints into this folder, which every rank must see (a shared file "
+      "system for several hosts): a step folder DIR/step-NNNNNN per save, in which every rank "
+      "writes the parameters and optimizer state it owns (rank-NNNNN.safetensors) and rank 0 "
+      "index.json, committed by an atomic rename once every rank has written. Saves after the "
+      "last step, every --save-every steps, and at the next step boundary after SIGTERM or "
+      "SIGINT (Ctrl-C), after which piper-run exits 128 + the signal (143, 130)");
+  app.add_option("--save-every", checkpoints.save_every,
+                 "Also save a checkpoint every N steps (0: only after the last step and on a "
+                 "signal)")
+      ->needs(checkpoint_option)
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--keep", checkpoints.keep,
+                 "Keep only the newest K committed checkpoints, removing older step folders "
+                 "(0: keep all)")
+      ->needs(checkpoint_option)
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--resume", checkpoints.resume,
+               "Continue from the latest committed step in --checkpoint-dir (its parameters, "
+               "optimizer state, step and data position; a missing or empty folder starts at "
+               "step 0). The checkpoint's shards are verified against their checksums and must "
+               "match the plan's tensors")
+      ->needs(checkpoint_option);
   app.add_flag("--allow-other-planner", options.allow_other_planner,
                "Run a plan made by another build of piper-plan (plans record the planner's "
                "build id; see --version)");
   if (const auto exit_code = piper::tools::parse_command_line(app, argc, argv, "piper-run")) {
     return *exit_code;
   }
+  if (!checkpoint_dir.empty()) {
+    checkpoints.directory = checkpoint_dir;
+    options.checkpoints = checkpoints;
+  }
   options.on_nonfinite = on_nonfinite == "skip" ? piper::engine::OnNonFinite::kSkip
                                                 : piper::engine::OnNonFinite::kStop;
   try {
     piper::engine::run_training(options, std::cout);
+  } catch (const piper::engine::Interrupted& stopped) {
+    std::cout.flush();
+    std::fprintf(stderr, "piper-run: %s\n", stopped.what());
+    return kSignalExitBase + stopped.signal();
   } catch (const piper::NonFiniteError& error) {
     std::cout.flush();
     std::fprintf(stderr, "piper-run: error: %s\n", error.what());

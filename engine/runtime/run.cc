@@ -47,9 +47,10 @@ std::string mib(uint64_t bytes) {
 // later keeps the steps it finished. The file appears with the first finished step.
 class MetricsFile {
  public:
-  explicit MetricsFile(std::string path) : path_(std::move(path)) {}
+  // A resumed run appends to the lines of the steps before its checkpoint.
+  MetricsFile(std::string path, bool append) : path_(std::move(path)), append_(append) {}
   void write(const nlohmann::json& line) {
-    if (!out_.is_open()) out_.open(path_, std::ios::trunc);
+    if (!out_.is_open()) out_.open(path_, append_ ? std::ios::app : std::ios::trunc);
     out_ << line.dump() << '\n';
     out_.flush();
     if (!out_) throw Error("--metrics: cannot write '" + path_ + "': " + std::strerror(errno));
@@ -57,6 +58,7 @@ class MetricsFile {
 
  private:
   std::string path_;
+  bool append_;
   std::ofstream out_;
 };
 
@@ -102,6 +104,18 @@ std::optional<std::string> rank_path(const std::optional<std::string>& path, int
   return path;
 }
 
+void check_checkpoint_options(const CheckpointOptions& checkpoints) {
+  if (checkpoints.directory.empty()) throw Error("--checkpoint-dir must name a folder");
+  if (checkpoints.save_every < 0 || checkpoints.keep < 0) {
+    throw Error("--save-every and --keep must be 0 or more");
+  }
+  std::error_code error;
+  if (std::filesystem::exists(checkpoints.directory, error) &&
+      !std::filesystem::is_directory(checkpoints.directory, error)) {
+    throw Error("--checkpoint-dir '" + checkpoints.directory + "' is a file; give a folder");
+  }
+}
+
 void train(Session& session, BatchSource& source, const RunOptions& options,
            const std::string& plan_path, std::ostream& out) {
   const int rank = static_cast<int>(session.plan().header().rank());
@@ -125,10 +139,13 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
                                    {"--trace", trace_path}}) {
     if (path) check_output_path(flag, *path);
   }
+  CheckpointSchedule checkpoints(session, options.checkpoints, options.steps, options.seed,
+                                 source.describe());
+  const int64_t first_step = checkpoints.resume(out);
   std::optional<MetricsFile> metrics;
-  if (metrics_path) metrics.emplace(*metrics_path);
+  if (metrics_path) metrics.emplace(*metrics_path, first_step > 0);
   int64_t skipped_steps = 0;
-  for (int64_t step = 0; step < options.steps; ++step) {
+  for (int64_t step = first_step; step < options.steps; ++step) {
     // Only the last step is traced: the others read no clock.
     if (trace_path) session.set_tracing(step + 1 == options.steps);
     const Batch batch = source.batch(step);
@@ -161,7 +178,10 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
       }
       metrics->write(line);
     }
-    if (skipped || (norm_finite && std::isfinite(loss))) continue;
+    if (skipped || (norm_finite && std::isfinite(loss))) {
+      checkpoints.after_step(step + 1, out);
+      continue;
+    }
     // Every rank holds the global loss and norm, so every rank stops here on its own.
     std::string what = "step " + std::to_string(step + 1) + ": the ";
     if (!std::isfinite(loss)) {
@@ -199,7 +219,7 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
     }
   }
   if (trace_path) {
-    if (options.steps == 0) {
+    if (options.steps == first_step) {
       out << "no step ran: no trace written to " << *trace_path << "\n";
     } else {
       const nlohmann::json trace = chrome_trace(session.plan(), session.last_trace(), options.steps,
@@ -234,6 +254,7 @@ void run_training(const RunOptions& options, std::ostream& out) {
         "--check-finite reads every kernel's outputs as it ends, which only --device "
         "cpu does; find the op on the CPU");
   }
+  if (options.checkpoints) check_checkpoint_options(*options.checkpoints);
   if (comm == "nccl" && options.device != "cuda") {
     throw Error("--comm nccl works on GPU memory: it needs --device cuda, not --device " +
                 options.device + " (use --comm gloo)");
@@ -307,6 +328,8 @@ void run_training(const RunOptions& options, std::ostream& out) {
   } catch (const NonFiniteError& error) {
     if (rendezvous && !error.every_rank()) rendezvous->report_failure(error.what());
     throw;
+  } catch (const Interrupted&) {
+    throw;  // every rank stops at the same step
   } catch (const std::exception& error) {
     if (rendezvous) rendezvous->report_failure(error.what());
     throw;

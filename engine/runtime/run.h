@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "engine/runtime/checkpoint_schedule.h"
+
 namespace piper::engine {
 
 // What a step whose global gradient norm is not finite does (piper-run --on-nonfinite).
@@ -38,6 +40,9 @@ struct RunOptions {
   // Stops at the first kernel that writes a NaN or infinity, naming it (SessionOptions).
   bool check_finite = false;
   OnNonFinite on_nonfinite = OnNonFinite::kStop;
+  // Sharded checkpoints (--checkpoint-dir, --save-every, --keep, --resume); with --resume,
+  // `steps` is the step the run ends at.
+  std::optional<CheckpointOptions> checkpoints;
 };
 
 // Trains as `options` say, printing a summary and one line per step to `out`
@@ -45,7 +50,7 @@ struct RunOptions {
 // to PATH.tmp as steps complete and renamed to PATH at the end, so a failed run leaves none; the
 // trained model is written atomically. A plan of several ranks first meets the other ranks
 // (engine/comm/rendezvous.h); when this rank fails it tells them so. Throws piper::Error on any
-// failure.
+// failure, and Interrupted after saving the checkpoint of a run stopped by SIGTERM or SIGINT.
 void run_training(const RunOptions& options, std::ostream& out);
 
 }  // namespace piper::engine

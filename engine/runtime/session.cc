@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <set>
 #include <unordered_map>
 
@@ -203,6 +204,7 @@ void Session::load_parameters() {
     initializers.emplace(initializer.name(), &initializer);
   }
   layouts_.clear();
+  initializer_shapes_.clear();
   for (const auto& load : plan_.parameters()) {
     const std::string what = "initializer '" + load.initializer() + "' of model '" + path + "'";
     const auto found = initializers.find(load.initializer());
@@ -212,6 +214,7 @@ void Session::load_parameters() {
                   "); the plan was made for another model, re-plan");
     }
     layouts_.push_back(load_parameter(load, *found->second, external, what));
+    initializer_shapes_.emplace_back(found->second->dims().begin(), found->second->dims().end());
   }
 }
 
@@ -726,6 +729,59 @@ std::map<std::string, std::vector<uint8_t>> Session::trained_parameters() {
                         *backend_, values);
   }
   return values;
+}
+
+std::vector<uint8_t> Session::read_tensor_at(int index) const {
+  return download(plan_.tensors(index));
+}
+
+void Session::write_tensor_at(int index, const void* data, size_t bytes) {
+  const plan::Tensor& tensor = plan_.tensors(index);
+  if (bytes > tensor.bytes()) {
+    throw Error(tensor_label(plan_, index) + " has " + std::to_string(tensor.bytes()) +
+                " bytes; cannot write " + std::to_string(bytes));
+  }
+  std::vector<uint8_t> whole(tensor.bytes(), 0);
+  if (bytes > 0) std::memcpy(whole.data(), data, bytes);
+  backend_->upload(arena_ + tensor.offset(), whole.data(), whole.size());
+}
+
+std::vector<std::string> Session::gather_from_every_rank(const std::string& mine) {
+  const int world = std::max(static_cast<int>(plan_.header().world_size()), 1);
+  if (world == 1) return {mine};
+  const auto everyone =
+      std::find_if(plan_.groups().begin(), plan_.groups().end(),
+                   [&](const plan::CommGroup& group) { return group.ranks_size() == world; });
+  if (everyone == plan_.groups().end()) {
+    throw Error("the plan has no group of all " + std::to_string(world) +
+                " ranks, which checkpoints need to agree; re-plan with this build's piper-plan");
+  }
+  Communicator& link = save_channel(everyone->id(), "a checkpoint gathers from every rank");
+  // all_gather_bytes moves equal sizes: the sizes first, then every string padded to the longest.
+  const uint64_t size = mine.size();
+  std::vector<uint8_t> size_bytes(sizeof size);
+  std::memcpy(size_bytes.data(), &size, sizeof size);
+  const std::vector<uint8_t> sizes = all_gather_bytes(link, *backend_, size_bytes);
+  std::vector<uint64_t> lengths(static_cast<size_t>(world));
+  for (size_t m = 0; m < lengths.size(); ++m) {
+    std::memcpy(&lengths[m], sizes.data() + m * sizeof size, sizeof size);
+  }
+  const uint64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  std::vector<uint8_t> padded(longest, 0);
+  std::memcpy(padded.data(), mine.data(), mine.size());
+  const std::vector<uint8_t> gathered = all_gather_bytes(link, *backend_, padded);
+  std::vector<std::string> by_rank(static_cast<size_t>(world));
+  for (int m = 0; m < world; ++m) {
+    const auto* begin = reinterpret_cast<const char*>(gathered.data() + m * longest);
+    by_rank.at(static_cast<size_t>(everyone->ranks(m))) =
+        std::string(begin, lengths[static_cast<size_t>(m)]);
+  }
+  return by_rank;
+}
+
+void Session::restore_progress(int64_t steps, int64_t updates) {
+  steps_done_ = steps;
+  updates_done_ = updates;
 }
 
 std::vector<uint8_t> Session::download(const plan::Tensor& tensor) const {

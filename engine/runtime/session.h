@@ -76,6 +76,19 @@ class Session {
   // so with any of them every rank must call it.
   std::map<std::string, std::vector<uint8_t>> trained_parameters();
 
+  // For checkpoints (engine/runtime/checkpoint.h):
+  // The model's shape of the initializer plan().parameters(load) loads.
+  const Shape& initializer_shape(int load) const { return initializer_shapes_.at(load); }
+  // The bytes of plan tensor `index`, and an overwrite of its first `bytes` bytes (the rest
+  // become zero).
+  std::vector<uint8_t> read_tensor_at(int index) const;
+  void write_tensor_at(int index, const void* data, size_t bytes);
+  // Every rank's `mine`, by rank, exchanged over a group of every rank (one rank: {mine}).
+  // Collective: every rank must call it, between steps.
+  std::vector<std::string> gather_from_every_rank(const std::string& mine);
+  // Continues a run from a checkpoint: `steps` steps ran before, `updates` of them updated.
+  void restore_progress(int64_t steps, int64_t updates);
+
   // Bytes this session holds on the device (the arena): its peak memory.
   uint64_t peak_bytes() const { return arena_bytes_; }
   // The planner's estimate of memory by role.
@@ -139,7 +152,8 @@ class Session {
   std::map<std::pair<std::string, std::string>, std::unique_ptr<Communicator>> channels_;
   // By plan.parameters() index: the block each load takes from, for --save-onnx.
   std::vector<BlockLayout> layouts_;
-  std::vector<int> zeroed_;  // tensors with zero_at_step_start
+  std::vector<Shape> initializer_shapes_;  // by plan.parameters() index
+  std::vector<int> zeroed_;                // tensors with zero_at_step_start
   std::vector<uint8_t> zeros_;
   // Declared last: its kernels use the communicators, so it goes first.
   std::unique_ptr<Executor> executor_;

@@ -1,6 +1,8 @@
 // Session: parameter loading from ONNX, constants, batch input slicing, a full training
 // step of softmax regression against its closed form, loss terms, load-time errors, and
-// run_training (piper-run's loop) with metrics and --save-onnx.
+// run_training (piper-run's loop) with metrics and --save-onnx, and checkpoints of the
+// session's parameters and momentum (what a rank holds and owns, a save and load round trip,
+// a ZeRO slice that leaves the rest of its parameter out).
 #include "engine/runtime/session.h"
 
 #include <gmock/gmock.h>
@@ -11,6 +13,8 @@
 #include <regex>
 #include <sstream>
 
+#include "engine/runtime/checkpoint.h"
+#include "engine/runtime/checkpoint_state.h"
 #include "engine/runtime/data.h"
 #include "engine/runtime/run.h"
 #include "engine_test_util.h"
@@ -109,6 +113,54 @@ class SessionTest : public ::testing::Test {
     b.Kernel("main", "piper.SumTo", {dlogits}, {db});
     b.Kernel("main", "piper.SGD", {w, dw}, {}, {Float("lr", kLr)});
     b.Kernel("main", "piper.SGD", {bias, db}, {}, {Float("lr", kLr)});
+    return b.Build();
+  }
+
+  // SGD with momentum; with `zero_slice`, W's update takes slice 1 of 2 of W and of its gradient
+  // through piper.Shard (as ZeRO-1 lowers it), with its momentum for that slice alone.
+  plan::Plan MomentumPlan(bool zero_slice) {
+    PlanBuilder b;
+    b.plan().mutable_header()->set_model_path(model_path_);
+    b.plan().set_global_batch(kN);
+    const int x = b.Tensor("x", {kN, kIn}, plan::FLOAT32, plan::INPUT);
+    const int y = b.Tensor("y", {kN}, plan::INT64, plan::INPUT);
+    const int w = b.Tensor("W", {kIn, kOut}, plan::FLOAT32, plan::PARAMETER);
+    const int bias = b.Tensor("b", {kOut}, plan::FLOAT32, plan::PARAMETER);
+    const int logits = b.Tensor("logits", {kN, kOut});
+    const int loss = b.Tensor("loss", {}, plan::FLOAT32, plan::LOSS);
+    const int seed = b.Tensor("dloss", {}, plan::FLOAT32, plan::CONSTANT);
+    const int dlogits = b.Tensor("dlogits", {kN, kOut});
+    const int dw = b.Tensor("dW", {kIn, kOut}, plan::FLOAT32, plan::GRADIENT);
+    const int db = b.Tensor("db", {kOut}, plan::FLOAT32, plan::GRADIENT);
+    const int slice = kIn * kOut / 2;
+    const int w_state =
+        b.Tensor("optim/W/momentum_buffer", zero_slice ? Shape{slice} : Shape{kIn, kOut},
+                 plan::FLOAT32, plan::OPTIMIZER_STATE);
+    const int b_state =
+        b.Tensor("optim/b/momentum_buffer", {kOut}, plan::FLOAT32, plan::OPTIMIZER_STATE);
+    b.Input("x", x, 0, kN);
+    b.Input("y", y, 0, kN, kOut);
+    b.Parameter("W", w);
+    b.Parameter("b", bias);
+    b.Constant<float>(seed, {1.0f});
+    b.Loss(loss);
+    b.Kernel("main", "Gemm", {x, w, bias}, {logits}, {}, "/fc/Gemm");
+    b.Kernel("main", "SoftmaxCrossEntropyLoss", {logits, y}, {loss});
+    b.Kernel("main", "piper.SoftmaxCrossEntropyLossGrad", {seed, logits, y}, {dlogits});
+    b.Kernel("main", "piper.MatMul", {x, dlogits}, {dw}, {Int("transA", 1)});
+    b.Kernel("main", "piper.SumTo", {dlogits}, {db});
+    const std::vector<plan::Attribute> sgd = {Float("lr", kLr), Float("momentum", 0.9)};
+    if (zero_slice) {
+      const int w_slice = b.Tensor("W/slice", {slice});
+      const int dw_slice = b.Tensor("dW/slice", {slice});
+      const std::vector<plan::Attribute> second = {Int("num_shards", 2), Int("shard_index", 1)};
+      b.Kernel("main", "piper.Shard", {w}, {w_slice}, second);
+      b.Kernel("main", "piper.Shard", {dw}, {dw_slice}, second);
+      b.Kernel("main", "piper.SGD", {w_slice, dw_slice, w_state}, {}, sgd);
+    } else {
+      b.Kernel("main", "piper.SGD", {w, dw, w_state}, {}, sgd);
+    }
+    b.Kernel("main", "piper.SGD", {bias, db, b_state}, {}, sgd);
     return b.Build();
   }
 
@@ -387,6 +439,59 @@ TEST_F(SessionTest, FailedRunLeavesNoMetricsFile) {
   }
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/metrics.jsonl"));
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/metrics.jsonl.tmp"));
+}
+
+TEST_F(SessionTest, CheckpointStateNamesWhatTheRankHoldsAndOwns) {
+  Session whole(MomentumPlan(false), std::make_unique<cpu::CpuBackend>());
+  std::map<std::string, HeldTensor> held;
+  for (HeldTensor& tensor : held_state(whole)) held.emplace(tensor.name, std::move(tensor));
+  ASSERT_EQ(held.size(), 4u);
+  EXPECT_EQ(held.at("W").shape, (std::vector<int64_t>{kIn, kOut}));
+  EXPECT_EQ(held.at("optim/W/momentum_buffer").shape, (std::vector<int64_t>{kIn, kOut}));
+  EXPECT_EQ(held.at("optim/b/momentum_buffer").owned_slice(), formats::TensorSlice{});
+
+  // ZeRO: the rank holds W whole but owns, as its momentum, elements [3, 6) alone.
+  Session sliced(MomentumPlan(true), std::make_unique<cpu::CpuBackend>());
+  held.clear();
+  for (HeldTensor& tensor : held_state(sliced)) held.emplace(tensor.name, std::move(tensor));
+  const formats::TensorSlice second{{}, {}, true, 3, 3};
+  EXPECT_EQ(held.at("W").slice, formats::TensorSlice{});
+  EXPECT_EQ(held.at("W").owned_slice(), second);
+  EXPECT_EQ(held.at("optim/W/momentum_buffer").slice, second);
+  EXPECT_EQ(held.at("optim/b/momentum_buffer").owned_slice(), formats::TensorSlice{});
+}
+
+TEST_F(SessionTest, CheckpointRoundTripContinuesExactly) {
+  Session trained(MomentumPlan(false), std::make_unique<cpu::CpuBackend>());
+  for (int step = 0; step < 2; ++step) trained.step(MakeBatch(kX, kY));
+  const std::string folder =
+      save_checkpoint(trained, dir_ + "/checkpoints", {2, 2, 5, "test data"}, 0);
+  EXPECT_EQ(latest_checkpoint(dir_ + "/checkpoints"), folder);
+
+  Session resumed(MomentumPlan(false), std::make_unique<cpu::CpuBackend>());
+  const TrainingPosition position = load_checkpoint(resumed, folder, 5);
+  EXPECT_EQ(position.step, 2);
+  EXPECT_EQ(resumed.steps_done(), 2);
+  EXPECT_EQ(resumed.updates_done(), 2);
+  for (const HeldTensor& tensor : held_state(trained)) {
+    EXPECT_EQ(resumed.read_tensor_at(tensor.tensor), trained.read_tensor_at(tensor.tensor))
+        << tensor.name;
+  }
+  EXPECT_EQ(resumed.step(MakeBatch(kX, kY)), trained.step(MakeBatch(kX, kY)));
+  EXPECT_EQ(resumed.read_floats("W"), trained.read_floats("W"));
+
+  EXPECT_THAT([&] { load_checkpoint(resumed, folder, 6); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("pass --seed 5")));
+}
+
+TEST_F(SessionTest, CheckpointOfOneZeroSliceCannotFillTheWholeParameter) {
+  Session sliced(MomentumPlan(true), std::make_unique<cpu::CpuBackend>());
+  sliced.step(MakeBatch(kX, kY));
+  const std::string folder = save_checkpoint(sliced, dir_ + "/checkpoints", {1, 1, 0, ""}, 0);
+  Session other(MomentumPlan(true), std::make_unique<cpu::CpuBackend>());
+  EXPECT_THAT([&] { load_checkpoint(other, folder, 0); },
+              ::testing::ThrowsMessage<Error>(
+                  HasSubstr("the checkpoint's shards of 'W' leave out elements of whole")));
 }
 
 }  // namespace
