@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "formats/comm_volume.h"
 #include "formats/error.h"
 #include "formats/onnx_model.h"
 #include "formats/plan_directory.h"
@@ -84,6 +85,8 @@ void print_summary(const piper::planner::PlanningResult& result, const std::stri
               << human_seconds(step.step_s()) << ", compute busy " << human_seconds(step.busy_s())
               << ", bubble " << bubble << ", peak activations "
               << human_bytes(memory.activation_bytes()) << "\n";
+    std::cout << "  rank " << plan.header().rank() << ": communication per step: "
+              << piper::formats::comm_volume_line(piper::formats::comm_volume(plan)) << "\n";
   }
   std::cout << "  cost model: " << rates.describe()
             << " (--flops, --memory-bandwidth, --link-bandwidth, --link-latency, --op-overhead;"
