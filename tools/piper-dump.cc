@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
              "--schedule", schedule_dir,
              "draw the planned step of every DIR/rank<N>.plan: one row per rank and stream, tasks "
              "labelled by pass and microbatch (F3, B0, BI/BW, U) or comm kind (S/R send/recv, AR "
-             "all-reduce, RS reduce-scatter, AG all-gather), idle time as gaps; as text unless -o")
+             "all-reduce, RS reduce-scatter, AG all-gather, A2A all-to-all; tensor-parallel ones "
+             "over the compute task they run in), idle time as gaps; as text unless -o")
           ->type_name("DIR");
   app.add_option("-o,--output", output,
                  "with --schedule: write the picture as SVG to this file (atomically)")

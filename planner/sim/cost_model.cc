@@ -204,23 +204,11 @@ std::vector<std::vector<int>> member_ranks(const ir::TaskGraph& graph,
 // Kernels on the device's rates; reshards as collectives over the device's tensor-parallel
 // group, the slowest replica's (its group may span nodes where another's does not).
 double compute_seconds(const ir::TaskGraph& graph, const ir::Task& task, const DeviceRates& rates) {
-  const ir::OpGraph& ops = graph.op_graph();
-  double kernels = 0;
-  std::vector<double> reshards(task.devices.size(), 0.0);
-  for (ir::OpId op_id : task.ops) {
-    const ir::Op& op = ops.op(op_id);
-    const std::optional<ir::TaskKind> kind = reshard_kind(op.type);
-    if (!kind) {
-      kernels += op_seconds(ops, op, rates);
-      continue;
-    }
-    const double moved = std::max(op.inputs.empty() ? 0.0 : bytes(ops, op.inputs[0]),
-                                  op.outputs.empty() ? 0.0 : bytes(ops, op.outputs[0]));
-    for (size_t i = 0; i < task.devices.size(); ++i) {
-      reshards[i] += collective_seconds(*kind, ranks_of(graph, task.devices[i]), moved, rates);
-    }
+  double slowest = 0;
+  for (int device : task.devices) {
+    slowest = std::max(slowest, reshard_spans(graph, task, device, rates, nullptr));
   }
-  return kernels + (reshards.empty() ? 0.0 : *std::max_element(reshards.begin(), reshards.end()));
+  return slowest;
 }
 
 }  // namespace
@@ -291,6 +279,26 @@ double collective_seconds(ir::TaskKind kind, const std::vector<int>& ranks, doub
   if (!(factor > 0)) return 0;
   const formats::Link& link = rates.link(ranks);
   return link.latency + factor * bytes / link.bandwidth;
+}
+
+double reshard_spans(const ir::TaskGraph& graph, const ir::Task& task, int device,
+                     const DeviceRates& rates, std::vector<ReshardSpan>* spans) {
+  const ir::OpGraph& ops = graph.op_graph();
+  double time = 0;
+  for (ir::OpId op_id : task.ops) {
+    const ir::Op& op = ops.op(op_id);
+    const std::optional<ir::TaskKind> kind = reshard_kind(op.type);
+    if (!kind) {
+      time += op_seconds(ops, op, rates);
+      continue;
+    }
+    const double moved = std::max(op.inputs.empty() ? 0.0 : bytes(ops, op.inputs[0]),
+                                  op.outputs.empty() ? 0.0 : bytes(ops, op.outputs[0]));
+    const double start = time;
+    time += collective_seconds(*kind, ranks_of(graph, device), moved, rates);
+    if (spans != nullptr) spans->push_back({op_id, *kind, start, time});
+  }
+  return time;
 }
 
 double task_seconds(const ir::TaskGraph& graph, ir::TaskId id, const DeviceRates& rates) {

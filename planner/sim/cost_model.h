@@ -18,6 +18,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "formats/cluster.h"
 #include "planner/ir/task_graph.h"
@@ -51,7 +52,22 @@ bool is_reshard(const std::string& op_type);
 double collective_seconds(ir::TaskKind kind, const std::vector<int>& ranks, double bytes,
                           const DeviceRates& rates);
 
-// Seconds one instance of task `id` takes on one of its devices.
+// A reshard of a compute task and when it runs, in seconds from the task's start.
+struct ReshardSpan {
+  ir::OpId op = -1;
+  ir::TaskKind kind = ir::TaskKind::kAllReduce;
+  double start = 0;
+  double end = 0;
+};
+
+// The compute task's ops in order on DAG device `device` (kernels, then reshards over the
+// device's tensor-parallel group): appends each reshard's span to `spans` when not null
+// and returns the device's time for the task.
+double reshard_spans(const ir::TaskGraph& graph, const ir::Task& task, int device,
+                     const DeviceRates& rates, std::vector<ReshardSpan>* spans);
+
+// Seconds one instance of task `id` takes on one of its devices (a compute task: its
+// slowest device's).
 double task_seconds(const ir::TaskGraph& graph, ir::TaskId id, const DeviceRates& rates);
 
 }  // namespace piper::planner::sim
