@@ -255,8 +255,6 @@ double op_seconds(const ir::OpGraph& graph, const ir::Op& op, const DeviceRates&
          rates.op_overhead;
 }
 
-bool is_reshard(const std::string& op_type) { return reshard_kind(op_type).has_value(); }
-
 double collective_seconds(ir::TaskKind kind, const std::vector<int>& ranks, double bytes,
                           const DeviceRates& rates) {
   const double n = static_cast<double>(ranks.size());

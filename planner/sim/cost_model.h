@@ -45,9 +45,6 @@ double comm_bytes(const ir::TaskGraph& graph, const ir::Task& task);
 // Seconds one kernel takes (not for reshards, which task_seconds prices as collectives).
 double op_seconds(const ir::OpGraph& graph, const ir::Op& op, const DeviceRates& rates);
 
-// Whether the op is a reshard between tensor placements (a collective inside a compute task).
-bool is_reshard(const std::string& op_type);
-
 // Seconds a collective or transfer of `kind` takes over `ranks` moving `bytes` (see above).
 double collective_seconds(ir::TaskKind kind, const std::vector<int>& ranks, double bytes,
                           const DeviceRates& rates);
@@ -60,9 +57,9 @@ struct ReshardSpan {
   double end = 0;
 };
 
-// The compute task's ops in order on DAG device `device` (kernels, then reshards over the
-// device's tensor-parallel group): appends each reshard's span to `spans` when not null
-// and returns the device's time for the task.
+// Walks the compute task's ops in order on DAG device `device`, kernels at the device's
+// rates and reshards as collectives over its tensor-parallel group: appends each reshard's
+// span to `spans` when not null and returns the device's time for the task.
 double reshard_spans(const ir::TaskGraph& graph, const ir::Task& task, int device,
                      const DeviceRates& rates, std::vector<ReshardSpan>* spans);
 
