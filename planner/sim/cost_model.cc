@@ -201,6 +201,21 @@ std::vector<std::vector<int>> member_ranks(const ir::TaskGraph& graph,
   return members;
 }
 
+// A reshard on DAG device `device` runs over the device's tensor-parallel group, or under
+// expert parallelism over the task's replicas (as lowering groups them; each member of
+// their tensor-parallel groups over its own ranks, the slowest counting).
+double reshard_seconds(const ir::TaskGraph& graph, const ir::Task& task, int device,
+                       ir::TaskKind kind, double bytes, const DeviceRates& rates) {
+  if (graph.op_graph().replica_group <= 0) {
+    return collective_seconds(kind, ranks_of(graph, device), bytes, rates);
+  }
+  double slowest = 0;
+  for (const std::vector<int>& ranks : member_ranks(graph, task.devices)) {
+    slowest = std::max(slowest, collective_seconds(kind, ranks, bytes, rates));
+  }
+  return slowest;
+}
+
 // Kernels on the device's rates; reshards as collectives over the device's tensor-parallel
 // group, the slowest replica's (its group may span nodes where another's does not).
 double compute_seconds(const ir::TaskGraph& graph, const ir::Task& task, const DeviceRates& rates) {
@@ -293,7 +308,7 @@ double reshard_spans(const ir::TaskGraph& graph, const ir::Task& task, int devic
     const double moved = std::max(op.inputs.empty() ? 0.0 : bytes(ops, op.inputs[0]),
                                   op.outputs.empty() ? 0.0 : bytes(ops, op.outputs[0]));
     const double start = time;
-    time += collective_seconds(*kind, ranks_of(graph, device), moved, rates);
+    time += reshard_seconds(graph, task, device, *kind, moved, rates);
     if (spans != nullptr) spans->push_back({op_id, *kind, start, time});
   }
   return time;

@@ -8,7 +8,8 @@
 //   max(flops / flops_rate, bytes read and written / memory_bandwidth) + op_overhead,
 // the bfloat16 rate for an op that reads a bfloat16 tensor, the float32 one otherwise;
 // its reshards (piper.AllReduce, piper.ReduceScatter, piper.AllGather, piper.AllToAll
-// over the device's tensor-parallel group) are collectives, not kernels.
+// over the device's tensor-parallel group, or the task's replicas under expert
+// parallelism) are collectives, not kernels.
 // A collective over n ranks moving B bytes takes
 //   link.latency + factor * B / link.bandwidth,
 // factor 2(n-1)/n for a ring all-reduce, (n-1)/n for reduce-scatter,
@@ -58,7 +59,8 @@ struct ReshardSpan {
 };
 
 // Walks the compute task's ops in order on DAG device `device`, kernels at the device's
-// rates and reshards as collectives over its tensor-parallel group: appends each reshard's
+// rates and reshards as collectives over its tensor-parallel group (under expert
+// parallelism, OpGraph::replica_group, over the task's replicas): appends each reshard's
 // span to `spans` when not null and returns the device's time for the task.
 double reshard_spans(const ir::TaskGraph& graph, const ir::Task& task, int device,
                      const DeviceRates& rates, std::vector<ReshardSpan>* spans);

@@ -174,6 +174,28 @@ op 1 piper.AllReduce "/fc/tp_all_reduce" (p) -> (y)
   EXPECT_DOUBLE_EQ(task_seconds(mixed, 0, rates), gemm + 1e-5 + ring / 1e8);
 }
 
+// Under expert parallelism a reshard (the dispatch all-to-all) runs over the task's
+// replicas: devices 0 and 1 cost the intra-node ring on one node of two, the inter-node one
+// on nodes of one.
+TEST(CostModel, PricesExpertParallelReshardsOverTheTasksReplicas) {
+  ir::TaskGraph graph = ir::build_task_graph(ir::parse(R"(
+tensor x f32[32,16] input
+tensor y f32[32,16] activation
+op 0 piper.AllToAll "/moe/dispatch" (x) -> (y)
+)")
+                                                 .op_graph());
+  graph.op_graph().replica_group = 2;
+  graph.task(0).devices = {0, 1};
+  DeviceRates rates;
+  rates.intra_node = {.bandwidth = 1e9, .latency = 1e-6};
+  rates.inter_node = {.bandwidth = 1e8, .latency = 1e-5};
+  rates.devices_per_node = 2;
+  const double share = 1.0 / 2 * 2048;  // (n-1)/n of x's bytes, n = 2
+  EXPECT_DOUBLE_EQ(task_seconds(graph, 0, rates), 1e-6 + share / 1e9);
+  rates.devices_per_node = 1;
+  EXPECT_DOUBLE_EQ(task_seconds(graph, 0, rates), 1e-5 + share / 1e8);
+}
+
 TEST(CostModel, RunsBfloat16KernelsAtTheBfloat16Rate) {
   const ir::TaskGraph graph = ir::build_task_graph(ir::parse(R"(
 tensor a bf16[64,64] input
