@@ -212,7 +212,8 @@ std::string schedule_text(const std::vector<plan::Plan>& plans, int width) {
     out << "\n";
   }
   out << "F forward, B backward, BI/BW input/weight gradient, U update, S/R send/recv, "
-         "AR all-reduce, RS reduce-scatter, AG all-gather\n";
+         "AR all-reduce, RS reduce-scatter, AG all-gather, A2A all-to-all (tensor-parallel "
+         "ones over their compute task)\n";
   return out.str();
 }
 

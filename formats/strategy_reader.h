@@ -1,7 +1,8 @@
-// The reading machinery shared by the strategy parser (strategy_parse.cc) and its mesh
-// part (strategy_mesh.cc); not for use outside formats/strategy_*.cc. A Context names the
-// file in every error; each reader checks one JSON value and names its path when it is
-// wrong; an Object checks a key set and hands out typed values.
+// The reading machinery shared by the strategy parser (strategy_parse.cc), its mesh
+// part (strategy_mesh.cc) and the cluster file (cluster.cc); not for use outside
+// formats/. A Context names the file in every error; each reader checks one JSON value
+// and names its path when it is wrong; an Object checks a key set and hands out typed
+// values.
 #pragma once
 
 #include <algorithm>

@@ -20,12 +20,6 @@ std::string literal_glob(const std::string& name) {
   return glob;
 }
 
-double op_seconds(const ir::OpGraph& graph, const ir::Op& op, const sim::DeviceRates& rates) {
-  return std::max(sim::op_flops(graph, op) / rates.flops,
-                  sim::op_bytes(graph, op) / rates.memory_bandwidth) +
-         rates.op_overhead;
-}
-
 // Tags the forward ops of `graph` with stages 0 .. stages-1: op i goes to the
 // stage its cost midpoint falls in, so runs are contiguous and of about
 // equal cost.
@@ -37,7 +31,7 @@ std::vector<strategy::Annotation> balanced_stages(const ir::OpGraph& graph,
   std::vector<double> costs;
   int64_t costly = 0;
   for (const ir::Op& op : graph.ops()) {
-    costs.push_back(op_seconds(graph, op, rates));
+    costs.push_back(sim::op_seconds(graph, op, rates));
     costly += costs.back() > 0;
   }
   if (costly < stages) {

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include "formats/cluster.h"
+#include "formats/comm_volume.h"
 #include "formats/error.h"
 #include "formats/onnx_model.h"
 #include "formats/plan_directory.h"
@@ -52,6 +54,34 @@ void print_frozen(const piper::planner::FrozenMatch& match) {
   std::cout << (names.size() > kShown ? ", ...)\n" : ")\n");
 }
 
+// ", arena 1.1 MiB of the device's 80 GB": whether the rank fits the described device.
+std::string device_memory(const piper::plan::MemorySummary& memory,
+                          const piper::planner::sim::DeviceRates& rates) {
+  if (!(rates.memory_bytes > 0)) return "";
+  char capacity[32];
+  std::snprintf(capacity, sizeof(capacity), "%g GB", rates.memory_bytes / 1e9);
+  const bool fits = static_cast<double>(memory.arena_bytes()) <= rates.memory_bytes;
+  return ", arena " + human_bytes(memory.arena_bytes()) + (fits ? " of" : " exceeds") +
+         " the device's " + capacity;
+}
+
+// The rates: the cluster file's when given, each rate flag given overriding its part.
+piper::planner::sim::DeviceRates cost_rates(const CLI::App& app, const std::string& cluster_path,
+                                            const piper::planner::sim::DeviceRates& flags) {
+  if (cluster_path.empty()) return flags;
+  piper::planner::sim::DeviceRates rates = piper::formats::load_cluster(cluster_path);
+  if (app.count("--flops")) rates.flops = rates.bfloat16_flops = flags.flops;
+  if (app.count("--memory-bandwidth")) rates.memory_bandwidth = flags.memory_bandwidth;
+  if (app.count("--link-bandwidth")) {
+    rates.intra_node.bandwidth = rates.inter_node.bandwidth = flags.intra_node.bandwidth;
+  }
+  if (app.count("--link-latency")) {
+    rates.intra_node.latency = rates.inter_node.latency = flags.intra_node.latency;
+  }
+  if (app.count("--op-overhead")) rates.op_overhead = flags.op_overhead;
+  return rates;
+}
+
 void print_summary(const piper::planner::PlanningResult& result, const std::string& dir,
                    const piper::planner::sim::DeviceRates& rates) {
   std::cout << "planned " << result.plans.size() << " rank(s), " << result.num_ops << " ops in "
@@ -83,11 +113,13 @@ void print_summary(const piper::planner::PlanningResult& result, const std::stri
     std::cout << "  rank " << plan.header().rank() << ": planned step "
               << human_seconds(step.step_s()) << ", compute busy " << human_seconds(step.busy_s())
               << ", bubble " << bubble << ", peak activations "
-              << human_bytes(memory.activation_bytes()) << "\n";
+              << human_bytes(memory.activation_bytes()) << device_memory(memory, rates) << "\n";
+    std::cout << "  rank " << plan.header().rank() << ": communication per step: "
+              << piper::formats::comm_volume_line(piper::formats::comm_volume(plan)) << "\n";
   }
   std::cout << "  cost model: " << rates.describe()
-            << " (--flops, --memory-bandwidth, --link-bandwidth, --link-latency, --op-overhead;"
-               " piper-dump --schedule DIR draws the planned step)\n";
+            << " (--cluster FILE, --flops, --memory-bandwidth, --link-bandwidth, --link-latency,"
+               " --op-overhead; piper-dump --schedule DIR draws the planned step)\n";
 }
 
 }  // namespace
@@ -122,10 +154,18 @@ int main(int argc, char** argv) {
                "train the model's ops as exported: do not rewrite attention, LayerNorm and GELU "
                "patterns into fused ops");
   piper::planner::PlanningOptions options;
-  piper::planner::sim::DeviceRates& rates = options.rates;
+  piper::planner::sim::DeviceRates rates;
+  std::string cluster_path;
+  app.add_option("--cluster", cluster_path,
+                 "cost model: a JSON description of the cluster to plan for (devices per node, "
+                 "FLOP/s per dtype, memory, intra- and inter-node bandwidth and latency, "
+                 "per-kernel overhead; docs/cost-model.md) instead of the rate flags' defaults; "
+                 "a rate flag given as well overrides its part of the file")
+      ->type_name("FILE");
   app.add_option("--flops", rates.flops,
-                 "cost model: FLOP/s one device's kernels reach, e.g. 100e9 (for the planned step "
-                 "time and bubbles piper-plan reports and piper-dump --schedule draws)")
+                 "cost model: FLOP/s one device's kernels reach in every dtype, e.g. 100e9 (for "
+                 "the planned step time and bubbles piper-plan reports and piper-dump --schedule "
+                 "draws)")
       ->default_val(rates.flops)
       ->check(CLI::PositiveNumber);
   app.add_option("--memory-bandwidth", rates.memory_bandwidth,
@@ -133,13 +173,14 @@ int main(int argc, char** argv) {
                  "its FLOPs and its bytes over these rates")
       ->default_val(rates.memory_bandwidth)
       ->check(CLI::PositiveNumber);
-  app.add_option("--link-bandwidth", rates.link_bandwidth,
-                 "cost model: bytes/s between two devices (transfers and collectives)")
-      ->default_val(rates.link_bandwidth)
+  app.add_option("--link-bandwidth", rates.intra_node.bandwidth,
+                 "cost model: bytes/s between two devices (transfers and collectives), within "
+                 "and across nodes")
+      ->default_val(rates.intra_node.bandwidth)
       ->check(CLI::PositiveNumber);
-  app.add_option("--link-latency", rates.link_latency,
-                 "cost model: seconds each transfer or collective adds")
-      ->default_val(rates.link_latency)
+  app.add_option("--link-latency", rates.intra_node.latency,
+                 "cost model: seconds each transfer or collective adds, within and across nodes")
+      ->default_val(rates.intra_node.latency)
       ->check(CLI::NonNegativeNumber);
   app.add_option("--op-overhead", rates.op_overhead,
                  "cost model: seconds each kernel adds (dispatch, launch)")
@@ -164,6 +205,8 @@ int main(int argc, char** argv) {
     }
     if (output_dir.empty()) throw piper::Error("no output directory: pass -o DIR");
     options.fuse = !no_fuse;
+    rates.inter_node = rates.intra_node;
+    options.rates = cost_rates(app, cluster_path, rates);
     const auto result = piper::planner::plan_model(model_path, strategy, options);
     piper::formats::write_plan_directory(result.plans, output_dir, force);
     print_summary(result, output_dir, options.rates);

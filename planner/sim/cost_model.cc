@@ -1,9 +1,10 @@
 #include "planner/sim/cost_model.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
+#include <vector>
 
 #include "formats/einsum.h"
 #include "formats/error.h"
@@ -173,30 +174,59 @@ double flops_per_element(const std::string& type) {
   return found == kCosts.end() ? 1.0 : found->second;
 }
 
+std::optional<ir::TaskKind> reshard_kind(const std::string& op_type) {
+  if (op_type == "piper.AllReduce") return ir::TaskKind::kAllReduce;
+  if (op_type == "piper.ReduceScatter") return ir::TaskKind::kReduceScatter;
+  if (op_type == "piper.AllGather") return ir::TaskKind::kAllGather;
+  if (op_type == "piper.AllToAll") return ir::TaskKind::kAllToAll;
+  return std::nullopt;
+}
+
+// The ranks that run DAG device `device`: its tensor-parallel group, or itself.
+std::vector<int> ranks_of(const ir::TaskGraph& graph, int device) {
+  if (graph.shard_groups.empty()) return {device};
+  return graph.shard_groups.at(static_cast<size_t>(device));
+}
+
+// For each member m of the devices' tensor-parallel groups, the ranks that run `devices`
+// as member m (the devices themselves without tensor parallelism).
+std::vector<std::vector<int>> member_ranks(const ir::TaskGraph& graph,
+                                           const std::vector<int>& devices) {
+  std::vector<std::vector<int>> members;
+  for (int device : devices) {
+    const std::vector<int> group = ranks_of(graph, device);
+    members.resize(std::max(members.size(), group.size()));
+    for (size_t m = 0; m < group.size(); ++m) members[m].push_back(group[m]);
+  }
+  return members;
+}
+
+// A reshard on DAG device `device` runs over the device's tensor-parallel group, or under
+// expert parallelism over the task's replicas (as lowering groups them; each member of
+// their tensor-parallel groups over its own ranks, the slowest counting).
+double reshard_seconds(const ir::TaskGraph& graph, const ir::Task& task, int device,
+                       ir::TaskKind kind, double bytes, const DeviceRates& rates) {
+  if (graph.op_graph().replica_group <= 0) {
+    return collective_seconds(kind, ranks_of(graph, device), bytes, rates);
+  }
+  double slowest = 0;
+  for (const std::vector<int>& ranks : member_ranks(graph, task.devices)) {
+    slowest = std::max(slowest, collective_seconds(kind, ranks, bytes, rates));
+  }
+  return slowest;
+}
+
+// Kernels on the device's rates; reshards as collectives over the device's tensor-parallel
+// group, the slowest replica's (its group may span nodes where another's does not).
+double compute_seconds(const ir::TaskGraph& graph, const ir::Task& task, const DeviceRates& rates) {
+  double slowest = 0;
+  for (int device : task.devices) {
+    slowest = std::max(slowest, reshard_spans(graph, task, device, rates, nullptr));
+  }
+  return slowest;
+}
+
 }  // namespace
-
-void DeviceRates::check() const {
-  const auto positive = [](double value, const char* what) {
-    if (!(value > 0)) throw Error(std::string(what) + " must be more than 0");
-  };
-  const auto non_negative = [](double value, const char* what) {
-    if (!(value >= 0)) throw Error(std::string(what) + " must be 0 or more");
-  };
-  positive(flops, "the FLOP rate");
-  positive(memory_bandwidth, "the memory bandwidth");
-  positive(link_bandwidth, "the link bandwidth");
-  non_negative(link_latency, "the link latency");
-  non_negative(op_overhead, "the per-op overhead");
-}
-
-std::string DeviceRates::describe() const {
-  char text[160];
-  std::snprintf(text, sizeof text,
-                "%g GFLOP/s, %g GB/s memory, %g GB/s link, %g us latency, %g us per op",
-                flops / 1e9, memory_bandwidth / 1e9, link_bandwidth / 1e9, link_latency * 1e6,
-                op_overhead * 1e6);
-  return text;
-}
 
 double op_flops(const ir::OpGraph& graph, const ir::Op& op) {
   if (op.type == "MatMul" || op.type == "Gemm" || op.type == "piper.MatMul") {
@@ -231,21 +261,20 @@ double comm_bytes(const ir::TaskGraph& graph, const ir::Task& task) {
   return total;
 }
 
-double task_seconds(const ir::TaskGraph& graph, ir::TaskId id, const DeviceRates& rates) {
-  const ir::Task& task = graph.task(id);
-  if (task.kind == ir::TaskKind::kCompute) {
-    double seconds = 0;
-    for (ir::OpId op_id : task.ops) {
-      const ir::Op& op = graph.op_graph().op(op_id);
-      seconds += std::max(op_flops(graph.op_graph(), op) / rates.flops,
-                          op_bytes(graph.op_graph(), op) / rates.memory_bandwidth) +
-                 rates.op_overhead;
-    }
-    return seconds;
-  }
-  const double n = static_cast<double>(task.devices.size());
+double op_seconds(const ir::OpGraph& graph, const ir::Op& op, const DeviceRates& rates) {
+  const bool bfloat16 = std::any_of(op.inputs.begin(), op.inputs.end(), [&](ir::TensorId in) {
+    return in >= 0 && graph.tensor(in).dtype == ir::DType::kBFloat16;
+  });
+  return std::max(op_flops(graph, op) / (bfloat16 ? rates.bfloat16_flops : rates.flops),
+                  op_bytes(graph, op) / rates.memory_bandwidth) +
+         rates.op_overhead;
+}
+
+double collective_seconds(ir::TaskKind kind, const std::vector<int>& ranks, double bytes,
+                          const DeviceRates& rates) {
+  const double n = static_cast<double>(ranks.size());
   double factor = 1;
-  switch (task.kind) {
+  switch (kind) {
     case ir::TaskKind::kAllReduce:
       factor = 2 * (n - 1) / n;
       break;
@@ -257,11 +286,48 @@ double task_seconds(const ir::TaskGraph& graph, ir::TaskId id, const DeviceRates
     case ir::TaskKind::kBroadcast:
       factor = n > 1 ? 1 : 0;
       break;
-    default:  // send, recv: one device each, moving to or from its peer
+    default:  // send, recv: to or from one peer
       break;
   }
-  if (factor == 0) return 0;
-  return rates.link_latency + factor * comm_bytes(graph, task) / rates.link_bandwidth;
+  if (!(factor > 0)) return 0;
+  const formats::Link& link = rates.link(ranks);
+  return link.latency + factor * bytes / link.bandwidth;
+}
+
+double reshard_spans(const ir::TaskGraph& graph, const ir::Task& task, int device,
+                     const DeviceRates& rates, std::vector<ReshardSpan>* spans) {
+  const ir::OpGraph& ops = graph.op_graph();
+  double time = 0;
+  for (ir::OpId op_id : task.ops) {
+    const ir::Op& op = ops.op(op_id);
+    const std::optional<ir::TaskKind> kind = reshard_kind(op.type);
+    if (!kind) {
+      time += op_seconds(ops, op, rates);
+      continue;
+    }
+    const double moved = std::max(op.inputs.empty() ? 0.0 : bytes(ops, op.inputs[0]),
+                                  op.outputs.empty() ? 0.0 : bytes(ops, op.outputs[0]));
+    const double start = time;
+    time += reshard_seconds(graph, task, device, *kind, moved, rates);
+    if (spans != nullptr) spans->push_back({op_id, *kind, start, time});
+  }
+  return time;
+}
+
+double task_seconds(const ir::TaskGraph& graph, ir::TaskId id, const DeviceRates& rates) {
+  const ir::Task& task = graph.task(id);
+  if (task.kind == ir::TaskKind::kCompute) return compute_seconds(graph, task, rates);
+  std::vector<int> devices = task.devices;
+  const bool transfer = task.kind == ir::TaskKind::kSend || task.kind == ir::TaskKind::kRecv;
+  if (transfer && task.peer >= 0) devices.push_back(task.peer);
+  const double bytes = comm_bytes(graph, task);
+  double seconds = 0;
+  // Each member of the devices' tensor-parallel groups runs its own copy, over its own link.
+  for (const std::vector<int>& ranks : member_ranks(graph, devices)) {
+    // A transfer's n is 1: its two ranks only pick the link.
+    seconds = std::max(seconds, collective_seconds(task.kind, ranks, bytes, rates));
+  }
+  return seconds;
 }
 
 }  // namespace piper::planner::sim

@@ -1,39 +1,33 @@
 // The cost model: how long each task of the task DAG takes on one device,
 // from FLOPs and bytes over device rates (compute tasks) and bytes over link
-// bandwidth plus latency (comm tasks). Tensor shapes in the op graph are per
-// microbatch already, so a task's estimate is that of one microbatch.
+// bandwidth plus latency (comm tasks and the reshards inside compute tasks).
+// Tensor shapes in the op graph are per microbatch already, so a task's
+// estimate is that of one microbatch. docs/cost-model.md writes it down:
 //
 // A compute task takes, summed over its ops,
-//   max(flops / flops_rate, bytes read and written / memory_bandwidth) + op_overhead.
-// A comm task over n devices moving B bytes takes
-//   link_latency + factor * B / link_bandwidth,
+//   max(flops / flops_rate, bytes read and written / memory_bandwidth) + op_overhead,
+// the bfloat16 rate for an op that reads a bfloat16 tensor, the float32 one otherwise;
+// its reshards (piper.AllReduce, piper.ReduceScatter, piper.AllGather, piper.AllToAll
+// over the device's tensor-parallel group, or the task's replicas under expert
+// parallelism) are collectives, not kernels.
+// A collective over n ranks moving B bytes takes
+//   link.latency + factor * B / link.bandwidth,
 // factor 2(n-1)/n for a ring all-reduce, (n-1)/n for reduce-scatter,
 // all-gather and all-to-all (B the whole, unsharded tensor), 1 for send,
-// recv and broadcast; nothing when n = 1.
+// recv and broadcast; nothing when n = 1. The link is the slowest its ranks
+// span: within a node when all are on one (Cluster::link), else across nodes.
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "formats/cluster.h"
 #include "planner/ir/task_graph.h"
 
 namespace piper::planner::sim {
 
-// Rates of one device and of the links between devices. The defaults describe
-// a small CPU machine roughly (OpenBLAS reaches ~200 GFLOP/s on two cores for
-// large GEMMs, less for the small ones of the samples; loopback TCP).
-struct DeviceRates {
-  double flops = 100e9;            // FLOP/s a kernel reaches
-  double memory_bandwidth = 10e9;  // bytes/s a kernel reads plus writes
-  double link_bandwidth = 1e9;     // bytes/s between two devices, per direction
-  double link_latency = 20e-6;     // seconds each transfer or collective adds
-  double op_overhead = 2e-6;       // seconds each kernel adds (dispatch, launch)
-
-  // Throws piper::Error naming the first rate that is not positive (the
-  // latency and overhead may be 0).
-  void check() const;
-  // "100 GFLOP/s, 10 GB/s memory, 1 GB/s link, 20 us latency".
-  std::string describe() const;
-};
+// Rates of the devices and links (formats/cluster.h: piper-plan's flags or --cluster FILE).
+using DeviceRates = formats::Cluster;
 
 // Floating-point operations of one op: 2*M*N*K for MatMul, Gemm and
 // piper.MatMul (batch dimensions multiply), 2 per multiply-add for Einsum and
@@ -49,7 +43,30 @@ double op_bytes(const ir::OpGraph& graph, const ir::Op& op);
 // reduce-scatter and all-gather.
 double comm_bytes(const ir::TaskGraph& graph, const ir::Task& task);
 
-// Seconds one instance of task `id` takes on one of its devices.
+// Seconds one kernel takes (not for reshards, which task_seconds prices as collectives).
+double op_seconds(const ir::OpGraph& graph, const ir::Op& op, const DeviceRates& rates);
+
+// Seconds a collective or transfer of `kind` takes over `ranks` moving `bytes` (see above).
+double collective_seconds(ir::TaskKind kind, const std::vector<int>& ranks, double bytes,
+                          const DeviceRates& rates);
+
+// A reshard of a compute task and when it runs, in seconds from the task's start.
+struct ReshardSpan {
+  ir::OpId op = -1;
+  ir::TaskKind kind = ir::TaskKind::kAllReduce;
+  double start = 0;
+  double end = 0;
+};
+
+// Walks the compute task's ops in order on DAG device `device`, kernels at the device's
+// rates and reshards as collectives over its tensor-parallel group (under expert
+// parallelism, OpGraph::replica_group, over the task's replicas): appends each reshard's
+// span to `spans` when not null and returns the device's time for the task.
+double reshard_spans(const ir::TaskGraph& graph, const ir::Task& task, int device,
+                     const DeviceRates& rates, std::vector<ReshardSpan>* spans);
+
+// Seconds one instance of task `id` takes on one of its devices (a compute task: its
+// slowest device's).
 double task_seconds(const ir::TaskGraph& graph, ir::TaskId id, const DeviceRates& rates);
 
 }  // namespace piper::planner::sim

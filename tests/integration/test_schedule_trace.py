@@ -71,8 +71,11 @@ class ScheduleTest(unittest.TestCase):
                 for instruction in stream["instructions"]:
                     if instruction.get("task", 0) not in emitted:
                         emitted.append(instruction.get("task", 0))
-                planned = [t.get("task", 0) for t in plan["planned_tasks"]
-                           if t["stream"] == stream["name"]]
+                # A compute task's reshards follow it as entries of the same task.
+                planned = []
+                for t in plan["planned_tasks"]:
+                    if t["stream"] == stream["name"] and t.get("task", 0) not in planned[-1:]:
+                        planned.append(t.get("task", 0))
                 self.assertEqual(planned, emitted, f"rank {rank} stream {stream['name']}")
 
     def test_rates_change_the_planned_step(self):
@@ -86,6 +89,46 @@ class ScheduleTest(unittest.TestCase):
                            Tools.sample("strategies", "zero2.json"), "-o", slow, "--flops", "0"])
         self.assertNotEqual(bad.returncode, 0, bad.describe())
         self.assertIn("--flops", bad.output)
+
+    def test_cluster_file_prices_links_by_node(self):
+        """zero2's reduce-scatters and all-gathers over four ranks cross nodes of two and stay
+        within one node of four; a rate flag overrides its part of the file; a bad file is
+        refused naming it and the JSON path."""
+        def cluster(devices_per_node, inter_bandwidth=1e6, inter_latency=1e-5):
+            return harness.write_json(
+                os.path.join(self.tmp, f"cluster{devices_per_node}_{inter_bandwidth:g}.json"),
+                {"devices_per_node": devices_per_node,
+                 "flops": {"float32": 1e12, "bfloat16": 2e12}, "memory_bytes": 16e9,
+                 "memory_bandwidth": 1e11,
+                 "intra_node": {"bandwidth": 1e10, "latency": 1e-6},
+                 "inter_node": {"bandwidth": inter_bandwidth, "latency": inter_latency},
+                 "kernel_overhead": 1e-6})
+
+        def step(name, *flags):
+            out = os.path.join(self.tmp, name)
+            printed = harness.run_ok([Tools.plan, Tools.sample("mlp", "model.onnx"),
+                                      Tools.sample("strategies", "zero2.json"), "-o", out]
+                                     + list(flags)).stdout
+            return plan_json(out, 0)["planned_step"]["step_s"], printed
+
+        one_node, printed = step("one_node", "--cluster", cluster(4))
+        self.assertIn("4 devices per node", printed)
+        self.assertIn("of the device's 16 GB", printed)
+        two_nodes, _ = step("two_nodes", "--cluster", cluster(2))
+        self.assertGreater(two_nodes, 10 * one_node)
+        # A network as fast as the node's links: as if on one node.
+        fast_network, _ = step("fast_network", "--cluster", cluster(2, 1e10, 1e-6))
+        self.assertAlmostEqual(fast_network, one_node, delta=1e-9 * one_node)
+        overridden, printed = step("overridden", "--cluster", cluster(2), "--link-bandwidth",
+                                   "1e10")
+        self.assertIn("10 GB/s, 1 us within a node, 10 GB/s, 10 us across nodes", printed)
+        self.assertLess(overridden, two_nodes / 10)
+        bad = cluster(0)
+        result = harness.run([Tools.plan, Tools.sample("mlp", "model.onnx"),
+                              Tools.sample("strategies", "zero2.json"), "-o",
+                              os.path.join(self.tmp, "bad"), "--cluster", bad])
+        self.assertEqual(result.returncode, 1, result.describe())
+        self.assertIn(f"{bad}: $.devices_per_node: expected an integer from 1", result.output)
 
     def test_text_schedule_has_a_line_per_rank_and_stream(self):
         out = harness.run_ok([Tools.dump, "--schedule", self.plans, "--width", "60"]).stdout

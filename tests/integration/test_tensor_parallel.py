@@ -22,6 +22,7 @@ One strategy per test method, so each runs alone:
 import fnmatch
 import json
 import os
+import re
 import tempfile
 import unittest
 
@@ -194,7 +195,9 @@ class TensorParallel(unittest.TestCase):
             os.path.join(work, "strategy.json"),
             harness.strategy(GLOBAL_BATCH, OPTIMIZER, frozen=FROZEN, **extra))
         plans = os.path.join(work, "plans")
-        harness.run_ok([Tools.plan, cls.model_path(model), strategy, "-o", plans])
+        printed = harness.run_ok([Tools.plan, cls.model_path(model), strategy, "-o", plans])
+        with open(os.path.join(work, "piper-plan.txt"), "w") as f:
+            f.write(printed.stdout)
         return work, plans
 
     @classmethod
@@ -410,11 +413,29 @@ class TensorParallel(unittest.TestCase):
                 print(f"[{model} {case}] " + ", ".join(
                     f"{role} {got[role]} B of {full[role]} B" for role in want))
 
+    @staticmethod
+    def reported_volume(plans, rank=0):
+        """piper-plan's communication report for `rank`, {kind: bytes}: its
+        line "rank 0: communication per step: tensor/expert-parallel
+        all-reduce 1024 B (1.00 KiB) in 8; ...", saved beside the plans."""
+        with open(os.path.join(os.path.dirname(plans), "piper-plan.txt")) as f:
+            printed = f.read()
+        line = re.search(rf"^  rank {rank}: communication per step: (.*)$", printed, re.M)
+        if line is None:
+            raise AssertionError(f"piper-plan printed no communication for rank {rank}:\n"
+                                 f"{printed}")
+        if line.group(1) == "none":
+            return {}
+        return {m.group(1): int(m.group(2)) for m in
+                (re.fullmatch(r"(.+) (\d+) B \(.*\) in \d+", entry)
+                 for entry in line.group(1).split("; "))}
+
     def tp_all_reduces(self, plan, layout, kinds=("ALL_REDUCE",)):
         """Rank 0's collectives of `kinds` over its tensor-parallel group, as
-        (pass, elements) per tensor: the whole tensor (a reduce-scatter's
-        input, an all-gather's output). Scalars (the loss, the gradient norm's
-        sum of squares) are left out: Megatron's volume counts activations."""
+        (pass, elements, stream, label, bytes) per tensor: the whole tensor (a
+        reduce-scatter's input, an all-gather's output). Scalars (the loss, the
+        gradient norm's sum of squares) are left out: Megatron's volume counts
+        activations."""
         group = layout.tp_group()
         groups = [g["id"] for g in plan["groups"] if sorted(g["ranks"]) == group]
         found = []
@@ -430,7 +451,8 @@ class TensorParallel(unittest.TestCase):
                     shape = [int(n) for n in plan["tensors"][tensor].get("shape", [])]
                     if shape:
                         found.append((instruction.get("pass"), int(np.prod(shape)),
-                                      stream["name"], instruction.get("label")))
+                                      stream["name"], instruction.get("label"),
+                                      int(plan["tensors"][tensor]["bytes"])))
         return found
 
     def test_communication_volume_matches_megatron(self):
@@ -451,18 +473,18 @@ class TensorParallel(unittest.TestCase):
                     elements = layout.rows() * tp_models.BLOCK * hidden
                     count = 2 * layout.layers * layout.microbatches
                     listing = "\n".join(f"  {p} {n} elements on '{s}': {label}"
-                                        for p, n, s, label in found)
+                                        for p, n, s, label, _ in found)
                     # A norm written as element-wise ops (RMSNorm) gets its weight's gradient
                     # from partial terms: one all-reduce of its h elements, beyond Megatron's
                     # (whose fused norm backward reads the all-reduced input gradient).
-                    norm_gradients = [(p, n, label) for p, n, _, label in found
+                    norm_gradients = [(p, n, label, b) for p, n, _, label, b in found
                                       if p == "BACKWARD" and n == hidden and
                                       label.startswith("grad/")]
-                    activations = [(p, n) for p, n, _, label in found
-                                   if (p, n, label) not in norm_gradients]
+                    activations = [(p, n, b) for p, n, _, label, b in found
+                                   if (p, n, label, b) not in norm_gradients]
                     for pass_ in ("FORWARD", "BACKWARD"):
                         self.assertEqual(
-                            [n for p, n in activations if p == pass_], [elements] * count,
+                            [n for p, n, _ in activations if p == pass_], [elements] * count,
                             f"[{model} {case}] {pass_} all-reduces over ranks "
                             f"{layout.tp_group()}; rank 0 has:\n{listing}")
                     self.assertEqual(len(norm_gradients),
@@ -470,31 +492,48 @@ class TensorParallel(unittest.TestCase):
                                      if model == "swiglu" else 0,
                                      f"[{model} {case}] all-reduces beyond Megatron's:\n"
                                      f"{listing}")
+                    # piper-plan's report: those all-reduces in bytes (bf16 runs move some in
+                    # bfloat16, some in float32), and the norm's extra.
+                    megatron = sum(b for _, _, b in activations)
+                    reported = self.reported_volume(plans)
+                    self.assertEqual(
+                        reported.get("tensor/expert-parallel all-reduce"),
+                        megatron + sum(b for _, _, _, b in norm_gradients),
+                        f"[{model} {case}] piper-plan reports {reported}")
                     print(f"[{model} {case}] {2 * count} all-reduces of {elements} elements: "
-                          f"{2 * count * elements} per step, as Megatron's formula")
+                          f"{2 * count * elements} per step, as Megatron's formula; piper-plan "
+                          f"reports {reported}")
 
 
     def check_sequence_parallel_volume(self, model, layout, plans):
         """With sequence parallelism each of Megatron's all-reduces in a layer
         becomes a reduce-scatter and an all-gather of the same b*s*h elements.
         (Around the layers, a replicated head gathers what it reads.)"""
-        found = [entry for entry in self.tp_all_reduces(self.dump(plans), layout,
-                                                        ("REDUCE_SCATTER", "ALL_GATHER"))
-                 if "blocks." in entry[3]]
+        everywhere = self.tp_all_reduces(self.dump(plans), layout,
+                                         ("REDUCE_SCATTER", "ALL_GATHER"))
+        found = [entry for entry in everywhere if "blocks." in entry[3]]
         hidden = self.torch_model(model).tok.weight.shape[1]
         elements = layout.rows() * tp_models.BLOCK * hidden
         count = 4 * layout.layers * layout.microbatches
-        listing = "\n".join(f"  {p} {n} elements on '{s}': {label}" for p, n, s, label in found)
+        listing = "\n".join(f"  {p} {n} elements on '{s}': {label}"
+                             for p, n, s, label, _ in found)
         # An RMSNorm written as element-wise ops reduce-scatters twice in its backward: its
         # input gradient dY (for the weight's gradient) and dY * weight (for the input's), one
         # more than Megatron's fused norm, which reads dY once.
         extra = 2 * layout.layers * layout.microbatches if model == "swiglu" else 0
         for pass_, more in (("FORWARD", 0), ("BACKWARD", extra)):
-            self.assertEqual([n for p, n, _, _ in found if p == pass_],
+            self.assertEqual([n for p, n, _, _, _ in found if p == pass_],
                              [elements] * (count + more),
                              f"[{model} sp] {pass_}; rank 0 has:\n{listing}")
+        # piper-plan's report: the same reshards, the head's gathers too, in bytes.
+        reported = self.reported_volume(plans)
+        self.assertEqual(reported.get("tensor/expert-parallel reduce-scatter", 0) +
+                         reported.get("tensor/expert-parallel all-gather", 0),
+                         sum(b for _, _, _, _, b in everywhere),
+                         f"[{model} sp] piper-plan reports {reported}; rank 0 has:\n{listing}")
         print(f"[{model} {layout.name}] {2 * count} reduce-scatters and all-gathers of "
-              f"{elements} elements, as Megatron's sequence parallelism")
+              f"{elements} elements, as Megatron's sequence parallelism; piper-plan reports "
+              f"{reported}")
 
 
 if __name__ == "__main__":

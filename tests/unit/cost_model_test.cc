@@ -88,8 +88,7 @@ TEST(CostModel, TimesCollectivesByRingVolumeAndLatency) {
   send.tensors = {5};  // y: 2048 bytes
   const ir::TaskId sent = graph.add_task(send);
   DeviceRates rates;
-  rates.link_bandwidth = 1e6;
-  rates.link_latency = 1e-3;
+  rates.intra_node = {.bandwidth = 1e6, .latency = 1e-3};
   EXPECT_DOUBLE_EQ(comm_bytes(graph, graph.task(reduce)), 8192);
   EXPECT_DOUBLE_EQ(task_seconds(graph, reduce, rates), 1e-3 + 2.0 * 3 / 4 * 8192 / 1e6);
   EXPECT_DOUBLE_EQ(task_seconds(graph, sent, rates), 1e-3 + 2048 / 1e6);
@@ -100,9 +99,123 @@ TEST(CostModel, TimesCollectivesByRingVolumeAndLatency) {
 TEST(CostModel, RejectsRatesThatAreNotPositive) {
   DeviceRates rates;
   EXPECT_NO_THROW(rates.check());
-  rates.link_bandwidth = 0;
+  rates.inter_node.bandwidth = 0;
   EXPECT_THROW(rates.check(), Error);
   EXPECT_NE(DeviceRates{}.describe().find("100 GFLOP/s"), std::string::npos);
+}
+
+// Four ranks, two per node: an all-reduce over 0 and 1 stays within a node, over 1 and 2
+// (or all four) it crosses; a send from 1 to 2 crosses too.
+TEST(CostModel, PricesEachCollectiveByTheSlowestLinkItsRanksSpan) {
+  ir::TaskGraph graph = layers();
+  const auto add = [&](ir::TaskKind kind, std::vector<int> devices, int peer = -1) {
+    ir::Task task;
+    task.kind = kind;
+    task.devices = std::move(devices);
+    task.peer = peer;
+    task.tensors = {6};  // g: 8192 bytes
+    return graph.add_task(task);
+  };
+  const ir::TaskId within = add(ir::TaskKind::kAllReduce, {0, 1});
+  const ir::TaskId across = add(ir::TaskKind::kAllReduce, {1, 2});
+  const ir::TaskId all = add(ir::TaskKind::kAllReduce, {0, 1, 2, 3});
+  const ir::TaskId gather = add(ir::TaskKind::kAllGather, {2, 3});
+  graph.task(gather).tensors = {5, 6};  // y's shard gathered into g's 8192 bytes
+  const ir::TaskId send_within = add(ir::TaskKind::kSend, {0}, 1);
+  const ir::TaskId send_across = add(ir::TaskKind::kSend, {1}, 2);
+  DeviceRates rates;
+  rates.devices_per_node = 2;
+  rates.intra_node = {.bandwidth = 100e9, .latency = 2e-6};
+  rates.inter_node = {.bandwidth = 10e9, .latency = 10e-6};
+  EXPECT_DOUBLE_EQ(task_seconds(graph, within, rates), 2e-6 + 2.0 * 1 / 2 * 8192 / 100e9);
+  EXPECT_DOUBLE_EQ(task_seconds(graph, across, rates), 10e-6 + 2.0 * 1 / 2 * 8192 / 10e9);
+  EXPECT_DOUBLE_EQ(task_seconds(graph, all, rates), 10e-6 + 2.0 * 3 / 4 * 8192 / 10e9);
+  EXPECT_DOUBLE_EQ(task_seconds(graph, gather, rates), 2e-6 + 1.0 / 2 * 8192 / 100e9);
+  EXPECT_DOUBLE_EQ(task_seconds(graph, send_within, rates), 2e-6 + 8192 / 100e9);
+  EXPECT_DOUBLE_EQ(task_seconds(graph, send_across, rates), 10e-6 + 8192 / 10e9);
+  rates.devices_per_node = 0;  // one node: every link is the intra-node one
+  EXPECT_DOUBLE_EQ(task_seconds(graph, all, rates), 2e-6 + 2.0 * 3 / 4 * 8192 / 100e9);
+}
+
+// A reshard inside a compute task is a collective over the device's tensor-parallel group,
+// not a kernel: with DAG devices 0 and 1 standing for rank groups {0, 1} and {2, 3}, one
+// node each, an all-reduce of y (2048 bytes) costs the intra-node ring; with groups {0, 2}
+// and {1, 3} the inter-node one. The Gemm before it stays a kernel.
+TEST(CostModel, PricesReshardsInsideComputeTasksByTheirGroupsLink) {
+  const ir::TaskGraph base = ir::build_task_graph(ir::parse(R"(
+tensor x f32[32,64] input
+tensor w f32[16,64] parameter
+tensor p f32[32,16] activation
+tensor y f32[32,16] activation
+op 0 Gemm "/fc/Gemm" (x, w) -> (p) {transB=1}
+op 1 piper.AllReduce "/fc/tp_all_reduce" (p) -> (y)
+)")
+                                                      .op_graph());
+  ASSERT_EQ(base.num_tasks(), 1);
+  DeviceRates rates;
+  rates.devices_per_node = 2;
+  rates.intra_node = {.bandwidth = 1e9, .latency = 1e-6};
+  rates.inter_node = {.bandwidth = 1e8, .latency = 1e-5};
+  const ir::OpGraph& ops = base.op_graph();
+  const double gemm = op_seconds(ops, ops.op(0), rates);
+  const double ring = 2.0 * 1 / 2 * 2048;  // 2(n-1)/n of y's bytes, n = 2
+  ir::TaskGraph within = base;
+  within.shard_groups = {{0, 1}, {2, 3}};
+  within.task(0).devices = {0, 1};
+  EXPECT_DOUBLE_EQ(task_seconds(within, 0, rates), gemm + 1e-6 + ring / 1e9);
+  ir::TaskGraph across = base;
+  across.shard_groups = {{0, 2}, {1, 3}};
+  across.task(0).devices = {0, 1};
+  EXPECT_DOUBLE_EQ(task_seconds(across, 0, rates), gemm + 1e-5 + ring / 1e8);
+  // One replica's group crossing nodes makes the task as slow as that replica.
+  ir::TaskGraph mixed = base;
+  mixed.shard_groups = {{0, 1}, {2, 4}};
+  mixed.task(0).devices = {0, 1};
+  EXPECT_DOUBLE_EQ(task_seconds(mixed, 0, rates), gemm + 1e-5 + ring / 1e8);
+}
+
+// Under expert parallelism a reshard (the dispatch all-to-all) runs over the task's
+// replicas: devices 0 and 1 cost the intra-node ring on one node of two, the inter-node one
+// on nodes of one.
+TEST(CostModel, PricesExpertParallelReshardsOverTheTasksReplicas) {
+  ir::TaskGraph graph = ir::build_task_graph(ir::parse(R"(
+tensor x f32[32,16] input
+tensor y f32[32,16] activation
+op 0 piper.AllToAll "/moe/dispatch" (x) -> (y)
+)")
+                                                 .op_graph());
+  graph.op_graph().replica_group = 2;
+  graph.task(0).devices = {0, 1};
+  DeviceRates rates;
+  rates.intra_node = {.bandwidth = 1e9, .latency = 1e-6};
+  rates.inter_node = {.bandwidth = 1e8, .latency = 1e-5};
+  rates.devices_per_node = 2;
+  const double share = 1.0 / 2 * 2048;  // (n-1)/n of x's bytes, n = 2
+  EXPECT_DOUBLE_EQ(task_seconds(graph, 0, rates), 1e-6 + share / 1e9);
+  rates.devices_per_node = 1;
+  EXPECT_DOUBLE_EQ(task_seconds(graph, 0, rates), 1e-5 + share / 1e8);
+}
+
+TEST(CostModel, RunsBfloat16KernelsAtTheBfloat16Rate) {
+  const ir::TaskGraph graph = ir::build_task_graph(ir::parse(R"(
+tensor a bf16[64,64] input
+tensor b bf16[64,64] input
+tensor c bf16[64,64] activation
+tensor d f32[64,64] input
+tensor e f32[64,64] activation
+op 0 MatMul "/bf16" (a, b) -> (c)
+op 1 MatMul "/f32" (d, d) -> (e)
+)")
+                                                       .op_graph());
+  const ir::OpGraph& ops = graph.op_graph();
+  DeviceRates rates;
+  rates.flops = 1e9;
+  rates.bfloat16_flops = 8e9;
+  rates.memory_bandwidth = 1e15;  // compute-bound
+  rates.op_overhead = 0;
+  const double flops = 2.0 * 64 * 64 * 64;
+  EXPECT_DOUBLE_EQ(op_seconds(ops, ops.op(0), rates), flops / 8e9);
+  EXPECT_DOUBLE_EQ(op_seconds(ops, ops.op(1), rates), flops / 1e9);
 }
 
 }  // namespace

@@ -1,14 +1,17 @@
 // The step simulation on hand-built task DAGs with uniform task times (serial
 // streams, transfers that overlap their recv, collectives that start
-// together, replicas), and on a planned data-parallel step whose gradient
-// all-reduces overlap the backward.
+// together, replicas), on a planned data-parallel step whose gradient
+// all-reduces overlap the backward, and on a tensor-parallel one's reshards.
 #include "planner/sim/step_simulation.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <set>
 
 #include "formats/error.h"
+#include "formats/schedule_view.h"
 #include "formats/strategy.h"
 #include "planner/plan_model.h"
 
@@ -224,6 +227,60 @@ TEST(StepSimulation, DataParallelAllReduceOverlapsTheBackward) {
       EXPECT_LE(plan.planned_tasks(i - 1).start_s(), plan.planned_tasks(i).start_s());
     }
   }
+}
+
+// Tensor parallelism: each reshard inside a compute task (an inline all-reduce of the Megatron
+// split) appears in the planned step as an entry of its own, on the task's stream, within
+// the task's span, so piper-dump --schedule draws it there.
+TEST(StepSimulation, PlansTensorParallelReshardsOnTheirTasksStream) {
+  const strategy::Strategy strategy = strategy::parse_strategy(
+      R"({"batch": {"global": 4}, "frozen": ["*mask*"], "mesh": [["tp", 2]],
+          "directives": [{"op": "shard", "axis": "tp", "params": {
+            "blocks.*.attn.q.*": 0, "blocks.*.attn.k.weight": 0, "blocks.*.attn.v.*": 0,
+            "blocks.*.attn.proj.weight": 1, "blocks.*.mlp.fc.*": 0,
+            "blocks.*.mlp.out.weight": 1}}]})",
+      "tp2.json");
+  const auto plans =
+      planner::plan_model(PIPER_SOURCE_DIR "/samples/gpt/model.onnx", strategy, {}).plans;
+  ASSERT_EQ(plans.size(), 2u);
+  for (const plan::Plan& plan : plans) {
+    std::set<int> computing;
+    for (const plan::Stream& stream : plan.streams()) {
+      for (const plan::Instruction& instruction : stream.instructions()) {
+        if (instruction.has_kernel()) computing.insert(instruction.task());
+      }
+    }
+    std::map<std::pair<std::string, int>, int> inline_collectives;  // (stream, task) -> count
+    for (const plan::Stream& stream : plan.streams()) {
+      for (const plan::Instruction& instruction : stream.instructions()) {
+        if (instruction.has_collective() && computing.count(instruction.task())) {
+          ++inline_collectives[{stream.name(), instruction.task()}];
+        }
+      }
+    }
+    ASSERT_FALSE(inline_collectives.empty());
+    std::map<std::pair<std::string, int>, int> planned;
+    for (const plan::PlannedTask& entry : plan.planned_tasks()) {
+      if (entry.kind() == "compute" || !computing.count(entry.task())) continue;
+      EXPECT_EQ(entry.label(), "AR");
+      ++planned[{entry.stream(), entry.task()}];
+      const auto task = std::find_if(plan.planned_tasks().begin(), plan.planned_tasks().end(),
+                                     [&](const plan::PlannedTask& t) {
+                                       return t.kind() == "compute" && t.task() == entry.task();
+                                     });
+      ASSERT_NE(task, plan.planned_tasks().end());
+      EXPECT_LE(task->start_s(), entry.start_s());
+      EXPECT_LT(entry.start_s(), entry.end_s());
+      EXPECT_LE(entry.end_s(), task->end_s() * (1 + 1e-12));
+    }
+    EXPECT_EQ(planned, inline_collectives);
+    for (int i = 1; i < plan.planned_tasks_size(); ++i) {
+      EXPECT_LE(plan.planned_tasks(i - 1).start_s(), plan.planned_tasks(i).start_s());
+    }
+  }
+  const std::string text = formats::schedule_text(plans, 200);
+  const std::string compute_row = text.substr(text.find("rank 0 compute"));
+  EXPECT_NE(compute_row.substr(0, compute_row.find('\n')).find("AR"), std::string::npos) << text;
 }
 
 }  // namespace
