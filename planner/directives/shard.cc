@@ -1,10 +1,11 @@
-// shard: tensor parallelism. The parameters the directive names are split along a dimension
-// over each group of devices, and placements (ir/placement.h) propagate from them through
-// every op of the step, forward, backward and update, as GSPMD and DTensor propagate
+// shard: tensor and expert parallelism. The parameters the directive names are split along a
+// dimension over each group of devices, and placements (ir/placement.h) propagate from them
+// through every op of the step, forward, backward and update, as GSPMD and DTensor propagate
 // shardings. Where an op needs an input placed otherwise than it is, a reshard goes before
 // it: piper.AllReduce (partial -> whole), piper.AllGather (block -> whole), piper.ReduceScatter
-// (partial -> block) or a local piper.Shard (whole -> block), with Transposes around them for
-// a dimension other than the first. The op graph then holds what one member runs, with every
+// (partial -> block), piper.AllToAll (blocks along one dimension -> along another) or a local
+// piper.Shard (whole -> block), with Transposes around them for a dimension other than the
+// first. The op graph then holds what one member runs, with every
 // tensor's shape that member's block, and each device the other directives name stands for
 // the group it leads (TaskGraph::shard_groups); lowering gives each member its blocks.
 //
@@ -12,6 +13,11 @@
 // dimension, the attention output and second MLP weight along their input dimension, give
 // one all-reduce after each in the forward (their products are partial sums) and one before
 // each block's input LayerNormalization gradient in the backward.
+//
+// When the groups are data-parallel replica sets (expert parallelism), the op graph stays
+// each replica's program on its own rows and only the ops that meet the split experts are
+// placed (Partitioner::track_replica_placements): the tokens' dispatch buffer goes from rows
+// to experts by an all-to-all and back by another, as GShard's.
 #include <algorithm>
 #include <cstring>
 #include <map>

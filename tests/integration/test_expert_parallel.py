@@ -28,11 +28,10 @@ import numpy as np
 import onnx
 import torch
 import torch.nn.functional as F
-from onnx import numpy_helper
 
 import harness
+import one_process
 from harness import Tools
-from test_data_parallel import launch_path
 
 STEPS = 10
 GLOBAL_BATCH = 8
@@ -44,10 +43,6 @@ FROZEN = ["*mask*"]  # the causal-mask buffers
 EXPERT_PARAMS = {"blocks.*.mlp.w1": 0, "blocks.*.mlp.b1": 0, "blocks.*.mlp.w2": 0,
                  "blocks.*.mlp.b2": 0}
 EXPERT_GLOBS = tuple(EXPERT_PARAMS)
-LOSS_RTOL = 1e-5
-WEIGHT_RTOL = 1e-4
-BF16_LOSS_RTOL = 1e-3
-BF16_WEIGHT_RTOL = 1e-2
 PYTORCH_LOSS_RTOL = 1e-4
 PYTORCH_WEIGHT_RTOL = 1e-3
 
@@ -128,14 +123,6 @@ CASES = {
 }
 
 
-def weights_of(path):
-    return {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
-
-
-def relative_error(got, want):
-    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
-
-
 def is_expert(name):
     return any(fnmatch.fnmatchcase(name, glob) for glob in EXPERT_GLOBS)
 
@@ -179,15 +166,7 @@ class ExpertParallel(unittest.TestCase):
 
     @classmethod
     def train(cls, work, plans, launch):
-        metrics = os.path.join(work, "metrics.jsonl")
-        trained = os.path.join(work, "trained.onnx")
-        flags = ["--steps", STEPS, "--data", cls.data, "--metrics", metrics,
-                 "--save-onnx", trained, "--timeout", 60]
-        if launch:
-            harness.run_ok([launch_path(), "--plans", plans] + flags, timeout=240)
-        else:
-            harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan")] + flags)
-        return [r["loss"] for r in harness.read_metrics(metrics)], weights_of(trained)
+        return one_process.train(work, plans, cls.data, STEPS, launch)
 
     @classmethod
     def reference(cls, model, precision="fp32"):
@@ -211,29 +190,10 @@ class ExpertParallel(unittest.TestCase):
     def check_training(self, model, case, options):
         name = f"{model}_{case}"
         precision = options.get("precision", "fp32")
-        loss_rtol, weight_rtol = ((LOSS_RTOL, WEIGHT_RTOL) if precision == "fp32"
-                                  else (BF16_LOSS_RTOL, BF16_WEIGHT_RTOL))
         work, plans = self.plan(model, case, strategy(**options))
         self.check_plan(name, plans, options)
-        losses, weights = self.train(work, plans, launch=True)
-        want_losses, want_weights = self.reference(model, precision)
-        self.assertEqual(len(losses), STEPS, name)
-        for step, (got, want) in enumerate(zip(losses, want_losses)):
-            self.assertLessEqual(abs(got - want) / abs(want), loss_rtol,
-                                 f"[{name}] step {step}: {got!r} vs one process {want!r}")
-        self.assertEqual(sorted(weights), sorted(want_weights), name)
-        for param, want in want_weights.items():
-            self.assertEqual(weights[param].shape, want.shape,
-                             f"[{name}] {param}: --save-onnx must gather the whole tensor")
-            if precision == "fp32":
-                error = relative_error(weights[param], want)
-                self.assertLessEqual(error, weight_rtol, f"[{name}] final {param}: {error:.2e}")
-        if precision != "fp32":
-            names = sorted(want_weights)
-            error = relative_error(np.concatenate([weights[n].ravel() for n in names]),
-                                   np.concatenate([want_weights[n].ravel() for n in names]))
-            self.assertLessEqual(error, weight_rtol, f"[{name}] final weights: {error:.2e}")
-        print(f"[{name}] losses match one process to {loss_rtol}, weights to {weight_rtol}")
+        one_process.assert_matches(self, name, self.train(work, plans, launch=True),
+                                   self.reference(model, precision), STEPS, precision)
 
     def check_plan(self, name, plans, options):
         """Rank 0 holds 1/EP of every expert tensor, reduces no expert gradient over the
@@ -294,7 +254,7 @@ class ExpertParallel(unittest.TestCase):
                                          f"[{model}] step {step}: piper {got!r}, "
                                          f"pytorch {want!r}")
                 for param, value in module.named_parameters():
-                    error = relative_error(weights[param], value.detach().numpy())
+                    error = one_process.relative_error(weights[param], value.detach().numpy())
                     self.assertLessEqual(error, PYTORCH_WEIGHT_RTOL,
                                          f"[{model}] final {param}: {error:.2e}")
 
@@ -327,14 +287,8 @@ class ExpertParallel(unittest.TestCase):
         model = "moe_aux"
         work, plans = self.plan(model, "dp2_zero2", {
             "directives": [{"op": "zero", "stage": 2, "devices": [0, 1]}]})
-        losses, weights = self.train(work, plans, launch=True)
-        want_losses, want_weights = self.reference(model)
-        for step, (got, want) in enumerate(zip(losses, want_losses)):
-            self.assertLessEqual(abs(got - want) / abs(want), LOSS_RTOL,
-                                 f"[{model} dp2] step {step}: {got!r} vs one process {want!r}")
-        for param, want in want_weights.items():
-            error = relative_error(weights[param], want)
-            self.assertLessEqual(error, WEIGHT_RTOL, f"[{model} dp2] final {param}: {error:.2e}")
+        one_process.assert_matches(self, f"{model}_dp2_zero2", self.train(work, plans, True),
+                                   self.reference(model), STEPS)
         averages = [inst for stream in self.dump(plans)["streams"]
                     for inst in stream.get("instructions", [])
                     if inst.get("label", "").endswith("/replica_average")]

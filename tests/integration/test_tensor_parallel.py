@@ -29,12 +29,11 @@ import unittest
 import numpy as np
 import onnx
 import torch
-from onnx import numpy_helper
 
 import harness
+import one_process
 import tp_models
 from harness import Tools
-from test_data_parallel import launch_path
 
 STEPS = 10
 GLOBAL_BATCH = 8
@@ -42,10 +41,6 @@ SAMPLES = 2 * GLOBAL_BATCH
 MICROBATCHES = 2
 OPTIMIZER = {"type": "adamw", "lr": 0.01, "weight_decay": 0.01}
 FROZEN = ["*mask*"]  # the causal-mask buffers
-LOSS_RTOL = 1e-5
-WEIGHT_RTOL = 1e-4
-BF16_LOSS_RTOL = 1e-3
-BF16_WEIGHT_RTOL = 1e-2
 # The single-process baseline against PyTorch, as test_samples_vs_pytorch.py checks it.
 PYTORCH_LOSS_RTOL = 1e-4
 PYTORCH_WEIGHT_RTOL = 1e-3
@@ -61,12 +56,7 @@ class Layout:
         self.name = name
         self.vocab = vocab  # the embedding and head split along the vocabulary too
         self.sequence_parallel = sequence_parallel
-        self.precision = precision
-        # In bf16 each member rounds its partial sum to bf16 before the all-reduce adds them
-        # (as Megatron's bf16 all-reduce does), where one process rounds the whole sum once:
-        # the runs agree to bf16's rounding, not to float32's.
-        self.loss_rtol, self.weight_rtol = (
-            (LOSS_RTOL, WEIGHT_RTOL) if precision == "fp32" else (BF16_LOSS_RTOL, BF16_WEIGHT_RTOL))
+        self.precision = precision  # bf16 compares to bf16's rounding (one_process.tolerances)
         self.mesh = mesh
         self.directives = directives
         self.annotations = list(annotations)
@@ -147,14 +137,6 @@ CASES = {
 }
 
 
-def weights_of(path):
-    return {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
-
-
-def relative_error(got, want):
-    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
-
-
 class TensorParallel(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -211,15 +193,7 @@ class TensorParallel(unittest.TestCase):
     def train(cls, work, plans, launch):
         """STEPS steps from `plans` (every rank through piper-launch, or rank 0
         alone); each step's loss and the saved weights."""
-        metrics = os.path.join(work, "metrics.jsonl")
-        trained = os.path.join(work, "trained.onnx")
-        flags = ["--steps", STEPS, "--data", cls.data, "--metrics", metrics,
-                 "--save-onnx", trained, "--timeout", 60]
-        if launch:
-            harness.run_ok([launch_path(), "--plans", plans] + flags, timeout=240)
-        else:
-            harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan")] + flags)
-        return [r["loss"] for r in harness.read_metrics(metrics)], weights_of(trained)
+        return one_process.train(work, plans, cls.data, STEPS, launch)
 
     @classmethod
     def reference(cls, model, precision="fp32"):
@@ -242,31 +216,11 @@ class TensorParallel(unittest.TestCase):
                 self.check_training(model, layout)
 
     def check_training(self, model, layout):
-        name = f"{model}_{layout.name}"
         work, plans = self.plan_layout(model, layout)
-        losses, weights = self.train(work, plans, launch=True)
-        want_losses, want_weights = self.reference(model, layout.precision)
-        self.assertEqual(len(losses), STEPS, name)
-        for step, (got, want) in enumerate(zip(losses, want_losses)):
-            self.assertLessEqual(abs(got - want) / abs(want), layout.loss_rtol,
-                                 f"[{name}] step {step}: {got!r} vs one process {want!r}")
-        self.assertEqual(sorted(weights), sorted(want_weights), name)
-        for param, want in want_weights.items():
-            self.assertEqual(weights[param].shape, want.shape,
-                             f"[{name}] {param}: --save-onnx must gather the whole tensor")
-            if layout.precision == "fp32":
-                error = relative_error(weights[param], want)
-                self.assertLessEqual(error, layout.weight_rtol,
-                                     f"[{name}] final {param}: {error:.2e}")
-        if layout.precision != "fp32":
-            # AdamW moves a parameter near zero (a bias) by lr whatever its gradient's size, so
-            # bf16's rounding shows in small tensors first: bf16 compares the whole model.
-            names = sorted(want_weights)
-            error = relative_error(np.concatenate([weights[n].ravel() for n in names]),
-                                   np.concatenate([want_weights[n].ravel() for n in names]))
-            self.assertLessEqual(error, layout.weight_rtol, f"[{name}] final weights: {error:.2e}")
-        print(f"[{name}] losses match one process to {layout.loss_rtol}, weights to "
-              f"{layout.weight_rtol}")
+        one_process.assert_matches(self, f"{model}_{layout.name}",
+                                   self.train(work, plans, launch=True),
+                                   self.reference(model, layout.precision), STEPS,
+                                   layout.precision)
 
     def test_single_process_matches_pytorch(self):
         """The baselines: every model's single-process Piper run trains what
@@ -288,7 +242,7 @@ class TensorParallel(unittest.TestCase):
                                          f"pytorch {want!r}")
                 self.assertLess(losses[-1], losses[0], f"[{model}] loss did not fall")
                 for param, value in module.named_parameters():
-                    error = relative_error(weights[param], value.detach().numpy())
+                    error = one_process.relative_error(weights[param], value.detach().numpy())
                     self.assertLessEqual(error, PYTORCH_WEIGHT_RTOL,
                                          f"[{model}] final {param}: {error:.2e}")
                 for buffer, value in module.named_buffers():
