@@ -1,15 +1,14 @@
 """What the placement tests (tensor and expert parallelism) share: training plans for a few
 steps, through piper-launch or on rank 0 alone, and checking a run against the single-process
 run of the same model and global batch."""
+import json
 import os
 
 import numpy as np
-import onnx
-from onnx import numpy_helper
 
 import harness
+import test_data_parallel as dp
 from harness import Tools
-from test_data_parallel import launch_path
 
 LOSS_RTOL = 1e-5
 WEIGHT_RTOL = 1e-4
@@ -25,10 +24,6 @@ def tolerances(precision):
     return (LOSS_RTOL, WEIGHT_RTOL) if precision == "fp32" else (BF16_LOSS_RTOL, BF16_WEIGHT_RTOL)
 
 
-def weights_of(path):
-    return {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
-
-
 def relative_error(got, want):
     return float(np.linalg.norm(got - want) / np.linalg.norm(want))
 
@@ -36,15 +31,48 @@ def relative_error(got, want):
 def train(work, plans, data, steps, launch):
     """`steps` steps from `plans` (every rank through piper-launch, or rank 0 alone); each
     step's loss and the saved weights (--save-onnx gathers split tensors whole)."""
-    metrics = os.path.join(work, "metrics.jsonl")
-    trained = os.path.join(work, "trained.onnx")
-    flags = ["--steps", steps, "--data", data, "--metrics", metrics, "--save-onnx", trained,
-             "--timeout", 60]
-    if launch:
-        harness.run_ok([launch_path(), "--plans", plans] + flags, timeout=240)
-    else:
-        harness.run_ok([Tools.run, "--plan", os.path.join(plans, "rank0.plan")] + flags)
-    return [r["loss"] for r in harness.read_metrics(metrics)], weights_of(trained)
+    records, weights = dp.train_plans_metrics(work, plans, data, launch, steps)
+    return [record["loss"] for record in records], weights
+
+
+class SplitModels:
+    """A test class's plumbing: `tmp` (a TemporaryDirectory), `data`, `references` ({}) and
+    `model_path(model)` set by the class; plans of its strategies and their runs."""
+    steps = 10
+    global_batch = 8
+    optimizer = {"type": "adamw", "lr": 0.01, "weight_decay": 0.01}
+    frozen = ["*mask*"]  # the causal-mask buffers
+
+    @classmethod
+    def plan(cls, model, name, extra):
+        work = os.path.join(cls.tmp.name, f"{model}_{name}")
+        os.makedirs(work, exist_ok=True)
+        path = harness.write_json(
+            os.path.join(work, "strategy.json"),
+            harness.strategy(cls.global_batch, cls.optimizer, frozen=cls.frozen, **extra))
+        plans = os.path.join(work, "plans")
+        printed = harness.run_ok([Tools.plan, cls.model_path(model), path, "-o", plans])
+        with open(os.path.join(work, "piper-plan.txt"), "w") as f:
+            f.write(printed.stdout)
+        return work, plans
+
+    @classmethod
+    def train(cls, work, plans, launch):
+        return train(work, plans, cls.data, cls.steps, launch)
+
+    @classmethod
+    def reference(cls, model, precision="fp32"):
+        """The single-process run of `model` with the same global batch."""
+        key = (model, precision)
+        if key not in cls.references:
+            work, plans = cls.plan(model, f"single_{precision}", {"precision": precision})
+            cls.references[key] = cls.train(work, plans, launch=False)
+        return cls.references[key]
+
+    @staticmethod
+    def dump(plans, rank=0):
+        path = os.path.join(plans, f"rank{rank}.plan")
+        return json.loads(harness.run_ok([Tools.dump, "--json", path]).stdout)
 
 
 def assert_matches(test, name, run, reference, steps, precision="fp32"):

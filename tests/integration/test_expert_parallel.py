@@ -19,7 +19,6 @@ One strategy per test method, so each runs alone:
 """
 import fnmatch
 import importlib.util
-import json
 import os
 import tempfile
 import unittest
@@ -127,7 +126,9 @@ def is_expert(name):
     return any(fnmatch.fnmatchcase(name, glob) for glob in EXPERT_GLOBS)
 
 
-class ExpertParallel(unittest.TestCase):
+class ExpertParallel(one_process.SplitModels, unittest.TestCase):
+    steps, global_batch, optimizer, frozen = STEPS, GLOBAL_BATCH, OPTIMIZER, FROZEN
+
     @classmethod
     def setUpClass(cls):
         torch.set_num_threads(1)
@@ -153,33 +154,6 @@ class ExpertParallel(unittest.TestCase):
                 moe_sample().gpt.export_model(build_model(model), path)
                 cls.model_paths[model] = path
         return cls.model_paths[model]
-
-    @classmethod
-    def plan(cls, model, name, extra):
-        work = os.path.join(cls.tmp.name, f"{model}_{name}")
-        os.makedirs(work, exist_ok=True)
-        path = harness.write_json(os.path.join(work, "strategy.json"),
-                                  harness.strategy(GLOBAL_BATCH, OPTIMIZER, frozen=FROZEN, **extra))
-        plans = os.path.join(work, "plans")
-        harness.run_ok([Tools.plan, cls.model_path(model), path, "-o", plans])
-        return work, plans
-
-    @classmethod
-    def train(cls, work, plans, launch):
-        return one_process.train(work, plans, cls.data, STEPS, launch)
-
-    @classmethod
-    def reference(cls, model, precision="fp32"):
-        key = (model, precision)
-        if key not in cls.references:
-            work, plans = cls.plan(model, f"single_{precision}", {"precision": precision})
-            cls.references[key] = cls.train(work, plans, launch=False)
-        return cls.references[key]
-
-    @staticmethod
-    def dump(plans, rank=0):
-        path = os.path.join(plans, f"rank{rank}.plan")
-        return json.loads(harness.run_ok([Tools.dump, "--json", path]).stdout)
 
     def check_case(self, case):
         options, models = CASES[case]

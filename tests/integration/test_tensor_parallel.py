@@ -20,7 +20,6 @@ One strategy per test method, so each runs alone:
         TensorParallel.test_tp2
 """
 import fnmatch
-import json
 import os
 import re
 import tempfile
@@ -137,7 +136,9 @@ CASES = {
 }
 
 
-class TensorParallel(unittest.TestCase):
+class TensorParallel(one_process.SplitModels, unittest.TestCase):
+    steps, global_batch, optimizer, frozen = STEPS, GLOBAL_BATCH, OPTIMIZER, FROZEN
+
     @classmethod
     def setUpClass(cls):
         torch.set_num_threads(1)
@@ -170,44 +171,11 @@ class TensorParallel(unittest.TestCase):
         return gpt.load_initializers(module, cls.model_path(model))
 
     @classmethod
-    def plan(cls, model, name, extra):
-        work = os.path.join(cls.tmp.name, f"{model}_{name}")
-        os.makedirs(work, exist_ok=True)
-        strategy = harness.write_json(
-            os.path.join(work, "strategy.json"),
-            harness.strategy(GLOBAL_BATCH, OPTIMIZER, frozen=FROZEN, **extra))
-        plans = os.path.join(work, "plans")
-        printed = harness.run_ok([Tools.plan, cls.model_path(model), strategy, "-o", plans])
-        with open(os.path.join(work, "piper-plan.txt"), "w") as f:
-            f.write(printed.stdout)
-        return work, plans
-
-    @classmethod
     def plan_layout(cls, model, layout):
         params = tp_models.megatron_params(cls.torch_model(model))
         if layout.vocab:
             params.update(tp_models.vocab_params(cls.torch_model(model)))
         return cls.plan(model, layout.name, layout.strategy(params))
-
-    @classmethod
-    def train(cls, work, plans, launch):
-        """STEPS steps from `plans` (every rank through piper-launch, or rank 0
-        alone); each step's loss and the saved weights."""
-        return one_process.train(work, plans, cls.data, STEPS, launch)
-
-    @classmethod
-    def reference(cls, model, precision="fp32"):
-        """The single-process run of `model` with the same global batch."""
-        key = (model, precision)
-        if key not in cls.references:
-            work, plans = cls.plan(model, f"single_{precision}", {"precision": precision})
-            cls.references[key] = cls.train(work, plans, launch=False)
-        return cls.references[key]
-
-    @staticmethod
-    def dump(plans, rank=0):
-        path = os.path.join(plans, f"rank{rank}.plan")
-        return json.loads(harness.run_ok([Tools.dump, "--json", path]).stdout)
 
     def check_case(self, case):
         layout, models = CASES[case]
