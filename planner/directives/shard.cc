@@ -149,7 +149,7 @@ class Partitioner final : public PlacingGraph {
       }
       given.push_back(effective(in));
       const bool own = in < static_cast<ir::TensorId>(data_.size()) && data_[in];
-      if (over_replicas_ && own && given.back().is_replicated() && placement(in).is_replicated()) {
+      if (over_replicas_ && own && given.back().is_replicated()) {
         throw Error(where("params") + ": the node '" + op.name + "' meets the split parameters " +
                     "and reads '" + out_.tensor(in).name +
                     "', which each replica computes from its own rows in a way Piper cannot "
@@ -478,7 +478,7 @@ class Partitioner final : public PlacingGraph {
     exchanged.shape[1] *= parts_;
     exchanged.shape[block + 1] /= parts_;
     const ir::TensorId received =
-        emit("piper.AllToAll", "/all_to_all", split, std::move(exchanged), Placement::sharded(1),
+        emit("piper.AllToAll", "/all_to_all", {split}, std::move(exchanged), Placement::sharded(1),
              consumer, {{"dim", static_cast<int64_t>(block + 1)}});
     std::vector<int64_t> perm;
     for (int d = 1; d <= block; ++d) perm.push_back(d);
@@ -504,9 +504,7 @@ class Partitioner final : public PlacingGraph {
     const ir::TensorId target = add_tensor(std::move(constant));
     ir::Tensor out = fresh(tensor, suffix);
     out.shape = shape;
-    const ir::TensorId reshaped = emit("Reshape", suffix, tensor, std::move(out), result, consumer);
-    out_.op(out_.num_ops() - 1).inputs.push_back(target);
-    return reshaped;
+    return emit("Reshape", suffix, {tensor, target}, std::move(out), result, consumer);
   }
 
   // A split parameter's gradient sums every replica's rows, where data parallelism averages
@@ -522,22 +520,20 @@ class Partitioner final : public PlacingGraph {
       replica_scale_ = add_tensor(std::move(scale));
     }
     ir::Tensor out = fresh(gradient, "/replica_mean");
-    const ir::TensorId scaled =
-        emit("Mul", "/replica_mean", gradient, std::move(out), placement(gradient), producer);
-    out_.op(out_.num_ops() - 1).inputs.push_back(replica_scale_);
-    return scaled;
+    return emit("Mul", "/replica_mean", {gradient, replica_scale_}, std::move(out),
+                placement(gradient), producer);
   }
 
-  ir::TensorId emit(const std::string& type, const std::string& suffix, ir::TensorId input,
-                    ir::Tensor output, const Placement& placed, const ir::Op& consumer,
-                    ir::Attributes attributes = {}) {
+  ir::TensorId emit(const std::string& type, const std::string& suffix,
+                    std::vector<ir::TensorId> inputs, ir::Tensor output, const Placement& placed,
+                    const ir::Op& consumer, ir::Attributes attributes = {}) {
     output.placement = placed;
     const ir::TensorId out = add_tensor(std::move(output));
     fixed_[out] = true;
     ir::Op op;
     op.type = type;
     op.name = consumer.name + suffix;
-    op.inputs = {input};
+    op.inputs = std::move(inputs);
     op.outputs = {out};
     op.attributes = std::move(attributes);
     op.pass = consumer.pass;
@@ -552,14 +548,14 @@ class Partitioner final : public PlacingGraph {
     const std::string suffix = type == "piper.AllReduce"   ? "/tp_all_reduce"
                                : type == "piper.AllGather" ? "/tp_all_gather"
                                                            : "/tp_reduce_scatter";
-    return emit(type, suffix, tensor, std::move(out), to, consumer);
+    return emit(type, suffix, {tensor}, std::move(out), to, consumer);
   }
 
   // A whole tensor cut into this member's block along its first dimension.
   ir::TensorId slice(ir::TensorId tensor, const ir::Op& consumer) {
     ir::Tensor out = fresh(tensor, "/block");
-    return emit("piper.Shard", "/tp_slice", tensor, std::move(out), Placement::sharded(0), consumer,
-                {{"group", std::string("tensor")}, {"num_shards", parts_}});
+    return emit("piper.Shard", "/tp_slice", {tensor}, std::move(out), Placement::sharded(0),
+                consumer, {{"group", std::string("tensor")}, {"num_shards", parts_}});
   }
 
   // `tensor`, placed `placed`, with dimension `dim` moved to the front (a Transpose; none for
@@ -592,7 +588,7 @@ class Partitioner final : public PlacingGraph {
     if (placed.is_sharded()) {
       placed.dim = static_cast<int>(std::find(perm.begin(), perm.end(), placed.dim) - perm.begin());
     }
-    return emit("Transpose", "/tp_transpose", tensor, std::move(out), placed, consumer,
+    return emit("Transpose", "/tp_transpose", {tensor}, std::move(out), placed, consumer,
                 {{"perm", perm}});
   }
 

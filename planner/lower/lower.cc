@@ -335,11 +335,9 @@ class Lowering {
   }
 
   // The group a placed tensor's reshards and blocks are over: this rank's tensor-parallel
-  // group, or under expert parallelism the replicas of the task.
-  int placement_group(const ir::Task& task, const ir::Op& op) const {
-    if (ops_.replica_group > 0 || ir::attr_string(op.attributes, "group", "") == "replicas") {
-      return group_ids_.at(ranks_of(task.devices, member_));
-    }
+  // group, or the replicas of the task (expert parallelism, averages of batch means).
+  int placement_group(const ir::Task& task, bool over_replicas) const {
+    if (over_replicas) return group_ids_.at(ranks_of(task.devices, member_));
     return group_ids_.at(graph_.shard_groups.at(device_));
   }
 
@@ -352,7 +350,8 @@ class Lowering {
                         : op.type == "piper.AllGather" ? plan::Collective::ALL_GATHER
                         : op.type == "piper.AllToAll"  ? plan::Collective::ALL_TO_ALL
                                                        : plan::Collective::REDUCE_SCATTER);
-    collective.set_group(placement_group(task, op));
+    collective.set_group(placement_group(
+        task, ops_.replica_group > 0 || ir::attr_string(op.attributes, "group", "") == "replicas"));
     collective.set_average(ir::attr_int(op.attributes, "average", 0) != 0);
     collective.add_inputs(use(op.inputs.at(0), task.microbatch));
     collective.add_outputs(use(op.outputs.at(0), task.microbatch));
@@ -528,8 +527,7 @@ class Lowering {
     block.set_dim(dim);
     block.set_size(tensor.shape.at(dim));
     block.set_start((over_replicas ? replica_index(*using_task_) : member_) * tensor.shape.at(dim));
-    block.set_group(over_replicas ? group_ids_.at(ranks_of(using_task_->devices, member_))
-                                  : group_ids_.at(graph_.shard_groups.at(device_)));
+    block.set_group(placement_group(*using_task_, over_replicas));
   }
 
   void add_batch_inputs() {

@@ -165,18 +165,18 @@ class ExpertParallel(one_process.SplitModels, unittest.TestCase):
         name = f"{model}_{case}"
         precision = options.get("precision", "fp32")
         work, plans = self.plan(model, case, strategy(**options))
-        self.check_plan(name, plans, options)
+        self.check_plan(model, name, plans, options)
         one_process.assert_matches(self, name, self.train(work, plans, launch=True),
                                    self.reference(model, precision), STEPS, precision)
 
-    def check_plan(self, name, plans, options):
+    def check_plan(self, model, name, plans, options):
         """Rank 0 holds 1/EP of every expert tensor, reduces no expert gradient over the
         replicas, and exchanges tokens by two all-to-alls per MoE layer and microbatch each
         way."""
         plan = self.dump(plans)
         ep = options["ep"]
         tensors = plan["tensors"]
-        experts = {t.name: t.dims[0] for t in onnx.load(self.model_path(name.split("_")[0]))
+        experts = {t.name: t.dims[0] for t in onnx.load(self.model_path(model))
                    .graph.initializer if is_expert(t.name)}
         loaded = {load["initializer"]: load for load in plan["parameters"]}
         for initializer, count in experts.items():
