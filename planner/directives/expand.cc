@@ -38,6 +38,65 @@ strategy::Filter slot_filter(const std::string& tag, const schedule::Slot& slot)
   return filter;
 }
 
+// One `order` per device: its slots one group each, except that a slot `with_previous`
+// joins the group before it (tasks of one group may overlap).
+void add_orders(const strategy::Directive& directive, const schedule::PipelineOrder& order,
+                std::vector<strategy::Directive>& result) {
+  const auto& pipeline = std::get<strategy::PipelineDirective>(directive.spec);
+  for (size_t device = 0; device < order.size(); ++device) {
+    strategy::OrderDirective device_order;
+    device_order.device = pipeline.devices[device];
+    for (const schedule::Slot& slot : order[device]) {
+      const strategy::Filter filter = slot_filter(pipeline.tag, slot);
+      if (slot.with_previous && !device_order.filters.empty()) {
+        device_order.filters.back().push_back(filter);
+      } else {
+        device_order.filters.push_back({filter});
+      }
+    }
+    result.push_back(primitive(directive, device_order));
+  }
+}
+
+strategy::Directive split_into(const strategy::Directive& directive, int64_t microbatches) {
+  strategy::SplitDirective split;
+  split.dim_name = "MB";
+  split.num_microbatches = microbatches;
+  return primitive(directive, split);
+}
+
+strategy::Directive place_stage(const strategy::Directive& directive, int64_t stage,
+                                int64_t device) {
+  const auto& pipeline = std::get<strategy::PipelineDirective>(directive.spec);
+  strategy::PlaceDirective place;
+  place.filter.tags[pipeline.tag] = stage;
+  place.devices = {device};
+  return primitive(directive, place);
+}
+
+// dualpipe: stage s of the microbatches that enter at the first device runs on device s,
+// of those that enter at the last on device p-1-s, so each stage is replicated over its
+// two mirror devices, which sum its gradients. The replicas split each of the m/2
+// microbatches' rows, so replica 0's microbatch k and replica 1's are DualPipe's k-th
+// microbatch of either direction, each a 1/m of the batch.
+std::vector<strategy::Directive> expand_dualpipe(const strategy::Directive& directive,
+                                                 const schedule::PipelineOrder& order) {
+  const auto& pipeline = std::get<strategy::PipelineDirective>(directive.spec);
+  const int64_t p = static_cast<int64_t>(pipeline.devices.size());
+  std::vector<strategy::Directive> result{split_into(directive, pipeline.num_microbatches / 2)};
+  for (int64_t stage = 0; stage < p; ++stage) {
+    result.push_back(place_stage(directive, stage, pipeline.devices[stage]));
+  }
+  for (int64_t stage = 0; stage < p; ++stage) {
+    strategy::ReplicateDirective replicate;
+    replicate.filter.tags[pipeline.tag] = stage;
+    replicate.devices = {pipeline.devices[stage], pipeline.devices[p - 1 - stage]};
+    result.push_back(primitive(directive, replicate));
+  }
+  add_orders(directive, order, result);
+  return result;
+}
+
 // pipeline: split into microbatches, place stage s (the tag's value s) on
 // device s mod p (Megatron's interleaved layout), and give every device the
 // order of its slots that the schedule generates.
@@ -50,25 +109,12 @@ std::vector<strategy::Directive> expand_pipeline(const strategy::Directive& dire
                                       pipeline.num_microbatches, pipeline.chunks};
   const schedule::PipelineOrder order =
       schedule::pipeline_order(pipeline.schedule, shape, source + ": " + directive.path);
-  std::vector<strategy::Directive> result;
-  strategy::SplitDirective split;
-  split.dim_name = "MB";
-  split.num_microbatches = pipeline.num_microbatches;
-  result.push_back(primitive(directive, split));
+  if (pipeline.schedule == "dualpipe") return expand_dualpipe(directive, order);
+  std::vector<strategy::Directive> result{split_into(directive, pipeline.num_microbatches)};
   for (int64_t stage = 0; stage < shape.devices * shape.chunks; ++stage) {
-    strategy::PlaceDirective place;
-    place.filter.tags[pipeline.tag] = stage;
-    place.devices = {pipeline.devices[stage % shape.devices]};
-    result.push_back(primitive(directive, place));
+    result.push_back(place_stage(directive, stage, pipeline.devices[stage % shape.devices]));
   }
-  for (size_t device = 0; device < order.size(); ++device) {
-    strategy::OrderDirective device_order;
-    device_order.device = pipeline.devices[device];
-    for (const schedule::Slot& slot : order[device]) {
-      device_order.filters.push_back({slot_filter(pipeline.tag, slot)});
-    }
-    result.push_back(primitive(directive, device_order));
-  }
+  add_orders(directive, order, result);
   return result;
 }
 

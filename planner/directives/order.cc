@@ -94,7 +94,9 @@ class Ordering {
           continue;
         }
         if (!first) first = id;
-        if (graph_.task(*first).devices != task.devices) {
+        // With "device" the tasks may be replicated over different device sets (DualPipe's
+        // mirrored stages); the order binds them on that device.
+        if (!spec_.device && graph_.task(*first).devices != task.devices) {
           throw Error(context_.where("filters") + ": the groups select " + graph_.describe(*first) +
                       " and " + graph_.describe(id) +
                       ", which run on different devices; an order applies on one device: give "

@@ -22,32 +22,6 @@ std::string mismatch(const ir::TaskGraph& graph, ir::TaskId writer, ir::TaskId r
          "pipeline stage over the same number of devices)";
 }
 
-std::string device_list(const std::vector<int>& devices) {
-  std::string text;
-  for (int device : devices) text += (text.empty() ? "" : ",") + std::to_string(device);
-  return "[" + text + "]";
-}
-
-// Replica i of the writer sends to replica i of the reader. When that lands
-// on a device where another replica of the writer runs, the device would hold
-// two replicas' values of one tensor in one buffer (stages replicated over
-// [0,1] and [1,0]); refused, since it cannot train as one model.
-void check_replica_pairs(const ir::TaskGraph& graph, ir::TaskId writer, ir::TaskId reader,
-                         const std::string& source) {
-  const std::vector<int>& from = graph.task(writer).devices;
-  const std::vector<int>& to = graph.task(reader).devices;
-  for (size_t i = 0; i < from.size(); ++i) {
-    if (from[i] == to[i] || std::find(from.begin(), from.end(), to[i]) == from.end()) continue;
-    throw Error(source + ": $.directives: after every directive, " + graph.describe(writer) +
-                " on devices " + device_list(from) + " feeds " + graph.describe(reader) +
-                " on devices " + device_list(to) + ": its replica " + std::to_string(i) +
-                " would send to device " + std::to_string(to[i]) +
-                ", which runs another replica of the writer; list the devices of replicated "
-                "stages in the same order ([0,1] and [0,1]) or use disjoint devices ([0,2] "
-                "and [1,3])");
-  }
-}
-
 class Router {
  public:
   Router(ir::TaskGraph& graph, const DirectiveContext& context)
@@ -131,15 +105,16 @@ class Router {
       }
       for (size_t i = 0; i < sources.size(); ++i) {
         if (sources[i] == targets[i]) continue;
-        const ir::TaskId recv = transfer(writer, tensor, sources[i], targets[i]).second;
+        const ir::TaskId recv =
+            transfer(writer, tensor, sources[i], targets[i], static_cast<int>(i)).second;
         graph_.add_edge(recv, reader, ir::EdgeKind::kData);
       }
     }
   }
 
-  // The send and recv moving `tensor` from `source`, after `writer`, to
+  // The send and recv moving replica `replica`'s `tensor` from `source`, after `writer`, to
   // `target`; made once per tensor instance and pair of devices.
-  Transfer transfer(ir::TaskId writer, ir::TensorId tensor, int source, int target) {
+  Transfer transfer(ir::TaskId writer, ir::TensorId tensor, int source, int target, int replica) {
     const ir::Task& from = graph_.task(writer);
     const Key key{tensor, from.microbatch, source, target};
     const auto found = transfers_.find(key);
@@ -153,6 +128,7 @@ class Router {
     send.stream = transfer_stream(source, target);
     send.tensors = {tensor};
     send.peer = target;
+    send.replica = replica;
     ir::Task recv = send;
     recv.kind = ir::TaskKind::kRecv;
     recv.devices = {target};
@@ -197,7 +173,7 @@ class Router {
       const size_t pairs = devices.size() == owners.size() ? devices.size() : 1;
       for (size_t i = 0; i < pairs; ++i) {
         if (devices[i] == owners[i]) continue;
-        const auto [send, recv] = transfer(writers[0], parameter, owners[i], devices[i]);
+        const auto [send, recv] = transfer(writers[0], parameter, owners[i], devices[i], 0);
         for (ir::TaskId writer : writers) graph_.add_edge(writer, send, ir::EdgeKind::kData);
         for (ir::TaskId reader : tasks) graph_.add_edge(reader, recv, ir::EdgeKind::kTemporal);
       }
@@ -235,8 +211,9 @@ class Router {
       size_t lacking = 0;
       for (int device = 0; device < world; ++device) {
         if (std::find(devices.begin(), devices.end(), device) != devices.end()) continue;
-        const int source = devices[lacking++ % devices.size()];
-        const ir::TaskId send = transfer(compute, ops_.loss, source, device).first;
+        const size_t replica = lacking++ % devices.size();
+        const ir::TaskId send =
+            transfer(compute, ops_.loss, devices[replica], device, static_cast<int>(replica)).first;
         for (ir::TaskId writer : writers[microbatch]) {
           graph_.add_edge(writer, send, ir::EdgeKind::kData);
         }
@@ -272,7 +249,6 @@ void check_replica_counts(const ir::TaskGraph& graph, const std::string& source)
       throw Error(source + ": $.directives: after every directive, " +
                   mismatch(graph, edge.from, edge.to));
     }
-    check_replica_pairs(graph, edge.from, edge.to, source);
   }
 }
 

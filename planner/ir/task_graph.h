@@ -46,6 +46,9 @@ struct Task {
   int peer = -1;
   // Reductions divide by the number of devices (data-parallel averaging).
   bool average = false;
+  // Send/recv: the replica whose value it moves (replica i of the writer feeds replica i of
+  // the reader).
+  int replica = 0;
 };
 
 struct Edge {

@@ -10,7 +10,7 @@
 //   grad_norm NAME
 //   shard_groups [INT, ...] ...
 //   task INDEX KIND PASS [mb=INT] [tags={...}] [devices=[INT, ...]] [stream=NAME]
-//        [ops=[INT, ...]] [tensors=[NAME, ...]] [peer=INT] [average=1]
+//        [ops=[INT, ...]] [tensors=[NAME, ...]] [peer=INT] [replica=INT] [average=1]
 //   edge FROM -> TO [data | temporal | window]
 //
 // Names are bare words ([A-Za-z0-9_./]) or C-style quoted strings; `_` in an
@@ -249,6 +249,7 @@ class Printer {
     if (!task.ops.empty()) out_ += " ops=" + list_text(task.ops, int_text);
     if (!task.tensors.empty()) out_ += " tensors=[" + tensor_refs(task.tensors, ",") + "]";
     if (task.peer != -1) out_ += " peer=" + std::to_string(task.peer);
+    if (task.replica != 0) out_ += " replica=" + std::to_string(task.replica);
     if (task.average) out_ += " average=1";
     out_ += "\n";
   }
@@ -768,7 +769,7 @@ class Parser {
         "broadcast)",
         parse_task_kind);
     task.pass = in.choice("a pass (F, B, BI, BW, U)", parse_pass);
-    in.fields({"mb", "tags", "devices", "stream", "ops", "tensors", "peer", "average"},
+    in.fields({"mb", "tags", "devices", "stream", "ops", "tensors", "peer", "replica", "average"},
               [&](const std::string& key) {
                 if (key == "mb") task.microbatch = static_cast<int>(in.integer("a microbatch"));
                 if (key == "tags") task.tags = tags(in);
@@ -777,6 +778,7 @@ class Parser {
                 if (key == "ops") task.ops = int_list(in);
                 if (key == "tensors") task.tensors = tensor_list(in, "[", "]");
                 if (key == "peer") task.peer = static_cast<int>(in.integer("a peer device"));
+                if (key == "replica") task.replica = static_cast<int>(in.integer("a replica"));
                 if (key == "average") task.average = in.integer("0 or 1") != 0;
               });
     graph_.add_task(std::move(task));

@@ -127,6 +127,7 @@ class Lowering {
   plan::Plan run() {
     write_header();
     order_ = local_tasks();
+    find_replicas();
     local_edges_ = graph_.edges();
     add_release_edges();
     for (ir::TaskId id : order_) emit_task(id);
@@ -140,7 +141,15 @@ class Lowering {
   }
 
  private:
-  using Instance = std::pair<ir::TensorId, int>;  // tensor, microbatch (-1: shared)
+  // A tensor's buffer on this rank. Per-microbatch tensors have one per microbatch and
+  // replica: a device that runs replica 1 of one stage and replica 0 of the next (DualPipe's
+  // mirrored stages) holds both replicas' activations of a tensor between them.
+  struct Instance {
+    ir::TensorId tensor = -1;
+    int microbatch = -1;  // -1: shared by every microbatch
+    int replica = 0;
+    auto operator<=>(const Instance&) const = default;
+  };
 
   void write_header() {
     plan::Header& header = *plan_.mutable_header();
@@ -276,6 +285,44 @@ class Lowering {
     return static_cast<int>(found - task.devices.begin());
   }
 
+  // Which replica's values a task reads and writes: a transfer's is the replica pair it
+  // connects, any other task's its own place among its devices.
+  int replica_of(const ir::Task& task) const {
+    const bool transfer = task.kind == ir::TaskKind::kSend || task.kind == ir::TaskKind::kRecv;
+    return transfer ? task.replica : replica_index(task);
+  }
+
+  // The replicas whose values of each per-microbatch tensor reach this rank: those of the
+  // compute tasks and recvs that write it, and for a batch input those of its readers.
+  // Only where there are several (DualPipe's mirrored stages) do they get buffers of their
+  // own; the gradient norm, read by tasks over other device sets, stays one.
+  void find_replicas() {
+    for (ir::TaskId id : order_) {
+      const ir::Task& task = graph_.task(id);
+      if (task.kind == ir::TaskKind::kRecv) {
+        replicas_[{task.tensors.at(0), task.microbatch}].insert(task.replica);
+      }
+      if (task.kind != ir::TaskKind::kCompute) continue;
+      for (ir::OpId op : task.ops) {
+        for (ir::TensorId in : ops_.op(op).inputs) {
+          if (in >= 0 && ops_.tensor(in).role == ir::Role::kInput) {
+            replicas_[{in, task.microbatch}].insert(replica_index(task));
+          }
+        }
+        for (ir::TensorId out : ops_.op(op).outputs) {
+          if (out >= 0) replicas_[{out, task.microbatch}].insert(replica_index(task));
+        }
+      }
+    }
+  }
+
+  // The replica whose buffer of `tensor` the task being emitted uses.
+  int replica_of_use(ir::TensorId tensor, int microbatch) const {
+    const auto found = replicas_.find({tensor, microbatch});
+    if (found == replicas_.end() || found->second.size() < 2) return 0;
+    return replica_of(*using_task_);
+  }
+
   void emit_op(plan::Stream& out, const ir::Task& task, ir::TaskId id, const ir::Op& op) {
     if (is_tensor_parallel_collective(op.type)) {
       emit_tensor_parallel_collective(out, task, id, op);
@@ -291,12 +338,7 @@ class Lowering {
       add_attribute(kernel, "shard_index",
                     static_cast<int64_t>(block ? member_ : replica_index(task)));
     }
-    for (ir::TensorId in : op.inputs) {
-      kernel.add_inputs(use(in, task.microbatch));
-      if (in >= 0 && ops_.tensor(in).role == ir::Role::kInput) {
-        input_replica_[{in, task.microbatch}] = replica_index(task);
-      }
-    }
+    for (ir::TensorId in : op.inputs) kernel.add_inputs(use(in, task.microbatch));
     for (ir::TensorId out_id : op.outputs) kernel.add_outputs(use(out_id, task.microbatch));
     if (op.type == "piper.SumSquares") {
       describe_norm_share(op, kernel);
@@ -456,7 +498,10 @@ class Lowering {
   // The plan index of a tensor instance, extending its lifetime to now.
   int use(ir::TensorId tensor, int microbatch) {
     if (tensor < 0) return -1;
-    const Instance key{tensor, ir::is_per_microbatch(ops_, tensor) ? microbatch : -1};
+    const bool per_microbatch = ir::is_per_microbatch(ops_, tensor);
+    const Instance key{.tensor = tensor,
+                       .microbatch = per_microbatch ? microbatch : -1,
+                       .replica = per_microbatch ? replica_of_use(tensor, microbatch) : 0};
     auto found = index_.find(key);
     const bool added = found == index_.end();
     if (added) {
@@ -477,14 +522,22 @@ class Lowering {
     return index;
   }
 
+  // "h@mb3", and "h@mb3@r1" where this rank holds several replicas' values of it.
+  std::string instance_name(const ir::Tensor& tensor, const Instance& key) const {
+    std::string name = tensor.name;
+    if (key.microbatch > 0) name += "@mb" + std::to_string(key.microbatch);
+    if (key.replica > 0) name += "@r" + std::to_string(key.replica);
+    return name;
+  }
+
   int add_tensor(const Instance& key) {
-    const ir::Tensor& tensor = ops_.tensor(key.first);
+    const ir::Tensor& tensor = ops_.tensor(key.tensor);
     plan::Tensor& out = *plan_.add_tensors();
-    out.set_name(key.second > 0 ? tensor.name + "@mb" + std::to_string(key.second) : tensor.name);
+    out.set_name(instance_name(tensor, key));
     out.set_dtype(to_plan(tensor.dtype));
     out.mutable_shape()->Add(tensor.shape.begin(), tensor.shape.end());
     out.set_role(to_plan(tensor.role));
-    out.set_microbatch(key.second);
+    out.set_microbatch(key.microbatch);
     out.set_bytes(ir::num_elements(tensor.shape) * ir::dtype_size(tensor.dtype));
     out.set_zero_at_step_start(tensor.accumulated);
     const int index = plan_.tensors_size() - 1;
@@ -493,7 +546,7 @@ class Lowering {
       load.set_initializer(tensor.initializer);
       load.set_tensor(index);
       if (tensor.shard_of >= 0) describe_shard(*load.mutable_shard(), tensor);
-      const ir::TensorId whole = tensor.shard_of >= 0 ? tensor.shard_of : key.first;
+      const ir::TensorId whole = tensor.shard_of >= 0 ? tensor.shard_of : key.tensor;
       if (ops_.tensor(whole).placement.is_sharded()) {
         describe_block(*load.mutable_block(), ops_.tensor(whole));
       }
@@ -532,7 +585,7 @@ class Lowering {
 
   void add_batch_inputs() {
     for (const auto& [key, index] : index_) {
-      const ir::Tensor& tensor = ops_.tensor(key.first);
+      const ir::Tensor& tensor = ops_.tensor(key.tensor);
       if (tensor.role != ir::Role::kInput) continue;
       if (tensor.label_count.labels >= 0) {
         add_label_count(tensor.label_count, index);
@@ -544,8 +597,10 @@ class Lowering {
       const int64_t samples = tensor.shape.empty() ? 1 : tensor.shape[0];
       input.set_samples(samples);
       // Replica-major: replica k takes rows [k*M*b, (k+1)*M*b), microbatch m of them [m*b, ...).
-      const int64_t replica = input_replica_.at(key);
-      input.set_sample_offset((replica * microbatches_ + std::max(key.second, 0)) * samples);
+      // A batch input read by one replica here is that replica's rows.
+      const int replica =
+          key.replica > 0 ? key.replica : *replicas_.at({key.tensor, key.microbatch}).begin();
+      input.set_sample_offset((replica * microbatches_ + std::max(key.microbatch, 0)) * samples);
       input.set_int_high(tensor.int_high);
     }
   }
@@ -569,7 +624,7 @@ class Lowering {
   void add_loss() {
     std::vector<int> terms;
     for (const auto& [key, index] : index_) {
-      if (key.first == ops_.loss) terms.push_back(index);
+      if (key.tensor == ops_.loss) terms.push_back(index);
     }
     for (int index : terms) {
       plan::LossTerm& term = *plan_.add_loss();
@@ -750,11 +805,12 @@ class Lowering {
   std::map<ir::TaskId, int> events_;
   int position_ = 0;
   int microbatches_ = 1;
+  // (tensor, microbatch) -> the replicas whose values reach this rank (find_replicas).
+  std::map<std::pair<ir::TensorId, int>, std::set<int>> replicas_;
   std::map<std::vector<int>, int> group_ids_;  // ranks, in group order -> id
   int device_ = 0;  // this rank's device in the DAG: its tensor-parallel group's
   int member_ = 0;  // its place in that group
   int parts_ = 1;   // the group's size
-  std::map<Instance, int> input_replica_;
   // Pipelines: stages hold different parameters, which --save-onnx collects.
   bool holds_different_parameters_ = false;
   std::vector<int> everyone_;  // every rank of the job

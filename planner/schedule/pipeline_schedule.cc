@@ -52,7 +52,7 @@ DeviceOrder warmup_then_alternate(int64_t warmup, int64_t total, ForwardAt forwa
 
 std::string to_string(const Slot& slot) {
   return ir::to_string(slot.pass) + std::to_string(slot.microbatch) + " of stage " +
-         std::to_string(slot.stage);
+         std::to_string(slot.stage) + (slot.direction == 1 ? " (direction 1)" : "");
 }
 
 PipelineOrder gpipe(const PipelineShape& shape, std::string_view path) {
@@ -153,9 +153,11 @@ PipelineOrder pipeline_order(std::string_view schedule, const PipelineShape& sha
   if (schedule == "1f1b") return one_f_one_b(shape, path);
   if (schedule == "interleaved") return interleaved(shape, path);
   if (schedule == "zb-h1") return zb_h1(shape, path);
+  if (schedule == "dualpipe") return dualpipe(shape, path);
   fail(path, "schedule",
        "\"" + std::string(schedule) +
-           "\" is not implemented yet; this version generates gpipe, 1f1b, interleaved and zb-h1");
+           "\" is not implemented yet; this version generates gpipe, 1f1b, interleaved, zb-h1 "
+           "and dualpipe");
 }
 
 }  // namespace piper::planner::schedule

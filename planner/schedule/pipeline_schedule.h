@@ -28,6 +28,13 @@ struct Slot {
   int64_t stage = 0;
   int64_t microbatch = 0;
   ir::Pass pass = ir::Pass::kForward;
+  // DualPipe's two pipelines: 0 for the microbatches that enter at the first device, 1 for
+  // those that enter at the last one (microbatch k of either is its k-th). The other
+  // schedules have one.
+  int64_t direction = 0;
+  // Runs together with the slot before it: one `order` group, which may overlap
+  // (DualPipe's forward of one microbatch beside the backward of another).
+  bool with_previous = false;
   bool operator==(const Slot&) const = default;
 };
 
@@ -70,8 +77,18 @@ PipelineOrder interleaved(const PipelineShape& shape, std::string_view path);
 // the tail that 1F1B leaves idle. Any m >= 1; v = 1.
 PipelineOrder zb_h1(const PipelineShape& shape, std::string_view path);
 
+// DualPipe (DeepSeek-AI, "DeepSeek-V3 Technical Report", 2024; deepseek-ai/DualPipe's
+// DualPipe.step at commit bb214e82): p devices (p even), m microbatches in all (even,
+// m >= 2p), half entering at each end. Device d holds stage d of direction 0 and stage
+// p-1-d of direction 1; its order is DualPipe.step's eight phases for its rank, each
+// microbatch numbered within its direction (0 .. m/2-1). Backwards that DualPipe runs with
+// zero bubble (WeightGradStore) are a BI here and a BW where DualPipe pops the weight
+// gradients, oldest first; the others are whole B. Overlapped forward-backward chunks are
+// a pair of slots, the second `with_previous`. v = 1.
+PipelineOrder dualpipe(const PipelineShape& shape, std::string_view path);
+
 // The generator named by a `pipeline` directive's "schedule" ("gpipe", "1f1b",
-// "interleaved", "zb-h1"); the others throw piper::Error naming
+// "interleaved", "zb-h1", "dualpipe"); the others throw piper::Error naming
 // `path`.schedule as not implemented yet.
 PipelineOrder pipeline_order(std::string_view schedule, const PipelineShape& shape,
                              std::string_view path);

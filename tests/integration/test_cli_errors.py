@@ -378,21 +378,6 @@ class PlanErrors(ErrorTest):
         self.plan_fails(mlp_model(), self.strategy_value(value), "$.directives",
                         "device 0 of devices 0 to 1 runs no task")
 
-    def test_stage_replicas_crossing_devices(self):
-        # Stage 0's replica 1 runs on device 1, where stage 1's replica 0
-        # would receive stage 0's replica 0 output into the same tensor.
-        value = harness.strategy(
-            GLOBAL_BATCH, SGD,
-            annotations=[{"match": "/fc1/*", "tags": {"PP": 0}},
-                         {"match": "/fc3/*", "tags": {"PP": 1}}],
-            directives=[{"op": "pipeline", "schedule": "1f1b", "devices": [0, 1],
-                         "num_microbatches": 2},
-                        {"op": "replicate", "filter": {"PP": 0}, "devices": [0, 1]},
-                        {"op": "replicate", "filter": {"PP": 1}, "devices": [1, 0]}])
-        self.plan_fails(mlp_model(), self.strategy_value(value), "$.directives",
-                        "on devices [0,1] feeds", "on devices [1,0]",
-                        "runs another replica of the writer")
-
     def test_order_against_an_earlier_order(self):
         value = harness.strategy(GLOBAL_BATCH, SGD, directives=[
             {"op": "split", "dim_name": "MB", "num_microbatches": 2},

@@ -91,6 +91,7 @@ TaskGraph graph_with_every_feature() {
       {TaskKind::kSend, {{"LAYER", 0}}, Pass::kForward, 3, {}, {0}, "p2p", {h, l}, 1});
   const TaskId recv =
       graph.add_task({TaskKind::kRecv, {}, Pass::kForward, 3, {}, {1}, "p2p", {h, l}, 0});
+  graph.task(recv).replica = 1;
   const TaskKind collectives[] = {TaskKind::kAllReduce, TaskKind::kReduceScatter,
                                   TaskKind::kAllGather, TaskKind::kAllToAll, TaskKind::kBroadcast};
   for (TaskKind kind : collectives) {
@@ -147,6 +148,7 @@ void expect_equal(const Task& a, const Task& b) {
   EXPECT_EQ(a.tensors, b.tensors);
   EXPECT_EQ(a.peer, b.peer);
   EXPECT_EQ(a.average, b.average);
+  EXPECT_EQ(a.replica, b.replica);
 }
 
 void expect_equal(const TaskGraph& a, const TaskGraph& b) {
@@ -219,6 +221,9 @@ TEST(TextTest, PrintsReadableLines) {
   has_line("task 0 compute F mb=0 tags={LAYER:0} devices=[0] stream=compute ops=[0,1]");
   has_line(
       "task 1 send F mb=3 tags={LAYER:0} devices=[0] stream=p2p tensors=[\"h out\",\"_\"] peer=1");
+  has_line(
+      "task 2 recv F mb=3 tags={} devices=[1] stream=p2p tensors=[\"h out\",\"_\"] peer=0 "
+      "replica=1");
   has_line(
       "task 3 all_reduce B mb=0 tags={} devices=[0,1,2] stream=\"dp stream\" tensors=[dw] "
       "average=1");
@@ -316,7 +321,8 @@ TEST(TextTest, ErrorsNameTheLineAndWhatWasExpected) {
                      "line 1: expected a bool value, got '2'");
   expect_parse_error(
       "task 0 compute F devices=[0] colour=red",
-      "line 1: expected mb=, tags=, devices=, stream=, ops=, tensors=, peer= or average=, "
+      "line 1: expected mb=, tags=, devices=, stream=, ops=, tensors=, peer=, replica= or "
+      "average=, "
       "got 'colour'");
   expect_parse_error("task 0 compute X", "line 1: expected a pass (F, B, BI, BW, U), got 'X'");
   expect_parse_error("edge 0 -> 1 both", "line 1: expected data, temporal or window, got 'both'");

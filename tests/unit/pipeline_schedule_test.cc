@@ -6,6 +6,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
 #include "formats/error.h"
 
 namespace piper::planner::schedule {
@@ -129,6 +134,7 @@ TEST(PipelineSchedule, PipelineOrderDispatchesBySchedule) {
   EXPECT_EQ(pipeline_order("gpipe", shape, kPath), gpipe(shape, kPath));
   EXPECT_EQ(pipeline_order("1f1b", shape, kPath), one_f_one_b(shape, kPath));
   EXPECT_EQ(pipeline_order("zb-h1", shape, kPath), zb_h1(shape, kPath));
+  EXPECT_EQ(pipeline_order("dualpipe", shape, kPath), dualpipe(shape, kPath));
   const PipelineShape chunked{.devices = 4, .microbatches = 8, .chunks = 2};
   EXPECT_EQ(pipeline_order("interleaved", chunked, kPath), interleaved(chunked, kPath));
 }
@@ -162,10 +168,80 @@ TEST(PipelineSchedule, NeedsADeviceAndAMicrobatch) {
             "microbatch, got 0");
 }
 
-TEST(PipelineSchedule, DualPipeIsNotImplementedYet) {
-  EXPECT_EQ(error_of("dualpipe", {.devices = 4, .microbatches = 8}),
-            "s.json: $.directives[2].schedule: \"dualpipe\" is not implemented yet; this version "
-            "generates gpipe, 1f1b, interleaved and zb-h1");
+// "F3@0+B1@3 BI2@0": DualPipe's notation of tests/unit/data/dualpipe_reference.py, a pair's
+// slots joined by '+'.
+std::string render_pairs(const DeviceOrder& order) {
+  std::string text;
+  for (const Slot& slot : order) {
+    if (!text.empty()) text += slot.with_previous ? '+' : ' ';
+    text += ir::to_string(slot.pass) + std::to_string(slot.microbatch) + "@" +
+            std::to_string(slot.stage);
+  }
+  return text;
+}
+
+// Golden orders from an independent model of deepseek-ai/DualPipe's DualPipe.step (commit
+// bb214e82), one line per device: "dualpipe P M DEVICE: F0@0 F1@0 ...".
+TEST(PipelineSchedule, DualPipeRunsDualPipeStepOnEveryDevice) {
+  std::ifstream golden(PIPER_SOURCE_DIR "/tests/unit/data/dualpipe_orders.txt");
+  ASSERT_TRUE(golden) << "tests/unit/data/dualpipe_orders.txt is missing";
+  std::set<std::pair<int64_t, int64_t>> shapes;
+  std::string line;
+  while (std::getline(golden, line)) {
+    std::istringstream fields(line);
+    std::string name;
+    int64_t devices = 0, microbatches = 0, device = 0;
+    char colon = 0;
+    fields >> name >> devices >> microbatches >> device >> colon;
+    std::string want;
+    std::getline(fields >> std::ws, want);
+    const PipelineOrder orders =
+        dualpipe({.devices = devices, .microbatches = microbatches}, kPath);
+    EXPECT_EQ(render_pairs(orders.at(device)), want) << line;
+    shapes.insert({devices, microbatches});
+  }
+  EXPECT_EQ(shapes,
+            (std::set<std::pair<int64_t, int64_t>>{{2, 4}, {4, 8}, {4, 10}, {8, 16}, {8, 20}}));
+}
+
+// Device d holds stage d of direction 0 and stage p-1-d of direction 1, every microbatch of
+// each once per pass.
+TEST(PipelineSchedule, DualPipeRunsBothDirectionsOfItsTwoStages) {
+  const PipelineOrder orders = dualpipe({.devices = 4, .microbatches = 8}, kPath);
+  for (int64_t device = 0; device < 4; ++device) {
+    std::map<std::pair<int64_t, ir::Pass>, int> count;
+    for (const Slot& slot : orders[device]) {
+      EXPECT_EQ(slot.stage, slot.direction == 0 ? device : 3 - device) << to_string(slot);
+      ++count[{slot.direction,
+               slot.pass == ir::Pass::kBackwardInput ? ir::Pass::kBackward : slot.pass}];
+    }
+    for (int64_t direction : {0, 1}) {
+      EXPECT_EQ((count[{direction, ir::Pass::kForward}]), 4);
+      EXPECT_EQ((count[{direction, ir::Pass::kBackward}]), 4);
+    }
+  }
+}
+
+TEST(PipelineSchedule, DualPipeNeedsAnEvenNumberOfDevices) {
+  EXPECT_EQ(error_of("dualpipe", {.devices = 3, .microbatches = 12}),
+            "s.json: $.directives[2].devices: schedule \"dualpipe\" needs an even number of "
+            "devices (at least 2), got 3");
+}
+
+TEST(PipelineSchedule, DualPipeNeedsTwiceAsManyMicrobatchesAsDevices) {
+  for (int64_t microbatches : {6, 9}) {
+    EXPECT_EQ(error_of("dualpipe", {.devices = 4, .microbatches = microbatches}),
+              "s.json: $.directives[2].num_microbatches: schedule \"dualpipe\" needs an even "
+              "number of microbatches, at least twice the 4 devices (8; half of them enter at "
+              "each end), got " +
+                  std::to_string(microbatches));
+  }
+}
+
+TEST(PipelineSchedule, DualPipeVIsNotImplementedYet) {
+  EXPECT_EQ(error_of("dualpipev", {.devices = 4, .microbatches = 8}),
+            "s.json: $.directives[2].schedule: \"dualpipev\" is not implemented yet; this "
+            "version generates gpipe, 1f1b, interleaved, zb-h1 and dualpipe");
 }
 
 }  // namespace
