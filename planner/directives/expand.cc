@@ -111,6 +111,15 @@ std::vector<strategy::Directive> expand_pipeline(const strategy::Directive& dire
       schedule::pipeline_order(pipeline.schedule, shape, source + ": " + directive.path);
   if (pipeline.schedule == "dualpipe") return expand_dualpipe(directive, order);
   std::vector<strategy::Directive> result{split_into(directive, pipeline.num_microbatches)};
+  if (pipeline.schedule == "dualpipev") {
+    // The V: stage s and stage 2p-1-s on device s.
+    for (int64_t stage = 0; stage < 2 * shape.devices; ++stage) {
+      const int64_t device = stage < shape.devices ? stage : 2 * shape.devices - 1 - stage;
+      result.push_back(place_stage(directive, stage, pipeline.devices[device]));
+    }
+    add_orders(directive, order, result);
+    return result;
+  }
   for (int64_t stage = 0; stage < shape.devices * shape.chunks; ++stage) {
     result.push_back(place_stage(directive, stage, pipeline.devices[stage % shape.devices]));
   }

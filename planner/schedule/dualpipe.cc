@@ -1,6 +1,7 @@
-// DualPipe's per-device orders: DualPipe.step (deepseek-ai/DualPipe, dualpipe/dualpipe.py at
-// commit bb214e82) replayed call by call for each rank, recording which pass of which
-// microbatch each compute call runs instead of running it.
+// DualPipe's and DualPipeV's per-device orders: DualPipe.step and DualPipeV.step
+// (deepseek-ai/DualPipe, dualpipe/dualpipe.py at commit bb214e82 and dualpipe/dualpipev.py)
+// replayed call by call for each rank, recording which pass of which microbatch each compute
+// call runs instead of running it.
 #include <deque>
 
 #include "formats/error.h"
@@ -13,34 +14,45 @@ namespace {
   throw Error(std::string(path) + "." + std::string(field) + ": " + what);
 }
 
-void check_shape(const PipelineShape& shape, std::string_view path) {
-  if (shape.devices < 2 || shape.devices % 2 != 0) {
-    fail(path, "devices",
-         "schedule \"dualpipe\" needs an even number of devices (at least 2), got " +
-             std::to_string(shape.devices));
+// DualPipe needs an even number of devices and microbatches, twice as many microbatches as
+// devices; DualPipeV as many microbatches as its stages.
+void check_shape(const PipelineShape& shape, std::string_view schedule, std::string_view path) {
+  const bool v = schedule == "dualpipev";
+  if (shape.devices < (v ? 1 : 2) || (!v && shape.devices % 2 != 0)) {
+    fail(
+        path, "devices",
+        v ? "schedule \"dualpipev\" needs at least one device, got " + std::to_string(shape.devices)
+          : "schedule \"dualpipe\" needs an even number of devices (at least 2), got " +
+                std::to_string(shape.devices));
   }
   const int64_t least = 2 * shape.devices;
-  if (shape.microbatches < least || shape.microbatches % 2 != 0) {
+  if (shape.microbatches < least || (!v && shape.microbatches % 2 != 0)) {
     fail(path, "num_microbatches",
-         "schedule \"dualpipe\" needs an even number of microbatches, at least twice the " +
-             std::to_string(shape.devices) + " devices (" + std::to_string(least) +
-             "; half of them enter at each end), got " + std::to_string(shape.microbatches));
+         v ? "schedule \"dualpipev\" needs at least as many microbatches as its " +
+                 std::to_string(least) + " stages (2 per device), got " +
+                 std::to_string(shape.microbatches)
+           : "schedule \"dualpipe\" needs an even number of microbatches, at least twice the " +
+                 std::to_string(shape.devices) + " devices (" + std::to_string(least) +
+                 "; half of them enter at each end), got " + std::to_string(shape.microbatches));
   }
-  if (shape.chunks != 1) {
+  if (shape.chunks != 1 && !(v && shape.chunks == 2)) {
     fail(path, "chunks",
-         "schedule \"dualpipe\" holds two stages per device by itself (one per direction); "
-         "leave \"chunks\" at 1, got " +
+         "schedule \"" + std::string(schedule) +
+             "\" holds two stages per device by itself; leave \"chunks\" out, got " +
              std::to_string(shape.chunks));
   }
 }
 
-// One rank's DualPipe.step. A "phase" is DualPipe's: phase 0 is the direction whose
-// microbatches reach this rank first from its own end of the pipeline (direction 0 on the
-// first half of the ranks, direction 1 on the second half), phase 1 the other.
+// Where a rank's phase runs: the stage and DualPipe's direction.
+struct Phase {
+  int64_t stage = 0;
+  int64_t direction = 0;
+};
+
+// One rank's DualPipe.step or DualPipeV.step, as the compute calls of its phases 0 and 1.
 class DualPipeRank {
  public:
-  DualPipeRank(int64_t devices, int64_t rank)
-      : devices_(devices), rank_(rank), second_half_(rank >= devices / 2) {}
+  explicit DualPipeRank(const Phase (&phases)[2]) : phases_{phases[0], phases[1]} {}
 
   // _forward_chunk(phase): the phase's next forward.
   void forward(int phase) { order_.push_back(next(phase, ir::Pass::kForward, forwards_)); }
@@ -79,16 +91,14 @@ class DualPipeRank {
   }
 
  private:
-  // Microbatch k of a direction is the k-th one through it, counted per pass.
+  // Microbatch k of a phase is the k-th one through it, counted per pass.
   Slot next(int phase, ir::Pass pass, int64_t (&count)[2]) {
-    const int64_t direction = phase ^ static_cast<int>(second_half_);
-    const int64_t stage = direction == 0 ? rank_ : devices_ - 1 - rank_;
-    return {.stage = stage, .microbatch = count[direction]++, .pass = pass, .direction = direction};
+    const Phase& at = phases_[phase];
+    return {
+        .stage = at.stage, .microbatch = count[phase]++, .pass = pass, .direction = at.direction};
   }
 
-  const int64_t devices_;
-  const int64_t rank_;
-  const bool second_half_;
+  const Phase phases_[2];
   int64_t forwards_[2] = {0, 0};
   int64_t backwards_[2] = {0, 0};
   std::deque<Slot> deferred_;
@@ -100,17 +110,16 @@ void repeat(int64_t times, Body body) {
   for (int64_t i = 0; i < times; ++i) body(i);
 }
 
-DeviceOrder dualpipe_rank(const PipelineShape& shape, int64_t rank) {
-  const int64_t half = shape.devices / 2;
-  const int64_t half_rank = std::min(rank, shape.devices - 1 - rank);
-  const int64_t chunks = shape.microbatches / 2;  // per direction
-  const bool middle = half_rank == half - 1;
-  const int64_t outer = half - half_rank - 1;  // ranks between this one and its end
-  DualPipeRank r(shape.devices, rank);
-  // 1: nF0, the warm-up forwards of the own direction.
+// The eight phases both steps share. DualPipe runs them with n = p/2 ranks per half, k the
+// rank's place from its end of the pipeline and m/2 microbatches per direction; DualPipeV
+// with n = its devices, k = the rank and m microbatches.
+DeviceOrder eight_phases(DualPipeRank& r, int64_t n, int64_t k, int64_t chunks) {
+  const bool middle = k == n - 1;  // DualPipe's middle ranks, DualPipeV's last
+  const int64_t outer = n - k - 1;
+  // 1: nF0, the warm-up forwards of phase 0.
   repeat(2 * outer, [&](int64_t) { r.forward(0); });
   // 2: nF0F1.
-  repeat(half_rank + 1, [&](int64_t) {
+  repeat(k + 1, [&](int64_t) {
     r.forward(0);
     r.forward(1);
   });
@@ -120,9 +129,9 @@ DeviceOrder dualpipe_rank(const PipelineShape& shape, int64_t rank) {
     r.weight();
     r.forward(1);
   });
-  // 4: nF0B1F1B0, the main phase of overlapped pairs; the middle ranks do not overlap their
-  // first pair, which shortens the bubble.
-  repeat(chunks - shape.devices + half_rank + 1, [&](int64_t i) {
+  // 4: nF0B1F1B0, the main phase of overlapped pairs; the middle does not overlap its first
+  // pair, which shortens the bubble.
+  repeat(chunks - 2 * n + k + 1, [&](int64_t i) {
     if (i == 0 && middle) {
       r.forward(0);
       r.backward(1, false);
@@ -138,11 +147,11 @@ DeviceOrder dualpipe_rank(const PipelineShape& shape, int64_t rank) {
   });
   // 6: nB1B0, the second half of them with zero bubble.
   bool zero_bubble = false;
-  repeat(half_rank + 1, [&](int64_t i) {
-    const bool turn = i == (half_rank + 1) / 2;
-    if (turn && half_rank % 2 == 1) zero_bubble = true;
+  repeat(k + 1, [&](int64_t i) {
+    const bool turn = i == (k + 1) / 2;
+    if (turn && k % 2 == 1) zero_bubble = true;
     r.backward(1, zero_bubble);
-    if (turn && half_rank % 2 == 0) zero_bubble = true;
+    if (turn && k % 2 == 0) zero_bubble = true;
     r.backward(0, zero_bubble);
   });
   // 7: nWB0, zero bubble.
@@ -151,17 +160,36 @@ DeviceOrder dualpipe_rank(const PipelineShape& shape, int64_t rank) {
     r.backward(0, true);
   });
   // 8: nW, the weight passes still deferred.
-  repeat(half_rank + 1, [&](int64_t) { r.weight(); });
+  repeat(k + 1, [&](int64_t) { r.weight(); });
   return r.finish();
 }
 
 }  // namespace
 
 PipelineOrder dualpipe(const PipelineShape& shape, std::string_view path) {
-  check_shape(shape, path);
+  check_shape(shape, "dualpipe", path);
+  const int64_t p = shape.devices;
   PipelineOrder orders;
-  for (int64_t rank = 0; rank < shape.devices; ++rank) {
-    orders.push_back(dualpipe_rank(shape, rank));
+  for (int64_t rank = 0; rank < p; ++rank) {
+    // Phase 0 is the direction that enters at this rank's end: 0 on the first half, 1 on the
+    // second (DualPipe's `phase ^= is_in_second_half`).
+    const int64_t own = rank < p / 2 ? 0 : 1;
+    const auto stage = [&](int64_t direction) { return direction == 0 ? rank : p - 1 - rank; };
+    const Phase phases[2] = {{stage(own), own}, {stage(1 - own), 1 - own}};
+    DualPipeRank r(phases);
+    orders.push_back(eight_phases(r, p / 2, std::min(rank, p - 1 - rank), shape.microbatches / 2));
+  }
+  return orders;
+}
+
+PipelineOrder dualpipev(const PipelineShape& shape, std::string_view path) {
+  check_shape(shape, "dualpipev", path);
+  const int64_t d = shape.devices;
+  PipelineOrder orders;
+  for (int64_t rank = 0; rank < d; ++rank) {
+    const Phase phases[2] = {{.stage = rank}, {.stage = 2 * d - 1 - rank}};
+    DualPipeRank r(phases);
+    orders.push_back(eight_phases(r, d, rank, shape.microbatches));
   }
   return orders;
 }

@@ -154,10 +154,10 @@ PipelineOrder pipeline_order(std::string_view schedule, const PipelineShape& sha
   if (schedule == "interleaved") return interleaved(shape, path);
   if (schedule == "zb-h1") return zb_h1(shape, path);
   if (schedule == "dualpipe") return dualpipe(shape, path);
+  if (schedule == "dualpipev") return dualpipev(shape, path);
   fail(path, "schedule",
-       "\"" + std::string(schedule) +
-           "\" is not implemented yet; this version generates gpipe, 1f1b, interleaved, zb-h1 "
-           "and dualpipe");
+       "unknown schedule \"" + std::string(schedule) +
+           "\"; Piper generates gpipe, 1f1b, interleaved, zb-h1, dualpipe and dualpipev");
 }
 
 }  // namespace piper::planner::schedule

@@ -87,9 +87,15 @@ PipelineOrder zb_h1(const PipelineShape& shape, std::string_view path);
 // a pair of slots, the second `with_previous`. v = 1.
 PipelineOrder dualpipe(const PipelineShape& shape, std::string_view path);
 
+// DualPipeV (Sea AI Lab's "cut-in-half" DualPipe; deepseek-ai/DualPipe's DualPipeV.step):
+// 2p stages on p devices in a V, device d holding stage d (phase 0) and stage 2p-1-d
+// (phase 1), every microbatch entering at device 0 and ending there; m >= 2p. The order is
+// the same eight phases as DualPipe's with the rank for its place and m microbatches.
+// `chunks` is implied (1 or 2 accepted).
+PipelineOrder dualpipev(const PipelineShape& shape, std::string_view path);
+
 // The generator named by a `pipeline` directive's "schedule" ("gpipe", "1f1b",
-// "interleaved", "zb-h1", "dualpipe"); the others throw piper::Error naming
-// `path`.schedule as not implemented yet.
+// "interleaved", "zb-h1", "dualpipe", "dualpipev").
 PipelineOrder pipeline_order(std::string_view schedule, const PipelineShape& shape,
                              std::string_view path);
 

@@ -7,6 +7,8 @@ within 1e-5 relative of the single-process run and final weights within 1e-4.
   stage s runs on device s for the microbatches that enter at device 0 and on device P-1-s
   for those that enter at device P-1, so each device holds two stages and sums their
   gradients with its mirror.
+- `"schedule": "dualpipev"` on 2 processes for the 4-block export's 4 stages (the V: device d
+  holds stages d and 3-d, every microbatch entering at device 0).
 - 1F1B with stage 0 replicated over [0, 1] and stage 1 over [1, 0] (a device holds replica 1
   of one stage and replica 0 of the next), which earlier versions refused.
 
@@ -59,10 +61,12 @@ def stages(model):
             for layer in range(LAYERS[model])]
 
 
-def dualpipe(model, microbatches):
-    devices = list(range(LAYERS[model]))
+def dualpipe(model, microbatches, schedule="dualpipe"):
+    """DualPipe on a device per stage, DualPipeV on a device per two."""
+    stages_per_device = 2 if schedule == "dualpipev" else 1
+    devices = list(range(LAYERS[model] // stages_per_device))
     return {"annotations": stages(model),
-            "directives": [{"op": "pipeline", "schedule": "dualpipe", "devices": devices,
+            "directives": [{"op": "pipeline", "schedule": schedule, "devices": devices,
                             "num_microbatches": microbatches}]}
 
 
@@ -141,6 +145,14 @@ class DualPipe(one_process.SplitModels, unittest.TestCase):
         orders = [d for d in json.loads(value.stdout)["directives"] if d["op"] == "order"]
         self.assertEqual([len(d["filters"]) for d in orders], [16, 15, 15, 16])
         self.assertEqual([sum(len(g) == 2 for g in d["filters"]) for d in orders], [3, 3, 3, 3])
+
+    def test_dualpipev_4_stages_on_2(self):
+        plans = self.check_training("gpt4", "dualpipev_p4", dualpipe("gpt4", 8, "dualpipev"))
+        _, flat = self.plan("gpt4", "1f1b_p4", one_f_one_b("gpt4"))
+        for rank in range(2):
+            # Device d holds stages d and 3-d of the V.
+            self.assertEqual(self.parameter_bytes(plans, rank),
+                             self.parameter_bytes(flat, rank) + self.parameter_bytes(flat, 3 - rank))
 
     def test_dualpipe_p2(self):
         self.check_training("gpt", "dualpipe_p2", dualpipe("gpt", 4))

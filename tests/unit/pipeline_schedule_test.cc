@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "formats/error.h"
 
@@ -135,6 +136,7 @@ TEST(PipelineSchedule, PipelineOrderDispatchesBySchedule) {
   EXPECT_EQ(pipeline_order("1f1b", shape, kPath), one_f_one_b(shape, kPath));
   EXPECT_EQ(pipeline_order("zb-h1", shape, kPath), zb_h1(shape, kPath));
   EXPECT_EQ(pipeline_order("dualpipe", shape, kPath), dualpipe(shape, kPath));
+  EXPECT_EQ(pipeline_order("dualpipev", shape, kPath), dualpipev(shape, kPath));
   const PipelineShape chunked{.devices = 4, .microbatches = 8, .chunks = 2};
   EXPECT_EQ(pipeline_order("interleaved", chunked, kPath), interleaved(chunked, kPath));
 }
@@ -180,28 +182,35 @@ std::string render_pairs(const DeviceOrder& order) {
   return text;
 }
 
-// Golden orders from an independent model of deepseek-ai/DualPipe's DualPipe.step (commit
-// bb214e82), one line per device: "dualpipe P M DEVICE: F0@0 F1@0 ...".
-TEST(PipelineSchedule, DualPipeRunsDualPipeStepOnEveryDevice) {
+// Golden orders from independent models of deepseek-ai/DualPipe's DualPipe.step (commit
+// bb214e82) and DualPipeV.step, one line per device: "dualpipe P M DEVICE: F0@0 F1@0 ...".
+TEST(PipelineSchedule, DualPipeAndDualPipeVRunUpstreamStepOnEveryDevice) {
   std::ifstream golden(PIPER_SOURCE_DIR "/tests/unit/data/dualpipe_orders.txt");
   ASSERT_TRUE(golden) << "tests/unit/data/dualpipe_orders.txt is missing";
-  std::set<std::pair<int64_t, int64_t>> shapes;
+  std::set<std::tuple<std::string, int64_t, int64_t>> shapes;
   std::string line;
   while (std::getline(golden, line)) {
     std::istringstream fields(line);
-    std::string name;
+    std::string schedule;
     int64_t devices = 0, microbatches = 0, device = 0;
     char colon = 0;
-    fields >> name >> devices >> microbatches >> device >> colon;
+    fields >> schedule >> devices >> microbatches >> device >> colon;
     std::string want;
     std::getline(fields >> std::ws, want);
     const PipelineOrder orders =
-        dualpipe({.devices = devices, .microbatches = microbatches}, kPath);
+        pipeline_order(schedule, {.devices = devices, .microbatches = microbatches}, kPath);
     EXPECT_EQ(render_pairs(orders.at(device)), want) << line;
-    shapes.insert({devices, microbatches});
+    shapes.insert({schedule, devices, microbatches});
   }
-  EXPECT_EQ(shapes,
-            (std::set<std::pair<int64_t, int64_t>>{{2, 4}, {4, 8}, {4, 10}, {8, 16}, {8, 20}}));
+  EXPECT_EQ(shapes, (std::set<std::tuple<std::string, int64_t, int64_t>>{{"dualpipe", 2, 4},
+                                                                         {"dualpipe", 4, 8},
+                                                                         {"dualpipe", 4, 10},
+                                                                         {"dualpipe", 8, 16},
+                                                                         {"dualpipe", 8, 20},
+                                                                         {"dualpipev", 1, 2},
+                                                                         {"dualpipev", 2, 8},
+                                                                         {"dualpipev", 4, 10},
+                                                                         {"dualpipev", 4, 16}}));
 }
 
 // Device d holds stage d of direction 0 and stage p-1-d of direction 1, every microbatch of
@@ -238,10 +247,35 @@ TEST(PipelineSchedule, DualPipeNeedsTwiceAsManyMicrobatchesAsDevices) {
   }
 }
 
-TEST(PipelineSchedule, DualPipeVIsNotImplementedYet) {
-  EXPECT_EQ(error_of("dualpipev", {.devices = 4, .microbatches = 8}),
-            "s.json: $.directives[2].schedule: \"dualpipev\" is not implemented yet; this "
-            "version generates gpipe, 1f1b, interleaved, zb-h1 and dualpipe");
+// Device d of the V holds stages d and 2p-1-d; every microbatch passes each once per pass.
+TEST(PipelineSchedule, DualPipeVHoldsTwoStagesInAV) {
+  const PipelineOrder orders = dualpipev({.devices = 2, .microbatches = 8}, kPath);
+  for (int64_t device = 0; device < 2; ++device) {
+    std::map<std::pair<int64_t, ir::Pass>, int> count;
+    for (const Slot& slot : orders[device]) {
+      EXPECT_TRUE(slot.stage == device || slot.stage == 3 - device) << to_string(slot);
+      ++count[{slot.stage,
+               slot.pass == ir::Pass::kBackwardInput ? ir::Pass::kBackward : slot.pass}];
+    }
+    for (int64_t stage : {device, 3 - device}) {
+      EXPECT_EQ((count[{stage, ir::Pass::kForward}]), 8);
+      EXPECT_EQ((count[{stage, ir::Pass::kBackward}]), 8);
+    }
+  }
+}
+
+TEST(PipelineSchedule, DualPipeVNeedsAMicrobatchPerStage) {
+  EXPECT_EQ(error_of("dualpipev", {.devices = 4, .microbatches = 7}),
+            "s.json: $.directives[2].num_microbatches: schedule \"dualpipev\" needs at least as "
+            "many microbatches as its 8 stages (2 per device), got 7");
+}
+
+TEST(PipelineSchedule, DualPipeImpliesItsChunks) {
+  EXPECT_EQ(error_of("dualpipe", {.devices = 4, .microbatches = 8, .chunks = 2}),
+            "s.json: $.directives[2].chunks: schedule \"dualpipe\" holds two stages per device "
+            "by itself; leave \"chunks\" out, got 2");
+  EXPECT_EQ(dualpipev({.devices = 2, .microbatches = 8, .chunks = 2}, kPath),
+            dualpipev({.devices = 2, .microbatches = 8}, kPath));
 }
 
 }  // namespace
