@@ -10,9 +10,10 @@ namespace piper::planner::sim {
 namespace {
 
 using schedule::Slot;
-using SlotKey = std::tuple<int64_t, int64_t, ir::Pass>;  // stage, microbatch, pass
+// direction, stage, microbatch, pass
+using SlotKey = std::tuple<int64_t, int64_t, int64_t, ir::Pass>;
 
-SlotKey key(const Slot& slot) { return {slot.stage, slot.microbatch, slot.pass}; }
+SlotKey key(const Slot& slot) { return {slot.direction, slot.stage, slot.microbatch, slot.pass}; }
 
 struct Position {
   int64_t device = 0;
@@ -27,7 +28,8 @@ std::string at(const Position& position) {
 // have run (the backward of the next stage may be whole or split).
 std::vector<std::vector<Slot>> dependencies(const Slot& slot, int64_t last_stage) {
   const auto on = [&](int64_t stage, ir::Pass pass) {
-    return Slot{.stage = stage, .microbatch = slot.microbatch, .pass = pass};
+    return Slot{
+        .stage = stage, .microbatch = slot.microbatch, .pass = pass, .direction = slot.direction};
   };
   switch (slot.pass) {
     case ir::Pass::kForward:
@@ -98,7 +100,7 @@ class Replayer {
   Replayer(const schedule::PipelineOrder& order, const PassDurations& durations)
       : order_(order), durations_(durations), positions_(index_slots(order)) {
     for (const auto& [slot_key, position] : positions_) {
-      last_stage_ = std::max(last_stage_, std::get<0>(slot_key));
+      last_stage_ = std::max(last_stage_, std::get<1>(slot_key));
     }
   }
 

@@ -3,8 +3,8 @@
 // The seed of issue 5's cost model; on the task DAG the slot becomes a task
 // and the durations come from per-task estimates.
 //
-// Dependencies (stage s, microbatch mb; S stages = one more than the largest
-// stage named):
+// Dependencies (stage s, microbatch mb, both of one direction: DualPipe's two
+// pipelines are independent; S stages = one more than the largest stage named):
 //   F  needs F of stage s-1 (none on stage 0);
 //   B, BI need B or BI of stage s+1 (on the last stage, F of s instead) and F
 //   of stage s;

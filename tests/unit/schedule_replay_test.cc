@@ -98,6 +98,30 @@ TEST(ScheduleReplay, PeakLiveActivations) {
       ElementsAre(11, 9, 7, 5));
 }
 
+// DualPipe's table: PP+1 live microbatch activations on every device, for DualPipeV with PP
+// stages on PP/2 devices too. With F = BI = BW = 1 every device idles PP/2-1, where 1F1B's
+// idle 3(PP-1) and ZB-H1's PP-1: the replay's closed form on uniform stages is
+// (PP/2-1)(F + BI - BW) for F >= BI (see docs/strategy.md).
+TEST(ScheduleReplay, DualPipeIdlesPOver2Minus1AndHoldsPPlus1Activations) {
+  for (int64_t p : {4, 8}) {
+    const ReplayResult dualpipe =
+        replay(schedule::dualpipe({.devices = p, .microbatches = 2 * p}, kPath));
+    const ReplayResult dualpipev =
+        replay(schedule::dualpipev({.devices = p / 2, .microbatches = 2 * p}, kPath));
+    for (const ReplayResult* result : {&dualpipe, &dualpipev}) {
+      for (const DeviceReplay& device : result->devices) {
+        EXPECT_DOUBLE_EQ(device.idle, p / 2 - 1) << "p = " << p;
+        EXPECT_EQ(device.peak_live_activations, p + 1) << "p = " << p;
+      }
+    }
+  }
+  const PassDurations heavy_forward{
+      .forward = 2, .backward = 2, .backward_input = 1, .backward_weight = 1};
+  const ReplayResult result =
+      replay(schedule::dualpipe({.devices = 8, .microbatches = 32}, kPath), heavy_forward);
+  EXPECT_THAT(idle_per_device(result), ElementsAre(6, 6, 6, 6, 6, 6, 6, 6));  // 3 (2 + 1 - 1)
+}
+
 TEST(ScheduleReplay, TransferLatencyDelaysCrossDeviceDependencies) {
   const ReplayResult result =
       replay(schedule::gpipe({.devices = 2, .microbatches = 1}, kPath), {.transfer = 0.5});
