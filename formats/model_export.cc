@@ -256,9 +256,14 @@ ExportReport export_checkpoint(const ExportOptions& options) {
   report.written.push_back(model_file);
   report.written.push_back((out / kStateDictFile).string());
   write_file_atomically(report.written.back(), weights);
+  const std::string inference_file = (out / kInferenceFile).string();
   if (options.inference) {
-    report.written.push_back((out / kInferenceFile).string());
-    save_onnx_model(inference, report.written.back());
+    save_onnx_model(inference, inference_file);
+    report.written.push_back(inference_file);
+  } else {
+    // An earlier export's, of other weights: a folder holds one export.
+    std::error_code ignored;
+    fs::remove(inference_file, ignored);
   }
   return report;
 }

@@ -1,7 +1,8 @@
 """piper-export (docs/user-guide.md, "Exporting a model"): samples/gpt trained 3 steps on 2
 replicas with ZeRO-2, checkpointed, exported: PyTorch loads the state dict with
 load_state_dict(strict=True) into the sample's module and computes the loss piper-run reports
-for step 4 within 1e-5; the latest step's export equals --save-onnx's model bitwise; the
+for step 4 within 1e-5; the latest step's export equals --save-onnx's model bitwise (and so
+does a TP=2 x DP=2 checkpoint's, of boxes and ZeRO-1 slices); the
 exported ONNX re-plans and trains from those weights; the --inference graph, run by
 onnxruntime, gives PyTorch's logits within 1e-5. The same for HuggingFace GPT-2, whose tied
 lm_head and wte come back under both names (the wrapper's, and the inner model's with
@@ -183,6 +184,27 @@ class GptExport(unittest.TestCase):
         self.assertEqual(got.shape, (GLOBAL_BATCH, 16, 64))
         np.testing.assert_allclose(got, want, rtol=LOGITS_TOL, atol=LOGITS_TOL)
 
+    def test_tensor_parallel_boxes_and_zero1_slices_are_laid_together(self):
+        # samples/strategies/gpt_tp2_dp2: Megatron's blocks (boxes) over 2 ranks, ZeRO-1's flat
+        # slices of them over 2 replicas; the export equals --save-onnx's gathered model.
+        work = os.path.join(self.tmp.name, "tp2_dp2")
+        plans = os.path.join(work, "plans")
+        harness.run_ok([Tools.plan, Tools.sample("gpt", "model.onnx"),
+                        Tools.sample("strategies", "gpt_tp2_dp2.json"), "-o", plans])
+        checkpoints = os.path.join(work, "checkpoints")
+        saved = os.path.join(work, "trained.onnx")
+        harness.run_ok([launch_path(), "--plans", plans, "--data", self.data, "--timeout", 60,
+                        "--steps", 2, "--checkpoint-dir", checkpoints, "--save-onnx", saved],
+                       timeout=240)
+        with open(os.path.join(checkpoints, "step-000002", "index.json")) as f:
+            shards = [s for t in json.load(f)["tensors"].values() for s in t["shards"]]
+        self.assertTrue(any("box" in s for s in shards) and any("flat" in s for s in shards))
+        out = os.path.join(work, "out")
+        harness.run_ok([export_tool(), checkpoints, "-o", out])
+        state = load_file(os.path.join(out, "model.safetensors"))
+        for name, value in weights_of(saved).items():
+            self.assertTrue(np.array_equal(state[name].numpy(), value), name)
+
     def test_flipped_byte_is_refused_naming_the_file(self):
         checkpoints = os.path.join(self.tmp.name, "corrupt")
         shutil.copytree(self.trained.checkpoints, checkpoints)
@@ -210,8 +232,13 @@ class GptExport(unittest.TestCase):
         self.assertIn(f"-o '{out}' is not empty and not a folder piper-export wrote: it holds "
                       "'notes.txt'", result.stderr)
         self.assertEqual(os.listdir(out), ["notes.txt"])
-        # A folder piper-export wrote is written again.
-        harness.run_ok([export_tool(), self.trained.checkpoints, "-o", self.trained.latest])
+        # A folder piper-export wrote is written again, whole: no inference.onnx of an
+        # earlier export is left beside other weights.
+        again = os.path.join(self.tmp.name, "again")
+        shutil.copytree(self.trained.step3, again)
+        self.assertIn("inference.onnx", os.listdir(again))
+        harness.run_ok([export_tool(), self.trained.checkpoints, "-o", again])
+        self.assertEqual(sorted(os.listdir(again)), ["model.onnx", "model.safetensors"])
 
     def test_unknown_model_needs_model_flag(self):
         step = os.path.join(self.tmp.name, "no_model")
