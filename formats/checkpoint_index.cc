@@ -93,17 +93,18 @@ std::string checkpoint_index_json(const CheckpointIndex& index) {
     }
     tensors[name] = {{"dtype", tensor.dtype}, {"shape", tensor.shape}, {"shards", shards}};
   }
-  const nlohmann::json json = {{"format", "piper-checkpoint"},
-                               {"version", index.version},
-                               {"step", index.step},
-                               {"optimizer_steps", index.optimizer_steps},
-                               {"data",
-                                {{"samples_consumed", index.samples_consumed},
-                                 {"global_batch", index.global_batch},
-                                 {"seed", index.seed},
-                                 {"source", index.data}}},
-                               {"plan_id", index.plan_id},
-                               {"tensors", tensors}};
+  nlohmann::json json = {{"format", "piper-checkpoint"},
+                         {"version", index.version},
+                         {"step", index.step},
+                         {"optimizer_steps", index.optimizer_steps},
+                         {"data",
+                          {{"samples_consumed", index.samples_consumed},
+                           {"global_batch", index.global_batch},
+                           {"seed", index.seed},
+                           {"source", index.data}}},
+                         {"plan_id", index.plan_id},
+                         {"tensors", tensors}};
+  if (!index.model_path.empty()) json["model"] = index.model_path;
   return json.dump(1) + "\n";
 }
 
@@ -128,6 +129,7 @@ CheckpointIndex parse_checkpoint_index(const std::string& text, const std::strin
     index.seed = data.at("seed").get<uint64_t>();
     index.data = data.at("source").get<std::string>();
     index.plan_id = json.at("plan_id").get<std::string>();
+    index.model_path = json.value("model", "");
     for (const auto& [name, value] : json.at("tensors").items()) {
       where = " at tensors/" + name;
       CheckpointTensor tensor;

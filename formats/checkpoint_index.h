@@ -64,6 +64,9 @@ struct CheckpointIndex {
   uint64_t seed = 0;  // of synthetic data and seeded kernels
   std::string data;   // where samples come from, e.g. "data from samples/mlp/data"
   std::string plan_id;
+  // The ONNX model the plan was made from (piper-export's default --model); empty in indexes
+  // written before it was recorded.
+  std::string model_path;
   std::map<std::string, CheckpointTensor> tensors;
 };
 

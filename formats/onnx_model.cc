@@ -108,9 +108,9 @@ std::vector<uint8_t> initializer_bytes(const onnx::TensorProto& tensor) {
   }
 }
 
-void save_onnx_with_initializers(const onnx::ModelProto& model,
-                                 const std::map<std::string, std::vector<uint8_t>>& values,
-                                 const ExternalData& external, const std::string& path) {
+onnx::ModelProto with_initializers(const onnx::ModelProto& model,
+                                   const std::map<std::string, std::vector<uint8_t>>& values,
+                                   const ExternalData& external, const std::string& path) {
   onnx::ModelProto trained = model;
   size_t replaced = 0;
   for (auto& initializer : *trained.mutable_graph()->mutable_initializer()) {
@@ -134,10 +134,14 @@ void save_onnx_with_initializers(const onnx::ModelProto& model,
   // The saved model stands on its own, wherever it is written: what stayed in external files
   // (frozen weights) comes inline too.
   inline_external_data(trained, external, [](const onnx::TensorProto&) { return true; });
+  return trained;
+}
+
+void save_onnx_model(const onnx::ModelProto& trained, const std::string& path) {
   const size_t size = trained.ByteSizeLong();
   if (size > static_cast<size_t>(INT32_MAX)) {
     throw Error("cannot save '" + path + "': the trained model is " + std::to_string(size) +
-                " bytes, over protobuf's 2 GB limit on one .onnx, and --save-onnx writes no "
+                " bytes, over protobuf's 2 GB limit on one .onnx, and Piper writes no "
                 "external data yet");
   }
   std::string bytes;
@@ -145,6 +149,12 @@ void save_onnx_with_initializers(const onnx::ModelProto& model,
     throw Error("cannot serialize the trained model for '" + path + "'");
   }
   write_file_atomically(path, bytes);
+}
+
+void save_onnx_with_initializers(const onnx::ModelProto& model,
+                                 const std::map<std::string, std::vector<uint8_t>>& values,
+                                 const ExternalData& external, const std::string& path) {
+  save_onnx_model(with_initializers(model, values, external, path), path);
 }
 
 }  // namespace piper::formats

@@ -1,4 +1,4 @@
-// Reading and writing ONNX models: the planner's input and --save-onnx's output.
+// Reading and writing ONNX models: the planner's input, --save-onnx's and piper-export's output.
 #pragma once
 
 #include <onnx/onnx_pb.h>
@@ -25,9 +25,18 @@ size_t onnx_element_size(int data_type);
 // Throws piper::Error for external data.
 std::vector<uint8_t> initializer_bytes(const onnx::TensorProto& tensor);
 
-// Writes `model` to `path` with the named initializers' values replaced by
-// `values` (raw bytes, same dtype and shape), every tensor inline: what `external` (the
-// model's) holds is read into the file. Atomic: a temporary file renamed.
+// A copy of `model` with the named initializers' values replaced by `values` (raw bytes, same
+// dtype and shape), every tensor inline: what `external` (the model's) holds is read in. Throws
+// piper::Error, naming `path` (where it is for), when a value has no initializer.
+onnx::ModelProto with_initializers(const onnx::ModelProto& model,
+                                   const std::map<std::string, std::vector<uint8_t>>& values,
+                                   const ExternalData& external, const std::string& path);
+
+// Writes `model` (every tensor inline) to `path` atomically: a temporary file renamed. Throws
+// piper::Error naming the path when it is over protobuf's 2 GB or cannot be written.
+void save_onnx_model(const onnx::ModelProto& model, const std::string& path);
+
+// with_initializers, then save_onnx_model to `path`.
 void save_onnx_with_initializers(const onnx::ModelProto& model,
                                  const std::map<std::string, std::vector<uint8_t>>& values,
                                  const ExternalData& external, const std::string& path);

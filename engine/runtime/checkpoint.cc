@@ -6,13 +6,13 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "engine/runtime/checkpoint_state.h"
 #include "formats/atomic_file.h"
 #include "formats/checkpoint_index.h"
+#include "formats/checkpoint_reader.h"
 #include "formats/error.h"
 #include "formats/safetensors.h"
 
@@ -21,8 +21,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kIndexFile[] = "index.json";
-constexpr char kStepPrefix[] = "step-";
+constexpr const char* kIndexFile = formats::kCheckpointIndexFile;
+constexpr const char* kStepPrefix = formats::kCheckpointStepPrefix;
 
 std::string rank_file(int rank) {
   char name[32];
@@ -110,30 +110,8 @@ formats::CheckpointIndex merged_index(const Session& session, const TrainingPosi
   index.seed = position.seed;
   index.data = position.data;
   index.plan_id = session.plan().header().plan_id();
+  index.model_path = session.plan().header().model_path();
   return index;
-}
-
-std::optional<int64_t> step_of(const fs::path& folder) {
-  const std::string name = folder.filename().string();
-  if (name.rfind(kStepPrefix, 0) != 0 || name.size() == std::strlen(kStepPrefix)) return {};
-  const std::string digits = name.substr(std::strlen(kStepPrefix));
-  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return {};
-  }
-  if (!fs::exists(folder / kIndexFile)) return {};
-  return std::stoll(digits);
-}
-
-std::map<int64_t, fs::path> committed_steps(const std::string& directory) {
-  std::map<int64_t, fs::path> steps;
-  std::error_code error;
-  if (!fs::is_directory(directory, error)) return steps;
-  for (const auto& entry : fs::directory_iterator(directory)) {
-    if (const auto step = step_of(entry.path()); step && entry.is_directory()) {
-      steps[*step] = entry.path();
-    }
-  }
-  return steps;
 }
 
 // Rank 0's commit: the finished folder takes the step's name in one rename.
@@ -156,13 +134,12 @@ void commit(const std::string& temporary, const std::string& target) {
 
 void prune(const std::string& directory, int64_t keep) {
   if (keep <= 0) return;
-  std::map<int64_t, fs::path> steps = committed_steps(directory);
+  std::map<int64_t, std::string> steps = formats::committed_checkpoint_steps(directory);
   while (static_cast<int64_t>(steps.size()) > keep) {
     std::error_code error;
     fs::remove_all(steps.begin()->second, error);
     if (error) {
-      throw Error("--keep: cannot remove '" + steps.begin()->second.string() +
-                  "': " + error.message());
+      throw Error("--keep: cannot remove '" + steps.begin()->second + "': " + error.message());
     }
     steps.erase(steps.begin());
   }
@@ -177,9 +154,9 @@ std::string step_folder(const std::string& directory, int64_t step) {
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& directory) {
-  const std::map<int64_t, fs::path> steps = committed_steps(directory);
+  const std::map<int64_t, std::string> steps = formats::committed_checkpoint_steps(directory);
   if (steps.empty()) return std::nullopt;
-  return steps.rbegin()->second.string();
+  return steps.rbegin()->second;
 }
 
 std::string save_checkpoint(Session& session, const std::string& directory,
@@ -216,32 +193,9 @@ std::string save_checkpoint(Session& session, const std::string& directory,
 
 namespace {
 
-// Reads shards of one step folder, each file opened once, every shard checked against its
-// checksum.
-class ShardReader {
- public:
-  explicit ShardReader(std::string folder) : folder_(std::move(folder)) {}
-  std::string read(const formats::CheckpointShard& shard, const std::string& tensor) {
-    const std::string path = (fs::path(folder_) / shard.file).string();
-    auto& file = files_[path];
-    if (!file) file = std::make_unique<formats::SafetensorsFile>(path);
-    std::string bytes = file->read(shard.key);
-    if (formats::crc32_of(bytes) != shard.crc32) {
-      throw Error("checkpoint shard '" + path + "' is corrupted: tensor '" + tensor + "' (" +
-                  shard.slice.describe() + ") does not match the checksum in " + folder_ + "/" +
-                  kIndexFile + "; resume from an earlier step folder or start afresh");
-    }
-    return bytes;
-  }
-
- private:
-  std::string folder_;
-  std::map<std::string, std::unique_ptr<formats::SafetensorsFile>> files_;
-};
-
 // The held slice's bytes, from the shard holding exactly it or else rebuilt from every shard.
 std::vector<uint8_t> held_bytes(const HeldTensor& held, const formats::CheckpointTensor& saved,
-                                ShardReader& reader) {
+                                formats::CheckpointShardReader& reader) {
   const size_t element = dtype_size(held.dtype);
   const auto expected = static_cast<size_t>(held.slice.elements(held.shape)) * element;
   for (const formats::CheckpointShard& shard : saved.shards) {
@@ -255,43 +209,16 @@ std::vector<uint8_t> held_bytes(const HeldTensor& held, const formats::Checkpoin
       return std::vector<uint8_t>(bytes.begin(), bytes.end());
     }
   }
-  int64_t elements = 1;
-  for (int64_t extent : held.shape) elements *= extent;
-  std::vector<uint8_t> whole(static_cast<size_t>(elements) * element);
-  std::vector<bool> covered(static_cast<size_t>(elements), false);
-  for (const formats::CheckpointShard& shard : saved.shards) {
-    const std::string bytes = reader.read(shard, held.name);
-    if (bytes.size() != static_cast<size_t>(shard.slice.elements(held.shape)) * element) {
-      throw Error("checkpoint shard '" + shard.file + "' holds " + std::to_string(bytes.size()) +
-                  " bytes of '" + held.name + "' " + shard.slice.describe() + ", the wrong size");
-    }
-    formats::for_each_slice_run(shard.slice, held.shape, element,
-                                [&](uint64_t at, uint64_t from, uint64_t count) {
-                                  std::memcpy(whole.data() + at, bytes.data() + from, count);
-                                  std::fill_n(covered.begin() + static_cast<int64_t>(at / element),
-                                              static_cast<int64_t>(count / element), true);
-                                });
-  }
-  std::vector<uint8_t> part(expected);
-  formats::for_each_slice_run(
-      held.slice, held.shape, element, [&](uint64_t at, uint64_t to, uint64_t count) {
-        const auto first = covered.begin() + static_cast<int64_t>(at / element);
-        if (!std::all_of(first, first + static_cast<int64_t>(count / element),
-                         [](bool set) { return set; })) {
-          throw Error("the checkpoint's shards of '" + held.name + "' leave out elements of " +
-                      held.slice.describe() + ", which this rank holds");
-        }
-        std::memcpy(part.data() + to, whole.data() + at, count);
-      });
-  return part;
+  const formats::AssembledTensor whole =
+      formats::assemble_tensor(held.name, saved, element, reader);
+  return formats::slice_of(whole, held.name, held.slice, held.shape, element,
+                           "which this rank holds");
 }
 
 }  // namespace
 
 TrainingPosition load_checkpoint(Session& session, const std::string& folder, uint64_t seed) {
-  const std::string index_path = (fs::path(folder) / kIndexFile).string();
-  const formats::CheckpointIndex index =
-      formats::parse_checkpoint_index(formats::read_file(index_path), index_path);
+  const formats::CheckpointIndex index = formats::read_checkpoint_index(folder);
   if (index.global_batch != session.plan().global_batch()) {
     throw Error("checkpoint '" + folder + "' was trained with a global batch of " +
                 std::to_string(index.global_batch) + ", this plan's is " +
@@ -303,7 +230,7 @@ TrainingPosition load_checkpoint(Session& session, const std::string& folder, ui
                 std::to_string(index.seed) + "; pass --seed " + std::to_string(index.seed) +
                 " to continue its data and seeded kernels");
   }
-  ShardReader reader(folder);
+  formats::CheckpointShardReader reader(folder);
   for (const HeldTensor& held : held_state(session)) {
     const auto saved = index.tensors.find(held.name);
     if (saved == index.tensors.end()) {

@@ -10,7 +10,10 @@ Each model is built from a tiny config with random initialisation (nothing is do
 seed is fixed), eager attention, no KV cache and dropout 0, wrapped so that
 `forward(input_ids, labels)` returns the model's own loss, and exported with
 `torch.onnx.export(opset 17, training=TRAINING, do_constant_folding=False)` and a dynamic
-batch axis. The file is used as written. The module is importable: tests call
+batch axis. Weights the model ties (GPT-2's lm_head and wte) become one initializer, so the
+names that lost theirs are recorded in the file's metadata_props under "piper.tied_weights"
+(`record_tied_weights`: piper-export writes them into its state dict). The file is otherwise
+used as written. The module is importable: tests call
 `build(arch)` for the PyTorch reference and `export(arch, directory)` for the ONNX file.
 """
 import argparse
@@ -118,7 +121,45 @@ def export(arch, directory, sizes=None, vocab=VOCAB, seq=SEQ):
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                       input_names=INPUTS, output_names=["loss"],
                       dynamic_axes={name: {0: "batch"} for name in INPUTS})
+    record_tied_weights(model, path)
     return path, model, arrays
+
+
+TIED_WEIGHTS_KEY = "piper.tied_weights"
+
+
+def record_tied_weights(model, path):
+    """Records in PATH's metadata_props, under TIED_WEIGHTS_KEY, a JSON object from each name of
+    model.state_dict() that has no initializer in the exported file to the initializer holding
+    the same tensor (tied weights, which torch.onnx.export keeps once); returns it. Raises when
+    a name has neither, since no state dict could then be rebuilt from the file."""
+    import json
+    import onnx
+
+    onnx_model = onnx.load(path)
+    initializers = {t.name for t in onnx_model.graph.initializer}
+    state = model.state_dict(keep_vars=True)
+    held = {(t.data_ptr(), tuple(t.shape)): name
+            for name, t in state.items() if name in initializers}
+    tied = {}
+    for name, tensor in state.items():
+        if name in initializers:
+            continue
+        target = held.get((tensor.data_ptr(), tuple(tensor.shape)))
+        if target is None:
+            raise ValueError(f"{path}: state_dict() name {name!r} has no initializer and "
+                             "shares no tensor with one")
+        tied[name] = target
+    kept = [e for e in onnx_model.metadata_props if e.key != TIED_WEIGHTS_KEY]
+    if not tied and len(kept) == len(onnx_model.metadata_props):
+        return tied  # the file stays as torch.onnx.export wrote it
+    del onnx_model.metadata_props[:]
+    onnx_model.metadata_props.extend(kept)
+    if tied:
+        entry = onnx_model.metadata_props.add()
+        entry.key, entry.value = TIED_WEIGHTS_KEY, json.dumps(tied, sort_keys=True)
+    onnx.save(onnx_model, path)
+    return tied
 
 
 def main():

@@ -17,6 +17,30 @@ import sys
 import unittest
 
 
+def run_under_hf_python(modules=("transformers",)):
+    """Re-executes the calling script under --hf-python (the venv tools/install-deps.sh
+    creates) unless MODULES import here; fails, saying how to get them, when it cannot."""
+    import importlib
+
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--hf-python")
+    args, rest = parser.parse_known_args()
+    sys.argv = [sys.argv[0]] + rest
+    try:
+        for module in modules:
+            importlib.import_module(module)
+        return
+    except ImportError:
+        pass
+    python = args.hf_python
+    if python and os.path.exists(python) and not os.environ.get("PIPER_HF_REEXEC"):
+        os.environ["PIPER_HF_REEXEC"] = "1"
+        os.execv(python, [python] + sys.argv)
+    sys.exit(f"FAIL: {', '.join(modules)} not all installed in {python or sys.executable}: run "
+             "tools/install-deps.sh, which creates third_party/hf-venv with them (or point the "
+             "CMake cache variable PIPER_HF_PYTHON at such a Python)")
+
+
 class Tools:
     plan = None
     run = None

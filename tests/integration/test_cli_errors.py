@@ -473,7 +473,8 @@ class CommandLine(ErrorTest):
 
     def tools(self):
         return {"piper-plan": Tools.plan, "piper-run": Tools.run, "piper-dump": Tools.dump,
-                "piper-launch": os.path.join(os.path.dirname(Tools.run), "piper-launch")}
+                "piper-launch": os.path.join(os.path.dirname(Tools.run), "piper-launch"),
+                "piper-export": os.path.join(os.path.dirname(Tools.run), "piper-export")}
 
     def test_an_unknown_flag_is_named_even_without_the_required_ones(self):
         for name, tool in self.tools().items():

@@ -12,36 +12,14 @@ Runs in the venv tools/install-deps.sh creates (third_party/hf-venv, transformer
 /usr/bin/python3's torch); CTest starts it with /usr/bin/python3 and --hf-python VENV_PYTHON,
 and the script re-runs itself there. Each model is exported once per run. PyTorch runs here;
 no reference numbers are stored."""
-import argparse
-import os
-import sys
-
-
-def run_under_hf_python():
-    """Re-executes this script under --hf-python unless transformers is importable here."""
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--hf-python")
-    args, rest = parser.parse_known_args()
-    sys.argv = [sys.argv[0]] + rest
-    try:
-        import transformers  # noqa: F401
-        return
-    except ImportError:
-        pass
-    python = args.hf_python
-    if python and os.path.exists(python) and not os.environ.get("PIPER_HF_REEXEC"):
-        os.environ["PIPER_HF_REEXEC"] = "1"
-        os.execv(python, [python] + sys.argv)
-    sys.exit(f"FAIL: transformers is not installed in {python or sys.executable}: run "
-             "tools/install-deps.sh, which creates third_party/hf-venv with transformers 4.40.2 "
-             "(or point the CMake cache variable PIPER_HF_PYTHON at such a Python)")
-
+from harness import run_under_hf_python
 
 run_under_hf_python()
 
 import copy  # noqa: E402
 import fnmatch  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import importlib.util  # noqa: E402
 import re  # noqa: E402
 import tempfile  # noqa: E402

@@ -106,6 +106,7 @@ TEST(CheckpointIndex, RoundTripsThroughJson) {
   index.seed = 7;
   index.data = "data from d";
   index.plan_id = "abc";
+  index.model_path = "/models/gpt.onnx";
   TensorSlice box{{0, 4}, {3, 4}, false, 0, 0};
   TensorSlice flat{{}, {}, true, 6, 6};
   index.tensors["w"] = {
@@ -118,6 +119,11 @@ TEST(CheckpointIndex, RoundTripsThroughJson) {
   EXPECT_EQ(back.samples_consumed, 1280);
   EXPECT_EQ(back.seed, 7u);
   EXPECT_EQ(back.data, "data from d");
+  EXPECT_EQ(back.model_path, "/models/gpt.onnx");
+  // An index written before the model was recorded reads as not recording it.
+  index.model_path.clear();
+  EXPECT_EQ(checkpoint_index_json(index).find("\"model\""), std::string::npos);
+  EXPECT_EQ(parse_checkpoint_index(checkpoint_index_json(index), "index.json").model_path, "");
   ASSERT_EQ(back.tensors.at("w").shards.size(), 2u);
   EXPECT_EQ(back.tensors.at("w").shards[0].slice, box);
   EXPECT_EQ(back.tensors.at("w").shards[1].slice, flat);
