@@ -16,18 +16,26 @@ strategy::Directive primitive(const strategy::Directive& from, strategy::Directi
   return directive;
 }
 
+// Data parallelism at a ZeRO stage: 0 bucketed all-reduce, 1 sharded optimizer state, 2 also
+// sharded gradients, 3 also sharded parameters.
+strategy::ReplicateDirective zero_replicate(int64_t stage, std::optional<int64_t> bucket_size,
+                                            std::vector<int64_t> devices) {
+  strategy::ReplicateDirective replicate;
+  replicate.devices = std::move(devices);
+  if (bucket_size) replicate.bucket_size = *bucket_size;
+  replicate.shard_optimizer = stage >= 1;
+  replicate.shard_grads = stage >= 2;
+  replicate.shard_params = stage >= 3;
+  return replicate;
+}
+
 // zero: place every task on the devices, then replicate with the stage's sharding.
 std::vector<strategy::Directive> expand_zero(const strategy::Directive& directive) {
   const auto& zero = std::get<strategy::ZeroDirective>(directive.spec);
   strategy::PlaceDirective place;
   place.devices = zero.devices;
-  strategy::ReplicateDirective replicate;
-  replicate.devices = zero.devices;
-  if (zero.bucket_size) replicate.bucket_size = *zero.bucket_size;
-  replicate.shard_optimizer = zero.stage >= 1;
-  replicate.shard_grads = zero.stage >= 2;
-  replicate.shard_params = zero.stage >= 3;
-  return {primitive(directive, place), primitive(directive, replicate)};
+  return {primitive(directive, place),
+          primitive(directive, zero_replicate(zero.stage, zero.bucket_size, zero.devices))};
 }
 
 strategy::Filter slot_filter(const std::string& tag, const schedule::Slot& slot) {
@@ -39,8 +47,10 @@ strategy::Filter slot_filter(const std::string& tag, const schedule::Slot& slot)
 }
 
 // pipeline: split into microbatches, place stage s (the tag's value s) on
-// device s mod p (Megatron's interleaved layout), and give every device the
-// order of its slots that the schedule generates.
+// device s mod p (Megatron's interleaved layout), give every device the
+// order of its slots that the schedule generates, and replicate each stage
+// over its device's replicas: what one writes by hand for DP x PP, so both
+// plan alike.
 // With "stages": "auto" the tag's values come from annotations that
 // planner/auto_stages.h adds.
 std::vector<strategy::Directive> expand_pipeline(const strategy::Directive& directive,
@@ -68,6 +78,13 @@ std::vector<strategy::Directive> expand_pipeline(const strategy::Directive& dire
       device_order.filters.push_back({slot_filter(pipeline.tag, slot)});
     }
     result.push_back(primitive(directive, device_order));
+  }
+  if (pipeline.replicas.empty()) return result;
+  for (int64_t stage = 0; stage < shape.devices * shape.chunks; ++stage) {
+    strategy::ReplicateDirective replicate = zero_replicate(
+        pipeline.zero, pipeline.bucket_size, pipeline.replicas[stage % shape.devices]);
+    replicate.filter.tags[pipeline.tag] = stage;
+    result.push_back(primitive(directive, replicate));
   }
   return result;
 }
