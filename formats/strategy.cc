@@ -105,6 +105,9 @@ json to_json(const DirectiveSpec& spec) {
                       {"num_microbatches", d.num_microbatches},
                       {"chunks", d.chunks}};
             if (d.auto_stages) j["stages"] = "auto";
+            if (!d.replicas.empty()) j["replicas"] = d.replicas;
+            j["zero"] = d.zero;
+            if (d.bucket_size) j["bucket_size"] = *d.bucket_size;
             return j;
           },
           [](const ZeroDirective& d) -> json {

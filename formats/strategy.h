@@ -148,6 +148,12 @@ struct PipelineDirective {
   int64_t num_microbatches = 1;
   int64_t chunks = 1;        // > 1 only for "interleaved"
   bool auto_stages = false;  // "stages": "auto"
+  // Data parallelism over whole pipelines: per device of `devices`, the devices its stages are
+  // replicated over (it among them), one replicate per stage; empty: none. "axis" resolves
+  // them from the mesh's other axes (mesh_replicas), "replicas" lists them.
+  std::vector<std::vector<int64_t>> replicas;
+  int64_t zero = 0;                    // those replicates' ZeRO stage, as the zero directive's
+  std::optional<int64_t> bucket_size;  // bytes; replicate's default when absent
   bool operator==(const PipelineDirective&) const = default;
 };
 
@@ -219,6 +225,11 @@ std::vector<int64_t> mesh_axis_leaders(const std::vector<MeshAxis>& mesh, size_t
 // order, groups ordered by their first device: what shard gets for "axis": NAME.
 // [["dp", 2], ["tp", 2]]: tp [[0, 1], [2, 3]], dp [[0, 2], [1, 3]].
 std::vector<std::vector<int64_t>> mesh_axis_groups(const std::vector<MeshAxis>& mesh, size_t axis);
+// The devices that differ from `device` only along `axes` (indices into `mesh`, in mesh
+// order), row-major over those axes: the devices a pipeline stage on `device` is replicated
+// over. [["dp", 2], ["pp", 2]], device 1, axes {0}: [1, 3].
+std::vector<int64_t> mesh_replicas(const std::vector<MeshAxis>& mesh, int64_t device,
+                                   const std::vector<size_t>& axes);
 
 // Whether a task with these tags, microbatch (kNoMicrobatch when unsplit) and
 // pass is selected by `filter`. A tag (or MB) named in the filter but absent

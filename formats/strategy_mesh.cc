@@ -46,6 +46,22 @@ std::vector<std::vector<int64_t>> mesh_axis_groups(const std::vector<MeshAxis>& 
   return groups;
 }
 
+std::vector<int64_t> mesh_replicas(const std::vector<MeshAxis>& mesh, int64_t device,
+                                   const std::vector<size_t>& axes) {
+  std::vector<int64_t> devices = {device};
+  // Each axis in turn multiplies the set, so the last axis varies fastest (row-major).
+  for (size_t axis : axes) {
+    const int64_t stride = stride_of(mesh, axis);
+    const int64_t own = (device / stride) % mesh.at(axis).size;
+    std::vector<int64_t> product;
+    for (int64_t d : devices) {
+      for (int64_t c = 0; c < mesh[axis].size; ++c) product.push_back(d + (c - own) * stride);
+    }
+    devices = std::move(product);
+  }
+  return devices;
+}
+
 namespace reader {
 namespace {
 
@@ -178,26 +194,149 @@ std::vector<std::vector<int64_t>> device_groups(const Object& o) {
   return *o.get("devices", read_device_groups);
 }
 
-void check_pipeline_axes(const Context& ctx, const Strategy& s) {
-  std::set<std::string> sharded;
+namespace {
+
+std::string device_lists(const std::vector<std::vector<int64_t>>& lists) {
+  std::string text;
+  for (size_t i = 0; i < lists.size(); ++i) {
+    text += i == 0 ? "" : (i + 1 == lists.size() ? " and " : ", ");
+    text += "[";
+    for (size_t k = 0; k < lists[i].size(); ++k) {
+      text += (k == 0 ? "" : ", ") + std::to_string(lists[i][k]);
+    }
+    text += "]";
+  }
+  return text;
+}
+
+// The mesh axes a shard directive splits over: the one it names, or those whose groups are
+// the ones it lists.
+std::set<size_t> sharded_axes(const Strategy& s) {
+  std::set<size_t> axes;
   for (const Directive& directive : s.directives) {
-    if (directive.op == "shard" && directive.json.contains("axis")) {
-      sharded.insert(directive.json.at("axis").get<std::string>());
+    const auto* shard = std::get_if<ShardDirective>(&directive.spec);
+    if (!shard) continue;
+    for (size_t axis = 0; axis < s.mesh.size(); ++axis) {
+      if (mesh_axis_groups(s.mesh, axis) == shard->groups) axes.insert(axis);
     }
   }
-  for (const Directive& directive : s.directives) {
-    if (directive.op != "pipeline" || !directive.json.contains("axis")) continue;
-    const std::string name = directive.json.at("axis").get<std::string>();
-    for (const MeshAxis& axis : s.mesh) {
-      if (axis.name == name || axis.size == 1 || sharded.count(axis.name)) continue;
-      ctx.fail(directive.path + ".axis",
-               "a pipeline along mesh axis \"" + name + "\" beside axis \"" + axis.name +
-                   "\" (size " + std::to_string(axis.size) +
-                   ", which no shard directive names) would replicate whole pipelines; Piper "
-                   "does not plan that yet (the pipeline generator places one device per "
-                   "stage): list the pipeline's \"devices\" and replicate each stage with its "
-                   "own replicate directive");
+  return axes;
+}
+
+// "axis": the axes that replicate whole pipelines, "replica_axes" or by default every other
+// axis of size > 1 that no shard splits over (a shard's axis is tensor-parallel: its groups
+// are named by their leaders).
+std::vector<size_t> replicating_axes(const Context& ctx, const Strategy& s, const Directive& d) {
+  const size_t own = read_axis(ctx, d.path + ".axis", d.json.at("axis"));
+  std::vector<size_t> axes;
+  if (const auto named = d.json.find("replica_axes"); named != d.json.end()) {
+    for (size_t i = 0; i < named->size(); ++i) {
+      axes.push_back(read_axis(ctx, index_path(d.path + ".replica_axes", i), (*named)[i]));
     }
+    std::sort(axes.begin(), axes.end());
+    return axes;
+  }
+  const std::set<size_t> sharded = sharded_axes(s);
+  for (size_t axis = 0; axis < s.mesh.size(); ++axis) {
+    if (axis != own && s.mesh[axis].size > 1 && !sharded.count(axis)) axes.push_back(axis);
+  }
+  return axes;
+}
+
+// "zero" and "bucket_size" describe the replicates; a pipeline without replicas has none
+// (but for dualpipe's mirrors).
+void check_replicated(const Context& ctx, const Directive& d, const PipelineDirective& pipeline) {
+  // DualPipe replicates every stage over its two mirror devices by itself.
+  if (!pipeline.replicas.empty() || pipeline.schedule == "dualpipe" ||
+      (pipeline.zero == 0 && !pipeline.bucket_size)) {
+    return;
+  }
+  const std::string how = d.json.contains("axis")
+                              ? "no other mesh axis of size > 1 that no shard splits over; name "
+                                "the replicating axes in \"replica_axes\""
+                              : "list each device's replicas in \"replicas\"";
+  ctx.fail(d.path + (pipeline.zero != 0 ? ".zero" : ".bucket_size"),
+           "configures the data parallelism of replicated stages, but nothing replicates this "
+           "pipeline's stages (" +
+               how + ")");
+}
+
+// A replicate or zero directive beside a pipeline that replicates its stages would
+// synchronise the same gradients twice.
+void check_no_other_replication(const Context& ctx, const Strategy& s, const Directive& pipeline) {
+  for (const Directive& other : s.directives) {
+    if (other.op != "replicate" && other.op != "zero") continue;
+    ctx.fail(other.path, "a " + other.op + " directive beside " + pipeline.path +
+                             ", a pipeline that replicates its stages over " +
+                             device_lists(std::get<PipelineDirective>(pipeline.spec).replicas) +
+                             " (one replicate each); drop this directive and give " +
+                             pipeline.path + " \"zero\": 0 to 3 (and \"bucket_size\") instead");
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> pipeline_replicas(const Object& o,
+                                                    const std::vector<int64_t>& devices) {
+  const bool axis = o.find("axis") != nullptr;
+  if (const json* named = o.find("replica_axes")) {
+    if (!axis) {
+      o.fail("replica_axes",
+             "names mesh axes, but the pipeline lists \"devices\"; give "
+             "\"axis\" instead, or list each device's replicas in \"replicas\"");
+    }
+    read_array(o.ctx(), o.at("replica_axes"), *named, "mesh axis names");
+    if (named->empty()) o.ctx().expected(o.at("replica_axes"), "a non-empty array", *named);
+    std::set<size_t> seen = {read_axis(o.ctx(), o.at("axis"), *o.find("axis"))};
+    for (size_t i = 0; i < named->size(); ++i) {
+      const std::string at = index_path(o.at("replica_axes"), i);
+      if (!seen.insert(read_axis(o.ctx(), at, (*named)[i])).second) {
+        o.ctx().fail(at, "\"" + (*named)[i].get<std::string>() +
+                             "\" is the pipeline's axis or named twice; name each replicating "
+                             "axis once");
+      }
+    }
+  }
+  const json* listed = o.find("replicas");
+  if (!listed) return {};
+  if (axis) {
+    o.fail("replicas",
+           "given with \"axis\"; the mesh gives the replicas (name their axes in "
+           "\"replica_axes\" if the default is not what you mean)");
+  }
+  const std::vector<std::vector<int64_t>> replicas = *o.get("replicas", read_device_groups);
+  if (replicas.size() != devices.size() || !listed->at(0).is_array()) {
+    o.ctx().expected(o.at("replicas"),
+                     "one device list per device of \"devices\" (" +
+                         std::to_string(devices.size()) +
+                         "), each the devices its stages are replicated over",
+                     *listed);
+  }
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const auto& group = replicas[i];
+    if (std::find(group.begin(), group.end(), devices[i]) == group.end()) {
+      o.ctx().fail(index_path(o.at("replicas"), i),
+                   "does not hold device " + std::to_string(devices[i]) + " (\"devices\"[" +
+                       std::to_string(i) + "]), whose stages it replicates");
+    }
+  }
+  return replicas;
+}
+
+void resolve_pipeline_replicas(const Context& ctx, Strategy& s) {
+  for (Directive& directive : s.directives) {
+    auto* pipeline = std::get_if<PipelineDirective>(&directive.spec);
+    if (!pipeline) continue;
+    if (directive.json.contains("axis")) {
+      const std::vector<size_t> axes = replicating_axes(ctx, s, directive);
+      pipeline->replicas.clear();
+      for (int64_t device : pipeline->devices) {
+        std::vector<int64_t> replicas = mesh_replicas(s.mesh, device, axes);
+        if (replicas.size() > 1) pipeline->replicas.push_back(std::move(replicas));
+      }
+    }
+    check_replicated(ctx, directive, *pipeline);
+    if (!pipeline->replicas.empty()) check_no_other_replication(ctx, s, directive);
   }
 }
 

@@ -13,7 +13,6 @@ namespace piper::strategy {
 namespace {
 
 using reader::check_in_mesh;
-using reader::check_pipeline_axes;
 using reader::check_tag_name;
 using reader::child_path;
 using reader::Context;
@@ -25,6 +24,7 @@ using reader::joined;
 using reader::json;
 using reader::Keys;
 using reader::Object;
+using reader::pipeline_replicas;
 using reader::Range;
 using reader::read_array;
 using reader::read_choice;
@@ -34,6 +34,7 @@ using reader::read_mesh;
 using reader::read_number;
 using reader::read_object;
 using reader::read_string;
+using reader::resolve_pipeline_replicas;
 using reader::shown;
 
 constexpr int64_t kMaxMicrobatches = 65536;
@@ -175,11 +176,15 @@ PipelineDirective read_pipeline(const Object& o) {
                       .devices = device_list(o),
                       .num_microbatches = *o.integer("num_microbatches", 1, kMaxMicrobatches),
                       .chunks = o.integer("chunks", 1).value_or(1),
-                      .auto_stages = o.choice("stages", {"auto"}).has_value()};
+                      .auto_stages = o.choice("stages", {"auto"}).has_value(),
+                      .replicas = {},
+                      .zero = o.integer("zero", 0, 3).value_or(0),
+                      .bucket_size = o.integer("bucket_size", 1)};
   if (d.chunks > 1 && d.schedule != "interleaved") {
     o.fail("chunks", "more than one chunk per device needs schedule \"interleaved\", not \"" +
                          d.schedule + "\"");
   }
+  d.replicas = pipeline_replicas(o, d.devices);
   return d;
 }
 
@@ -223,7 +228,8 @@ const std::vector<DirectiveRule>& rules() {
       {"order", {"op", "filters", "device"}, {"filters"}, read_as<OrderDirective, read_order>},
       {"recompute", {"op", "filter"}, {}, read_as<RecomputeDirective, read_recompute>},
       {"pipeline",
-       {"op", "schedule", "tag", "devices", "axis", "num_microbatches", "chunks", "stages"},
+       {"op", "schedule", "tag", "devices", "axis", "num_microbatches", "chunks", "stages",
+        "replica_axes", "replicas", "zero", "bucket_size"},
        {"schedule", "num_microbatches"},
        read_as<PipelineDirective, read_pipeline>},
       {"zero",
@@ -435,7 +441,7 @@ Strategy parse_strategy(const std::string& text, const std::string& source_name)
     }
   }
   name_microbatches(ctx, s);
-  check_pipeline_axes(ctx, s);
+  resolve_pipeline_replicas(ctx, s);
   return s;
 }
 

@@ -111,9 +111,11 @@ std::vector<MeshAxis> read_mesh(const Context& ctx, const std::string& path, con
 // Whether the mesh has the device is the file's question; whether the directives use every
 // device of the mesh is the planner's.
 void check_in_mesh(const Context& ctx, const std::string& path, int64_t device);
-// A pipeline with "axis" beside another mesh axis of size > 1 that no shard names is
-// refused: the pipeline generator places one device per stage.
-void check_pipeline_axes(const Context& ctx, const Strategy& s);
+// Once every directive is read: a pipeline with "axis" gets its replicas from the mesh (along
+// "replica_axes", or every other axis of size > 1 that no shard splits over); "zero" and
+// "bucket_size" without replicas, and a replicate or zero directive beside a pipeline that
+// replicates its stages, are refused.
+void resolve_pipeline_replicas(const Context& ctx, Strategy& s);
 
 // ---- Objects: a checked key set and typed getters (nullopt when absent).
 
@@ -186,5 +188,9 @@ class Object {
 std::vector<int64_t> device_list(const Object& o);
 // shard's groups, from "devices" (one list or a list of lists) or "axis".
 std::vector<std::vector<int64_t>> device_groups(const Object& o);
+// A pipeline's "replicas" (one device list per device of `devices`, holding it), checked;
+// empty when absent. Also checks "replica_axes", which resolve_pipeline_replicas reads.
+std::vector<std::vector<int64_t>> pipeline_replicas(const Object& o,
+                                                    const std::vector<int64_t>& devices);
 
 }  // namespace piper::strategy::reader

@@ -16,18 +16,26 @@ strategy::Directive primitive(const strategy::Directive& from, strategy::Directi
   return directive;
 }
 
+// Data parallelism at a ZeRO stage: 0 bucketed all-reduce, 1 sharded optimizer state, 2 also
+// sharded gradients, 3 also sharded parameters.
+strategy::ReplicateDirective zero_replicate(int64_t stage, std::optional<int64_t> bucket_size,
+                                            std::vector<int64_t> devices) {
+  strategy::ReplicateDirective replicate;
+  replicate.devices = std::move(devices);
+  if (bucket_size) replicate.bucket_size = *bucket_size;
+  replicate.shard_optimizer = stage >= 1;
+  replicate.shard_grads = stage >= 2;
+  replicate.shard_params = stage >= 3;
+  return replicate;
+}
+
 // zero: place every task on the devices, then replicate with the stage's sharding.
 std::vector<strategy::Directive> expand_zero(const strategy::Directive& directive) {
   const auto& zero = std::get<strategy::ZeroDirective>(directive.spec);
   strategy::PlaceDirective place;
   place.devices = zero.devices;
-  strategy::ReplicateDirective replicate;
-  replicate.devices = zero.devices;
-  if (zero.bucket_size) replicate.bucket_size = *zero.bucket_size;
-  replicate.shard_optimizer = zero.stage >= 1;
-  replicate.shard_grads = zero.stage >= 2;
-  replicate.shard_params = zero.stage >= 3;
-  return {primitive(directive, place), primitive(directive, replicate)};
+  return {primitive(directive, place),
+          primitive(directive, zero_replicate(zero.stage, zero.bucket_size, zero.devices))};
 }
 
 strategy::Filter slot_filter(const std::string& tag, const schedule::Slot& slot) {
@@ -76,7 +84,8 @@ strategy::Directive place_stage(const strategy::Directive& directive, int64_t st
 
 // dualpipe: stage s of the microbatches that enter at the first device runs on device s,
 // of those that enter at the last on device p-1-s, so each stage is replicated over its
-// two mirror devices, which sum its gradients. The replicas split each of the m/2
+// two mirror devices (and their data-parallel replicas), which sum its gradients at the
+// pipeline's ZeRO stage. The replicas split each of the m/2
 // microbatches' rows, so replica 0's microbatch k and replica 1's are DualPipe's k-th
 // microbatch of either direction, each a 1/m of the batch.
 std::vector<strategy::Directive> expand_dualpipe(const strategy::Directive& directive,
@@ -87,10 +96,21 @@ std::vector<strategy::Directive> expand_dualpipe(const strategy::Directive& dire
   for (int64_t stage = 0; stage < p; ++stage) {
     result.push_back(place_stage(directive, stage, pipeline.devices[stage]));
   }
+  // Device d's j-th data-parallel replica (d itself without replicas).
+  const auto replica = [&](int64_t device, size_t j) {
+    return pipeline.replicas.empty() ? pipeline.devices[device] : pipeline.replicas[device][j];
+  };
+  const size_t copies = pipeline.replicas.empty() ? 1 : pipeline.replicas.front().size();
   for (int64_t stage = 0; stage < p; ++stage) {
-    strategy::ReplicateDirective replicate;
+    // Replica 2j of every stage is direction 0 of pipeline copy j, replica 2j+1 direction 1.
+    std::vector<int64_t> devices;
+    for (size_t j = 0; j < copies; ++j) {
+      devices.push_back(replica(stage, j));
+      devices.push_back(replica(p - 1 - stage, j));
+    }
+    strategy::ReplicateDirective replicate =
+        zero_replicate(pipeline.zero, pipeline.bucket_size, std::move(devices));
     replicate.filter.tags[pipeline.tag] = stage;
-    replicate.devices = {pipeline.devices[stage], pipeline.devices[p - 1 - stage]};
     result.push_back(primitive(directive, replicate));
   }
   add_orders(directive, order, result);
@@ -98,8 +118,10 @@ std::vector<strategy::Directive> expand_dualpipe(const strategy::Directive& dire
 }
 
 // pipeline: split into microbatches, place stage s (the tag's value s) on
-// device s mod p (Megatron's interleaved layout), and give every device the
-// order of its slots that the schedule generates.
+// device s mod p (Megatron's interleaved layout), give every device the
+// order of its slots that the schedule generates, and replicate each stage
+// over its device's replicas: what one writes by hand for DP x PP, so both
+// plan alike.
 // With "stages": "auto" the tag's values come from annotations that
 // planner/auto_stages.h adds.
 std::vector<strategy::Directive> expand_pipeline(const strategy::Directive& directive,
@@ -111,19 +133,24 @@ std::vector<strategy::Directive> expand_pipeline(const strategy::Directive& dire
       schedule::pipeline_order(pipeline.schedule, shape, source + ": " + directive.path);
   if (pipeline.schedule == "dualpipe") return expand_dualpipe(directive, order);
   std::vector<strategy::Directive> result{split_into(directive, pipeline.num_microbatches)};
-  if (pipeline.schedule == "dualpipev") {
-    // The V: stage s and stage 2p-1-s on device s.
-    for (int64_t stage = 0; stage < 2 * shape.devices; ++stage) {
-      const int64_t device = stage < shape.devices ? stage : 2 * shape.devices - 1 - stage;
-      result.push_back(place_stage(directive, stage, pipeline.devices[device]));
-    }
-    add_orders(directive, order, result);
-    return result;
-  }
-  for (int64_t stage = 0; stage < shape.devices * shape.chunks; ++stage) {
-    result.push_back(place_stage(directive, stage, pipeline.devices[stage % shape.devices]));
+  const int64_t stages =
+      pipeline.schedule == "dualpipev" ? 2 * shape.devices : shape.devices * shape.chunks;
+  // The pipeline device of each stage: dualpipev's V puts stages s and 2p-1-s on device s.
+  const auto device_of = [&](int64_t stage) {
+    if (pipeline.schedule != "dualpipev") return stage % shape.devices;
+    return stage < shape.devices ? stage : 2 * shape.devices - 1 - stage;
+  };
+  for (int64_t stage = 0; stage < stages; ++stage) {
+    result.push_back(place_stage(directive, stage, pipeline.devices[device_of(stage)]));
   }
   add_orders(directive, order, result);
+  if (pipeline.replicas.empty()) return result;
+  for (int64_t stage = 0; stage < stages; ++stage) {
+    strategy::ReplicateDirective replicate =
+        zero_replicate(pipeline.zero, pipeline.bucket_size, pipeline.replicas[device_of(stage)]);
+    replicate.filter.tags[pipeline.tag] = stage;
+    result.push_back(primitive(directive, replicate));
+  }
   return result;
 }
 

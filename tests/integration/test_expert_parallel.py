@@ -3,8 +3,9 @@ experts are batched parameters [E, d, h] routed by einsum with a static
 capacity, and a variant with 8 experts, trained 10 AdamW steps with the
 `shard` directive splitting the experts over the replicas
 ({"op": "shard", "axis": "dp", "params": {"blocks.*.mlp.w1": 0, ...}}),
-under EP=2, EP=4, EP=2 with ZeRO-2 and 2 microbatches, EP=2 x PP=2 (1F1B)
-and EP=2 in bf16, launched with piper-launch (Gloo over localhost), give
+under EP=2, EP=4, EP=2 with ZeRO-2 and 2 microbatches, EP=2 x PP=2 (1F1B;
+in flat device lists, and in mesh form with the pipeline's replicates at
+ZeRO-2) and EP=2 in bf16, launched with piper-launch (Gloo over localhost), give
 every step's loss within 1e-5 relative of the single-process run and final
 weights within 1e-4 (bf16: 1e-3 and 1e-2 over the whole model, as for tensor
 parallelism). The plans: every replica holds 1/EP of the experts, their
@@ -88,11 +89,19 @@ def build_model(name):
 
 def strategy(ep, precision="fp32", zero=0, microbatches=1, pipeline=False):
     """EP over the dp axis, with replicate (or zero) over the same axis."""
-    directives, annotations = [], []
+    directives = []
+    annotations = [{"match": f"/blocks.{layer}/*", "tags": {"PP": layer}}
+                   for layer in range(LAYERS)]
+    if pipeline == "mesh":
+        # The same in mesh form: the generator replicates each stage along dp at ZeRO stage
+        # `zero`, and the shard's dp groups are those replicas.
+        directives = [{"op": "pipeline", "schedule": "1f1b", "axis": "pp",
+                       "num_microbatches": microbatches, "zero": zero, "replica_axes": ["dp"]},
+                      {"op": "shard", "axis": "dp", "params": EXPERT_PARAMS}]
+        return {"mesh": [["pp", LAYERS], ["dp", ep]], "directives": directives,
+                "annotations": annotations, "precision": precision}
     if pipeline:
         # Stage s on devices [s * ep, (s + 1) * ep), replicated over them, in flat device lists.
-        annotations = [{"match": f"/blocks.{layer}/*", "tags": {"PP": layer}}
-                       for layer in range(LAYERS)]
         groups = [list(range(s * ep, (s + 1) * ep)) for s in range(LAYERS)]
         directives.append({"op": "pipeline", "schedule": "1f1b",
                            "devices": [group[0] for group in groups],
@@ -117,6 +126,8 @@ CASES = {
     "ep2_zero2_mb2": (dict(ep=2, zero=2, microbatches=MICROBATCHES), ["moe"]),
     "ep4_zero2_mb2": (dict(ep=4, zero=2, microbatches=MICROBATCHES), ["moe"]),
     "ep2_pp2_1f1b": (dict(ep=2, pipeline=True, microbatches=MICROBATCHES), ["moe"]),
+    "ep2_pp2_1f1b_mesh_zero2": (dict(ep=2, pipeline="mesh", zero=2, microbatches=MICROBATCHES),
+                                ["moe"]),
     "ep2_bf16": (dict(ep=2, precision="bf16"), ["moe"]),
     "ep2_zero2": (dict(ep=2, zero=2), ["moe_aux"]),
 }
@@ -246,6 +257,9 @@ class ExpertParallel(one_process.SplitModels, unittest.TestCase):
 
     def test_ep2_pp2_1f1b(self):
         self.check_case("ep2_pp2_1f1b")
+
+    def test_ep2_pp2_1f1b_mesh_zero2(self):
+        self.check_case("ep2_pp2_1f1b_mesh_zero2")
 
     def test_ep2_bf16(self):
         self.check_case("ep2_bf16")

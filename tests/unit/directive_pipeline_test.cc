@@ -215,6 +215,42 @@ TEST(PipelineGenerator, ExpandsIntoSplitPlaceAndOneOrderPerDevice) {
   EXPECT_EQ(place.devices, std::vector<int64_t>{5});
 }
 
+// The mesh form stands for what one writes by hand for DP x PP: the flat pipeline, then a
+// replicate per stage over that stage's replicas at the pipeline's ZeRO stage.
+TEST(PipelineGenerator, ReplicatesEachStageAsWrittenByHand) {
+  const auto specs = [](const std::string& text) {
+    std::vector<strategy::DirectiveSpec> result;
+    for (const auto& d :
+         planner::expand_generators(strategy::parse_strategy(text, "t.json")).directives) {
+      result.push_back(d.spec);
+    }
+    return result;
+  };
+  const auto mesh = specs(R"({"batch": {"global": 8}, "mesh": [["dp", 2], ["pp", 2]],
+      "directives": [{"op": "pipeline", "schedule": "1f1b", "axis": "pp",
+                      "num_microbatches": 4, "zero": 2, "bucket_size": 4096}]})");
+  const auto flat = specs(R"({"batch": {"global": 8}, "directives": [
+      {"op": "pipeline", "schedule": "1f1b", "devices": [0, 1], "num_microbatches": 4},
+      {"op": "replicate", "filter": {"PP": 0}, "devices": [0, 2], "shard_grads": true,
+       "bucket_size": 4096},
+      {"op": "replicate", "filter": {"PP": 1}, "devices": [1, 3], "shard_grads": true,
+       "bucket_size": 4096}]})");
+  EXPECT_EQ(mesh.size(), 7u);
+  EXPECT_EQ(mesh, flat);
+  // Interleaved: both chunks of a device share its replicas.
+  const auto interleaved = specs(R"({"batch": {"global": 8}, "directives": [
+      {"op": "pipeline", "schedule": "interleaved", "devices": [0, 1], "chunks": 2,
+       "replicas": [[0, 2], [1, 3]], "num_microbatches": 2, "zero": 3}]})");
+  ASSERT_EQ(interleaved.size(), 1u + 4 + 2 + 4);
+  for (int64_t stage = 0; stage < 4; ++stage) {
+    const auto& replicate = std::get<strategy::ReplicateDirective>(interleaved[7 + stage]);
+    EXPECT_EQ(replicate.filter.tags.at("PP"), stage);
+    EXPECT_EQ(replicate.devices,
+              (stage % 2 == 0 ? std::vector<int64_t>{0, 2} : std::vector<int64_t>{1, 3}));
+    EXPECT_TRUE(replicate.shard_params);
+  }
+}
+
 TEST(PipelineGenerator, OneFOneBOnTheDag) {
   ir::TaskGraph graph = two_stage_task_graph(2, R"({"type": "sgd"})");
   apply_directives(graph, R"([{"op": "pipeline", "schedule": "1f1b", "devices": [0, 1],

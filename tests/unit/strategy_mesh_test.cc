@@ -93,6 +93,86 @@ TEST(StrategyMesh, PipelineBesideAShardedAxisOrAnAxisOfSizeOne) {
   EXPECT_EQ(spec_of<PipelineDirective>(lone, 0).devices, (Devices{0, 1, 2, 3}));
 }
 
+TEST(StrategyMeshGeometry, ReplicasDifferOnlyAlongTheGivenAxesRowMajor) {
+  const std::vector<MeshAxis> dp_pp = {{"dp", 2}, {"pp", 2}};
+  EXPECT_EQ(mesh_replicas(dp_pp, 0, {0}), (Devices{0, 2}));
+  EXPECT_EQ(mesh_replicas(dp_pp, 1, {0}), (Devices{1, 3}));
+  EXPECT_EQ(mesh_replicas(dp_pp, 3, {0}), (Devices{1, 3}));
+  EXPECT_EQ(mesh_replicas(dp_pp, 1, {}), (Devices{1}));
+  const std::vector<MeshAxis> mesh = {{"a", 2}, {"pp", 2}, {"b", 2}};
+  EXPECT_EQ(mesh_replicas(mesh, 2, {0, 2}), (Devices{2, 3, 6, 7}));
+}
+
+// The other axes of size > 1 that no shard splits over replicate the whole pipeline: stage s
+// on the pp leader, replicated over the devices that differ from it only along those axes.
+TEST(StrategyMeshPipeline, OtherAxesReplicateEachStage) {
+  const Strategy dp_pp = parse_strategy(with_mesh(R"([["dp", 2], ["pp", 2]])", R"([
+    {"op": "pipeline", "schedule": "1f1b", "axis": "pp", "num_microbatches": 4, "zero": 1,
+     "bucket_size": 1024}
+  ])"),
+                                        "s.json");
+  const auto& pipeline = spec_of<PipelineDirective>(dp_pp, 0);
+  EXPECT_EQ(pipeline.devices, (Devices{0, 1}));
+  EXPECT_EQ(pipeline.replicas, (Groups{{0, 2}, {1, 3}}));
+  EXPECT_EQ(pipeline.zero, 1);
+  EXPECT_EQ(pipeline.bucket_size, 1024);
+  const Strategy dp_pp_tp = parse_strategy(with_mesh(R"([["dp", 2], ["pp", 2], ["tp", 2]])", R"([
+    {"op": "pipeline", "schedule": "gpipe", "axis": "pp", "num_microbatches": 2},
+    {"op": "shard", "axis": "tp", "params": {"w": 0}}
+  ])"),
+                                           "s.json");
+  EXPECT_EQ(spec_of<PipelineDirective>(dp_pp_tp, 0).devices, (Devices{0, 2}));
+  EXPECT_EQ(spec_of<PipelineDirective>(dp_pp_tp, 0).replicas, (Groups{{0, 4}, {2, 6}}));
+  EXPECT_EQ(spec_of<PipelineDirective>(dp_pp_tp, 0).zero, 0);
+  const Strategy two = parse_strategy(with_mesh(R"([["a", 2], ["pp", 2], ["b", 2]])", R"([
+    {"op": "pipeline", "schedule": "gpipe", "axis": "pp", "num_microbatches": 2, "zero": 3}
+  ])"),
+                                      "s.json");
+  EXPECT_EQ(spec_of<PipelineDirective>(two, 0).replicas, (Groups{{0, 1, 4, 5}, {2, 3, 6, 7}}));
+}
+
+// A shard over flat groups that are a mesh axis' groups splits over that axis, as "axis" does.
+TEST(StrategyMeshPipeline, AShardsAxisIsTensorParallelHoweverItIsWritten) {
+  const Strategy s = parse_strategy(with_mesh(R"([["pp", 2], ["tp", 2]])", R"([
+    {"op": "pipeline", "schedule": "gpipe", "axis": "pp", "num_microbatches": 2},
+    {"op": "shard", "devices": [[0, 1], [2, 3]], "params": {"w": 0}}
+  ])"),
+                                    "s.json");
+  EXPECT_TRUE(spec_of<PipelineDirective>(s, 0).replicas.empty());
+}
+
+// Expert parallelism over the replicas: "replica_axes" names dp, which the shard splits too,
+// so the shard's groups are the stages' replica sets.
+TEST(StrategyMeshPipeline, ReplicaAxesNameTheReplicatingAxes) {
+  const Strategy s = parse_strategy(with_mesh(R"([["pp", 2], ["dp", 2]])", R"([
+    {"op": "pipeline", "schedule": "1f1b", "axis": "pp", "num_microbatches": 2, "zero": 2,
+     "replica_axes": ["dp"]},
+    {"op": "shard", "axis": "dp", "params": {"w": 0}}
+  ])"),
+                                    "s.json");
+  EXPECT_EQ(spec_of<PipelineDirective>(s, 0).replicas, (Groups{{0, 1}, {2, 3}}));
+  EXPECT_EQ(spec_of<ShardDirective>(s, 1).groups, (Groups{{0, 1}, {2, 3}}));
+}
+
+TEST(StrategyMeshPipeline, FlatReplicasAndTheirRoundTrip) {
+  const Strategy s = parse_strategy(with_directives(R"([
+    {"op": "pipeline", "schedule": "1f1b", "devices": [0, 1], "replicas": [[2, 0], [1, 3]],
+     "num_microbatches": 4, "zero": 2}
+  ])"),
+                                    "s.json");
+  EXPECT_EQ(spec_of<PipelineDirective>(s, 0).replicas, (Groups{{2, 0}, {1, 3}}));
+  EXPECT_EQ(to_json(s.directives[0]), json::parse(R"({"op": "pipeline", "schedule": "1f1b",
+      "tag": "PP", "devices": [0, 1], "replicas": [[2, 0], [1, 3]], "num_microbatches": 4,
+      "chunks": 1, "zero": 2})"));
+  EXPECT_EQ(parse_strategy(to_json(s).dump(), "s.json"), s);
+  const Strategy mesh = parse_strategy(with_mesh(R"([["dp", 2], ["pp", 2], ["tp", 2]])", R"([
+    {"op": "pipeline", "schedule": "gpipe", "axis": "pp", "num_microbatches": 2, "zero": 1},
+    {"op": "shard", "axis": "tp", "params": {"w": 0}}
+  ])"),
+                                       "s.json");
+  EXPECT_EQ(parse_strategy(to_json(mesh).dump(), "s.json"), mesh);
+}
+
 TEST(StrategyShard, ParamsSequenceParallelAndGroups) {
   const Strategy s = parse_strategy(with_directives(R"([
     {"op": "shard", "filter": {"LAYER": "*"}, "devices": [[0, 1], [2, 3]],
@@ -137,8 +217,7 @@ TEST(StrategyMeshJson, WritesTheMeshAndResolvedDevicesAndRoundTrips) {
   EXPECT_FALSE(to_json(parse_strategy(with_directives("[]"), "s.json")).contains("mesh"));
 }
 
-// A pipeline along "pp" with whole pipelines replicated along "dp" written to_json stays
-// parseable: its devices are listed, and only a pipeline's "axis" is checked.
+// A pipeline along "pp" beside a tensor-parallel axis written to_json lists its devices.
 TEST(StrategyMeshJson, ResolvedPipelineRoundTrips) {
   const Strategy s = parse_strategy(with_mesh(R"([["pp", 2], ["tp", 2]])", R"([
     {"op": "pipeline", "schedule": "1f1b", "axis": "pp", "num_microbatches": 4},
@@ -222,16 +301,89 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"OrderDeviceOutsideTheMesh",
                   with_mesh(kMesh, R"([{"op": "order", "filters": [[{}]], "device": 4}])"),
                   "strategy.json: $.directives[0].device: device 4 is outside the mesh (dp 2 x tp "
-                  "2: devices 0 to 3)"},
-        ErrorCase{"ReplicatedPipeline",
-                  with_mesh(R"([["pp", 2], ["dp", 2]])",
-                            R"([{"op": "pipeline", "schedule": "1f1b", "axis": "pp",
-                                 "num_microbatches": 4}])"),
-                  "strategy.json: $.directives[0].axis: a pipeline along mesh axis \"pp\" beside "
-                  "axis \"dp\" (size 2, which no shard directive names) would replicate whole "
-                  "pipelines; Piper does not plan that yet (the pipeline generator places one "
-                  "device per stage): list the pipeline's \"devices\" and replicate each stage "
-                  "with its own replicate directive"}),
+                  "2: devices 0 to 3)"}),
+    [](const auto& info) { return info.param.name; });
+
+const std::string kDpPp = R"([["dp", 2], ["pp", 2]])";
+
+std::string pipeline_with(const std::string& keys) {
+  return R"({"op": "pipeline", "schedule": "1f1b", "num_microbatches": 2, )" + keys + "}";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Pipeline, StrategyMeshErrors,
+    testing::Values(
+        ErrorCase{"ZeroWithoutReplicas",
+                  with_mesh(R"([["pp", 2], ["tp", 2]])",
+                            "[" + pipeline_with(R"("axis": "pp", "zero": 1)") +
+                                R"(, {"op": "shard", "axis": "tp", "params": {"w": 0}}])"),
+                  "strategy.json: $.directives[0].zero: configures the data parallelism of "
+                  "replicated stages, but nothing replicates this pipeline's stages (no other "
+                  "mesh axis of size > 1 that no shard splits over; name the replicating axes in "
+                  "\"replica_axes\")"},
+        ErrorCase{
+            "BucketSizeWithoutReplicas",
+            with_directives("[" + pipeline_with(R"("devices": [0, 1], "bucket_size": 64)") + "]"),
+            "strategy.json: $.directives[0].bucket_size: configures the data parallelism "
+            "of replicated stages, but nothing replicates this pipeline's stages (list each "
+            "device's replicas in \"replicas\")"},
+        ErrorCase{"ZeroOutOfRange",
+                  with_mesh(kDpPp, "[" + pipeline_with(R"("axis": "pp", "zero": 4)") + "]"),
+                  "strategy.json: $.directives[0].zero: expected an integer from 0 to 3, got 4"},
+        ErrorCase{
+            "ZeroBesideAReplicatedPipeline",
+            with_mesh(kDpPp, "[" + pipeline_with(R"("axis": "pp")") +
+                                 R"(, {"op": "zero", "stage": 1, "axis": "dp"}])"),
+            "strategy.json: $.directives[1]: a zero directive beside $.directives[0], a "
+            "pipeline that replicates its stages over [0, 2] and [1, 3] (one replicate each); "
+            "drop this directive and give $.directives[0] \"zero\": 0 to 3 (and "
+            "\"bucket_size\") instead"},
+        ErrorCase{
+            "ReplicateBesideAReplicatedPipeline",
+            with_directives("[" +
+                            pipeline_with(R"("devices": [0, 1], "replicas": [[0, 2], [1, 3]])") +
+                            R"(, {"op": "replicate", "filter": {"PP": 0}, "devices": [0, 2]}])"),
+            "strategy.json: $.directives[1]: a replicate directive beside $.directives[0], "
+            "a pipeline that replicates its stages over [0, 2] and [1, 3] (one replicate "
+            "each); drop this directive and give $.directives[0] \"zero\": 0 to 3 (and "
+            "\"bucket_size\") instead"},
+        ErrorCase{
+            "ReplicaAxesWithDevices",
+            with_mesh(kDpPp,
+                      "[" + pipeline_with(R"("devices": [0, 1], "replica_axes": ["dp"])") + "]"),
+            "strategy.json: $.directives[0].replica_axes: names mesh axes, but the pipeline "
+            "lists \"devices\"; give \"axis\" instead, or list each device's replicas in "
+            "\"replicas\""},
+        ErrorCase{
+            "ReplicaAxesNamingThePipelinesAxis",
+            with_mesh(kDpPp,
+                      "[" + pipeline_with(R"("axis": "pp", "replica_axes": ["dp", "pp"])") + "]"),
+            "strategy.json: $.directives[0].replica_axes[1]: \"pp\" is the pipeline's axis "
+            "or named twice; name each replicating axis once"},
+        ErrorCase{
+            "ReplicaAxesUnknown",
+            with_mesh(kDpPp, "[" + pipeline_with(R"("axis": "pp", "replica_axes": ["ep"])") + "]"),
+            "strategy.json: $.directives[0].replica_axes[0]: unknown mesh axis \"ep\"; the "
+            "mesh's axes are dp, pp"},
+        ErrorCase{
+            "ReplicasWithAxis",
+            with_mesh(kDpPp,
+                      "[" + pipeline_with(R"("axis": "pp", "replicas": [[0, 2], [1, 3]])") + "]"),
+            "strategy.json: $.directives[0].replicas: given with \"axis\"; the mesh gives "
+            "the replicas (name their axes in \"replica_axes\" if the default is not what "
+            "you mean)"},
+        ErrorCase{"ReplicasOnePerDevice",
+                  with_directives(
+                      "[" + pipeline_with(R"("devices": [0, 1], "replicas": [[0, 2]])") + "]"),
+                  "strategy.json: $.directives[0].replicas: expected one device list per device "
+                  "of \"devices\" (2), each the devices its stages are replicated over, got "
+                  "[[0,2]]"},
+        ErrorCase{
+            "ReplicasWithoutTheirDevice",
+            with_directives(
+                "[" + pipeline_with(R"("devices": [0, 1], "replicas": [[0, 2], [3, 4]])") + "]"),
+            "strategy.json: $.directives[0].replicas[1]: does not hold device 1 "
+            "(\"devices\"[1]), whose stages it replicates"}),
     [](const auto& info) { return info.param.name; });
 
 INSTANTIATE_TEST_SUITE_P(

@@ -131,7 +131,10 @@ TEST(StrategyParse, FullStrategyGivesEveryStruct) {
                                                                  .devices = {0, 1},
                                                                  .num_microbatches = 8,
                                                                  .chunks = 2,
-                                                                 .auto_stages = true}));
+                                                                 .auto_stages = true,
+                                                                 .replicas = {},
+                                                                 .zero = 0,
+                                                                 .bucket_size = std::nullopt}));
   EXPECT_EQ(spec_of<ZeroDirective>(s, 7),
             (ZeroDirective{.stage = 2, .devices = {0, 1, 2, 3}, .bucket_size = 4096}));
 }
