@@ -80,6 +80,10 @@ TensorSlice parse_slice(const nlohmann::json& json) {
 
 }  // namespace
 
+std::string TokenStream::describe() const {
+  return std::to_string(tokens) + " " + dtype + " tokens of '" + file + "', " + inputs;
+}
+
 std::string checkpoint_index_json(const CheckpointIndex& index) {
   nlohmann::json tensors = nlohmann::json::object();
   for (const auto& [name, tensor] : index.tensors) {
@@ -93,17 +97,24 @@ std::string checkpoint_index_json(const CheckpointIndex& index) {
     }
     tensors[name] = {{"dtype", tensor.dtype}, {"shape", tensor.shape}, {"shards", shards}};
   }
-  const nlohmann::json json = {{"format", "piper-checkpoint"},
-                               {"version", index.version},
-                               {"step", index.step},
-                               {"optimizer_steps", index.optimizer_steps},
-                               {"data",
-                                {{"samples_consumed", index.samples_consumed},
-                                 {"global_batch", index.global_batch},
-                                 {"seed", index.seed},
-                                 {"source", index.data}}},
-                               {"plan_id", index.plan_id},
-                               {"tensors", tensors}};
+  nlohmann::json json = {{"format", "piper-checkpoint"},
+                         {"version", index.version},
+                         {"step", index.step},
+                         {"optimizer_steps", index.optimizer_steps},
+                         {"data",
+                          {{"samples_consumed", index.samples_consumed},
+                           {"global_batch", index.global_batch},
+                           {"seed", index.seed},
+                           {"source", index.data}}},
+                         {"plan_id", index.plan_id},
+                         {"tensors", tensors}};
+  if (index.tokens) {
+    // An addition readers of version 1 pass over: no version bump.
+    json["data"]["tokens"] = {{"file", index.tokens->file},
+                              {"dtype", index.tokens->dtype},
+                              {"tokens", index.tokens->tokens},
+                              {"inputs", index.tokens->inputs}};
+  }
   return json.dump(1) + "\n";
 }
 
@@ -127,6 +138,14 @@ CheckpointIndex parse_checkpoint_index(const std::string& text, const std::strin
     index.global_batch = data.at("global_batch").get<int64_t>();
     index.seed = data.at("seed").get<uint64_t>();
     index.data = data.at("source").get<std::string>();
+    if (data.contains("tokens")) {
+      where = " at data/tokens";
+      const nlohmann::json& tokens = data.at("tokens");
+      index.tokens =
+          TokenStream{tokens.at("file").get<std::string>(), tokens.at("dtype").get<std::string>(),
+                      tokens.at("tokens").get<int64_t>(), tokens.at("inputs").get<std::string>()};
+      where = "";
+    }
     index.plan_id = json.at("plan_id").get<std::string>();
     for (const auto& [name, value] : json.at("tensors").items()) {
       where = " at tensors/" + name;

@@ -191,6 +191,9 @@ class MergedSource : public BatchSource {
   std::string describe() const override {
     return tokens_->describe() + " and " + rest_->describe();
   }
+  std::optional<formats::TokenStream> token_stream() const override {
+    return tokens_->token_stream();
+  }
 
  private:
   std::unique_ptr<BatchSource> tokens_, rest_;
@@ -227,7 +230,8 @@ std::unique_ptr<BatchSource> make_batch_source(const plan::Plan& plan, const Dat
   if (rest.empty()) return tokens;
   if (!options.data_dir) {
     throw Error("--tokens feeds only the inputs --token-inputs names, but the plan also reads '" +
-                *rest.begin() + "'; add it to --token-inputs, or give its NAME.npy with --data DIR");
+                *rest.begin() +
+                "'; add it to --token-inputs, or give its NAME.npy with --data DIR");
   }
   return std::make_unique<MergedSource>(
       std::move(tokens), std::make_unique<NpySource>(plan, *options.data_dir, token_inputs));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/runtime/batch.h"
+#include "formats/checkpoint_index.h"
 #include "schemas/plan.pb.h"
 
 namespace piper::engine {
@@ -22,6 +23,8 @@ class BatchSource {
   virtual Batch batch(int64_t step) = 0;
   // One line for logs, e.g. "synthetic data (seed 0)".
   virtual std::string describe() const = 0;
+  // The token stream it draws windows from (--tokens), which a checkpoint records.
+  virtual std::optional<formats::TokenStream> token_stream() const { return std::nullopt; }
 };
 
 // Maps DIR/NAME.npy for every graph input NAME of the plan (float32, int64 or bool, C order,

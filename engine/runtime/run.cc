@@ -140,7 +140,7 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
     if (path) check_output_path(flag, *path);
   }
   CheckpointSchedule checkpoints(session, options.checkpoints, options.steps, options.seed,
-                                 source.describe());
+                                 source.describe(), source.token_stream());
   const int64_t first_step = checkpoints.resume(out);
   std::optional<MetricsFile> metrics;
   if (metrics_path) metrics.emplace(*metrics_path, first_step > 0);

@@ -94,6 +94,11 @@ class TokenSource : public BatchSource {
     return batch;
   }
 
+  std::optional<formats::TokenStream> token_stream() const override {
+    return formats::TokenStream{options_.path, token_dtype_name(options_.dtype), tokens_,
+                                inputs_text(options_.inputs)};
+  }
+
   std::string describe() const override {
     return "tokens from " + options_.path + " (" + token_dtype_name(options_.dtype) + ", " +
            std::to_string(tokens_) + " tokens; " + inputs_text(options_.inputs) + ")";

@@ -2,11 +2,12 @@
 a flat uint16 token file with --token-inputs idx=0,targets=1 matches PyTorch trained on the same
 windows (read here with numpy from the file, at the positions the user guide gives) within 1e-5
 per step, on one rank and on 2 replicas with ZeRO-2; a run resumed from a checkpoint mid-stream
-continues the stream bitwise; a token file more than four times the run's anonymous memory
+continues the stream bitwise (the index records the stream; another file's is refused); a token file more than four times the run's anonymous memory
 (RssAnon, read from /proc while it runs) trains, its windows drawn from all over the file; and
 the memory of a --data run does not grow with the size of its .npy files (they are mapped).
 HuggingFace GPT-2 from a token file is test_tokens_hf.py."""
 import importlib.util
+import json
 import os
 import subprocess
 import tempfile
@@ -171,6 +172,20 @@ class TokenFilesMatchPyTorch(unittest.TestCase):
                                               checkpoints, "--resume")
                 self.assertEqual(first + rest, whole, f"[{name}] 3 steps, then resumed to 6")
                 self.assertEqual(rest_model, whole_model, f"[{name}] final weights")
+                with open(os.path.join(checkpoints, "step-000003", "index.json")) as f:
+                    data = json.load(f)["data"]
+                self.assertEqual(data["samples_consumed"], 3 * GLOBAL_BATCH)
+                self.assertEqual(data["seed"], SEED)
+                self.assertEqual(data["tokens"], {"file": self.token_path, "dtype": "uint16",
+                                                  "tokens": len(self.tokens), "inputs": INPUTS})
+        # Another file's windows would not continue the stream.
+        shorter = os.path.join(self.tmp.name, "shorter.bin")
+        np.asarray(self.tokens[:-1]).tofile(shorter)
+        refused = harness.run(self.command(self.one_rank, os.path.join(self.tmp.name, "refused"),
+                                           STEPS, "--checkpoint-dir", checkpoints, "--resume",
+                                           token_path=shorter))
+        self.assertNotEqual(refused.returncode, 0, refused.describe())
+        self.assertIn("would not continue its stream", refused.stderr, refused.describe())
 
     def test_token_file_four_times_the_anonymous_memory_trains(self):
         started = time.monotonic()
