@@ -41,8 +41,9 @@ int main(int argc, char** argv) {
   app.add_option(
          "--data", options.data_dir,
          "Directory with NAME.npy per graph input (float32, int64 or bool, C order, leading "
-         "dimension = samples); step s uses rows (s*G + i) mod samples of each, G the "
-         "global batch. Without it, synthetic data from --seed: floats standard normal, "
+         "dimension = samples), memory-mapped: each rank reads only its rows; step s uses "
+         "rows (s*G + i) mod samples of each, G the global batch. Without it (and --tokens), "
+         "synthetic data from --seed: floats standard normal, "
          "int64 inputs uniform in [0, int_high) of the plan's batch input (0 where it gives "
          "none), bools true or false with equal chance")
       ->check(CLI::ExistingDirectory);
@@ -94,7 +95,8 @@ int main(int argc, char** argv) {
                  "transfer) before it fails, naming the ranks that did not come")
       ->default_val(300)
       ->check(CLI::PositiveNumber);
-  app.add_option("--seed", options.seed, "Seed of synthetic data and of seeded kernels")
+  app.add_option("--seed", options.seed,
+                 "Seed of synthetic data, of --tokens windows and of seeded kernels")
       ->default_val(0);
   app.add_option("--device", options.device,
                  "Compute device: cpu, or cuda (this process's GPU: the launcher's local rank "
