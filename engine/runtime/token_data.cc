@@ -39,7 +39,10 @@ struct Window {
 class TokenSource : public BatchSource {
  public:
   TokenSource(const plan::Plan& plan, const TokenOptions& options, uint64_t seed)
-      : options_(options), global_batch_(plan.global_batch()), seed_(seed), file_(open(options)) {
+      : options_(options),
+        global_batch_(plan.global_batch()),
+        seed_(seed),
+        file_(map_tokens(options)) {
     const std::vector<InputSpec> specs = input_specs(plan);
     int64_t max_offset = 0;
     for (const TokenInput& input : options.inputs) {
@@ -105,7 +108,8 @@ class TokenSource : public BatchSource {
   }
 
  private:
-  static formats::MappedFile open(const TokenOptions& options) {
+  // The token file, mapped, once its size is checked against the dtype.
+  static formats::MappedFile map_tokens(const TokenOptions& options) {
     formats::MappedFile file = [&] {
       try {
         return formats::MappedFile(options.path);
