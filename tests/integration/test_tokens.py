@@ -1,7 +1,7 @@
 """Token files (piper-run --tokens, docs/user-guide.md "Token files"): samples/gpt trained from
 a flat uint16 token file with --token-inputs idx=0,targets=1 matches PyTorch trained on the same
 windows (read here with numpy from the file, at the positions the user guide gives) within 1e-5
-per step, on one rank and on 2 replicas with ZeRO-2; a run resumed from a checkpoint mid-stream
+per step, on one rank, on 2 replicas with ZeRO-2 and as a 2-stage 1F1B pipeline; a run resumed from a checkpoint mid-stream
 continues the stream bitwise (the index records the stream; another file's is refused); a token file more than four times the run's anonymous memory
 (RssAnon, read from /proc while it runs) trains, its windows drawn from all over the file; and
 the memory of a --data run does not grow with the size of its .npy files (they are mapped).
@@ -29,6 +29,10 @@ FROZEN = ["*mask*"]  # the causal-mask buffers
 OFFSETS = {"idx": 0, "targets": 1}
 INPUTS = "idx=0,targets=1"
 ZERO2 = [{"op": "zero", "stage": 2, "devices": [0, 1]}]
+# Stage 0 reads idx alone, stage 1 targets alone: each rank draws the windows of the inputs it has.
+PIPELINE = [{"op": "pipeline", "schedule": "1f1b", "devices": [0, 1], "num_microbatches": 4}]
+PIPELINE_TAGS = [{"match": "/blocks.0/*", "tags": {"PP": 0}},
+                 {"match": "/blocks.1/*", "tags": {"PP": 1}}]
 
 
 def launch_path():
@@ -98,18 +102,20 @@ class TokenFilesMatchPyTorch(unittest.TestCase):
         cls.tokens = write_tokens(cls.token_path, 200_000, cls.gpt.VOCAB, seed=11)
         cls.one_rank = cls.plan("one_rank", [])
         cls.zero2 = cls.plan("zero2", ZERO2)
+        cls.pipeline = cls.plan("pipeline", PIPELINE, PIPELINE_TAGS)
 
     @classmethod
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
     @classmethod
-    def plan(cls, name, directives):
+    def plan(cls, name, directives, annotations=()):
         work = os.path.join(cls.tmp.name, name)
         os.makedirs(work)
         strategy = harness.write_json(
             os.path.join(work, "strategy.json"),
-            harness.strategy(GLOBAL_BATCH, OPTIMIZER, directives=directives, frozen=FROZEN))
+            harness.strategy(GLOBAL_BATCH, OPTIMIZER, directives=directives, frozen=FROZEN,
+                             annotations=list(annotations)))
         plans = os.path.join(work, "plans")
         harness.run_ok([Tools.plan, cls.model_path, strategy, "-o", plans])
         return plans
@@ -157,10 +163,12 @@ class TokenFilesMatchPyTorch(unittest.TestCase):
             self.assertLessEqual(abs(g - w) / abs(w), LOSS_RTOL,
                                  f"[{label}] step {step}: piper {g!r}, pytorch {w!r}")
 
-    def test_one_rank_and_zero2_match_pytorch_on_the_same_windows(self):
+    def test_one_rank_zero2_and_pipeline_match_pytorch_on_the_same_windows(self):
         want = self.pytorch_losses(self.tokens, STEPS)
         self.assert_close(self.train(self.one_rank, "one_rank_run", STEPS)[0], want, "one rank")
         self.assert_close(self.train(self.zero2, "zero2_run", STEPS)[0], want, "2 x ZeRO-2")
+        self.assert_close(self.train(self.pipeline, "pipeline_run", STEPS)[0], want,
+                          "2-stage 1F1B")
 
     def test_resume_mid_stream_is_bitwise(self):
         for name, plans in (("one_rank", self.one_rank), ("zero2", self.zero2)):
