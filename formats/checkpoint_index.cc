@@ -80,6 +80,10 @@ TensorSlice parse_slice(const nlohmann::json& json) {
 
 }  // namespace
 
+std::string TokenStream::describe() const {
+  return std::to_string(tokens) + " " + dtype + " tokens of '" + file + "', " + inputs;
+}
+
 std::string checkpoint_index_json(const CheckpointIndex& index) {
   nlohmann::json tensors = nlohmann::json::object();
   for (const auto& [name, tensor] : index.tensors) {
@@ -105,6 +109,13 @@ std::string checkpoint_index_json(const CheckpointIndex& index) {
                          {"plan_id", index.plan_id},
                          {"tensors", tensors}};
   if (!index.model_path.empty()) json["model"] = index.model_path;
+  if (index.tokens) {
+    // An addition readers of version 1 pass over: no version bump.
+    json["data"]["tokens"] = {{"file", index.tokens->file},
+                              {"dtype", index.tokens->dtype},
+                              {"tokens", index.tokens->tokens},
+                              {"inputs", index.tokens->inputs}};
+  }
   return json.dump(1) + "\n";
 }
 
@@ -128,6 +139,14 @@ CheckpointIndex parse_checkpoint_index(const std::string& text, const std::strin
     index.global_batch = data.at("global_batch").get<int64_t>();
     index.seed = data.at("seed").get<uint64_t>();
     index.data = data.at("source").get<std::string>();
+    if (data.contains("tokens")) {
+      where = " at data/tokens";
+      const nlohmann::json& tokens = data.at("tokens");
+      index.tokens =
+          TokenStream{tokens.at("file").get<std::string>(), tokens.at("dtype").get<std::string>(),
+                      tokens.at("tokens").get<int64_t>(), tokens.at("inputs").get<std::string>()};
+      where = "";
+    }
     index.plan_id = json.at("plan_id").get<std::string>();
     index.model_path = json.value("model", "");
     for (const auto& [name, value] : json.at("tensors").items()) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,14 +56,31 @@ struct CheckpointTensor {
   std::vector<CheckpointShard> shards;
 };
 
+// The token stream (piper-run --tokens) a run trains on: its windows depend on the number of
+// tokens, their dtype and the inputs' offsets (and the seed), not on where the file lies.
+struct TokenStream {
+  std::string file;
+  std::string dtype;  // "uint16" or "uint32"
+  int64_t tokens = 0;
+  std::string inputs;  // --token-inputs, e.g. "idx=0,tgt=1"
+
+  // The same windows: all but the file's path agree.
+  bool same_windows(const TokenStream& other) const {
+    return dtype == other.dtype && tokens == other.tokens && inputs == other.inputs;
+  }
+  // "640000000 uint16 tokens of 'train.bin', idx=0,tgt=1"
+  std::string describe() const;
+};
+
 struct CheckpointIndex {
   int version = kCheckpointFormatVersion;
   int64_t step = 0;             // training steps done
   int64_t optimizer_steps = 0;  // updates applied (steps minus skipped ones)
   int64_t samples_consumed = 0;
   int64_t global_batch = 0;
-  uint64_t seed = 0;  // of synthetic data and seeded kernels
-  std::string data;   // where samples come from, e.g. "data from samples/mlp/data"
+  uint64_t seed = 0;                  // of synthetic data and seeded kernels
+  std::string data;                   // where samples come from, e.g. "data from samples/mlp/data"
+  std::optional<TokenStream> tokens;  // data.tokens, when trained on a token file
   std::string plan_id;
   // The ONNX model the plan was made from (piper-export's default --model); empty in indexes
   // written before it was recorded.

@@ -166,7 +166,7 @@ size_t npy_dtype_size(NpyDType dtype) {
   throw Error("unknown .npy dtype");
 }
 
-NpyArray parse_npy(std::string_view bytes, const std::string& source) {
+NpyHeader parse_npy_header(std::string_view bytes, const std::string& source) {
   if (bytes.substr(0, kMagic.size()) != kMagic) {
     throw Error("'" + source + "' is not a .npy file (bad magic); save arrays with numpy.save");
   }
@@ -192,7 +192,7 @@ NpyArray parse_npy(std::string_view bytes, const std::string& source) {
   }
   std::string descr;
   bool fortran_order = false;
-  NpyArray array;
+  NpyArray array;  // its shape and dtype; data_bytes needs them together
   HeaderParser(bytes.substr(preamble, header_length), source)
       .parse(descr, fortran_order, array.shape);
   if (descr == "<f4") {
@@ -212,16 +212,29 @@ NpyArray parse_npy(std::string_view bytes, const std::string& source) {
                 "numpy.save(path, numpy.ascontiguousarray(array))");
   }
   const uint64_t expected = data_bytes(array, source);
-  const std::string_view data = bytes.substr(preamble + header_length);
-  if (data.size() < expected) {
+  const size_t available = bytes.size() - preamble - header_length;
+  if (available < expected) {
     throw Error("'" + source + "' is truncated: shape needs " + std::to_string(expected) +
-                " bytes of data, the file has " + std::to_string(data.size()));
+                " bytes of data, the file has " + std::to_string(available));
   }
-  array.data.assign(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(expected));
+  return NpyHeader{array.dtype, std::move(array.shape), preamble + header_length,
+                   static_cast<size_t>(expected)};
+}
+
+NpyArray parse_npy(std::string_view bytes, const std::string& source) {
+  NpyHeader header = parse_npy_header(bytes, source);
+  NpyArray array;
+  array.dtype = header.dtype;
+  array.shape = std::move(header.shape);
+  const std::string_view data = bytes.substr(header.data_offset, header.data_bytes);
+  array.data.assign(data.begin(), data.end());
   return array;
 }
 
 NpyArray read_npy(const std::string& path) { return parse_npy(read_file(path), path); }
+
+MappedNpy::MappedNpy(const std::string& path)
+    : file(path), header(parse_npy_header(file.bytes(), path)) {}
 
 std::string serialize_npy(const NpyArray& array) {
   const size_t expected = static_cast<size_t>(array.elements()) * npy_dtype_size(array.dtype);

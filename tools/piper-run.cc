@@ -41,11 +41,31 @@ int main(int argc, char** argv) {
   app.add_option(
          "--data", options.data_dir,
          "Directory with NAME.npy per graph input (float32, int64 or bool, C order, leading "
-         "dimension = samples); step s uses rows (s*G + i) mod samples of each, G the "
-         "global batch. Without it, synthetic data from --seed: floats standard normal, "
+         "dimension = samples), memory-mapped: each rank reads only its rows; step s uses "
+         "rows (s*G + i) mod samples of each, G the global batch. Without it (and --tokens), "
+         "synthetic data from --seed: floats standard normal, "
          "int64 inputs uniform in [0, int_high) of the plan's batch input (0 where it gives "
          "none), bools true or false with equal chance")
       ->check(CLI::ExistingDirectory);
+  std::string token_file, token_dtype = "uint16", token_inputs;
+  auto* tokens_option = app.add_option(
+      "--tokens", token_file,
+      "Token file: a flat array of uint16 or uint32 token ids (nanoGPT's train.bin), "
+      "memory-mapped. Sample g of the stream (step s, row i: g = s*G + i) gets, for each input "
+      "NAME=OFFSET of --token-inputs, the window of the model's sequence length starting "
+      "OFFSET tokens after a position drawn from --seed and g alone (the same in every layout "
+      "and after --resume); each rank reads only its rows. Inputs it does not name come from "
+      "--data");
+  app.add_option("--token-dtype", token_dtype, "The ids' type in --tokens: uint16 or uint32")
+      ->default_val("uint16")
+      ->needs(tokens_option)
+      ->check(CLI::IsMember({"uint16", "uint32"}));
+  app.add_option("--token-inputs", token_inputs,
+                 "The model inputs --tokens feeds, NAME=OFFSET,...: idx=0,tgt=1 for a model "
+                 "that takes shifted targets, input_ids=0,labels=0 for HuggingFace models "
+                 "(which shift the labels themselves)")
+      ->needs(tokens_option);
+  tokens_option->needs("--token-inputs");
   app.add_option("--metrics", options.metrics_path,
                  "Write per-step metrics as JSON lines (step, loss, seconds, samples_per_s, "
                  "peak_bytes, peak_rss_bytes) to this file, a line appended and flushed as each "
@@ -75,7 +95,8 @@ int main(int argc, char** argv) {
                  "transfer) before it fails, naming the ranks that did not come")
       ->default_val(300)
       ->check(CLI::PositiveNumber);
-  app.add_option("--seed", options.seed, "Seed of synthetic data and of seeded kernels")
+  app.add_option("--seed", options.seed,
+                 "Seed of synthetic data, of --tokens windows and of seeded kernels")
       ->default_val(0);
   app.add_option("--device", options.device,
                  "Compute device: cpu, or cuda (this process's GPU: the launcher's local rank "
@@ -134,6 +155,16 @@ int main(int argc, char** argv) {
   if (!checkpoint_dir.empty()) {
     checkpoints.directory = checkpoint_dir;
     options.checkpoints = checkpoints;
+  }
+  try {
+    if (!token_file.empty()) {
+      options.tokens =
+          piper::engine::TokenOptions{token_file, piper::engine::parse_token_dtype(token_dtype),
+                                      piper::engine::parse_token_inputs(token_inputs)};
+    }
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "piper-run: error: %s\n", error.what());
+    return 1;
   }
   options.on_nonfinite = on_nonfinite == "skip" ? piper::engine::OnNonFinite::kSkip
                                                 : piper::engine::OnNonFinite::kStop;

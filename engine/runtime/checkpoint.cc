@@ -109,6 +109,7 @@ formats::CheckpointIndex merged_index(const Session& session, const TrainingPosi
   index.samples_consumed = position.step * index.global_batch;
   index.seed = position.seed;
   index.data = position.data;
+  index.tokens = position.tokens;
   index.plan_id = session.plan().header().plan_id();
   index.model_path = session.plan().header().model_path();
   return index;
@@ -247,7 +248,7 @@ TrainingPosition load_checkpoint(Session& session, const std::string& folder, ui
     session.write_tensor_at(held.tensor, bytes.data(), bytes.size());
   }
   session.restore_progress(index.step, index.optimizer_steps);
-  return TrainingPosition{index.step, index.optimizer_steps, index.seed, index.data};
+  return TrainingPosition{index.step, index.optimizer_steps, index.seed, index.data, index.tokens};
 }
 
 }  // namespace piper::engine

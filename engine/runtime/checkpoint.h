@@ -10,15 +10,17 @@
 #include <string>
 
 #include "engine/runtime/session.h"
+#include "formats/checkpoint_index.h"
 
 namespace piper::engine {
 
 // Where training stands, as a checkpoint records it and a resumed run continues it.
 struct TrainingPosition {
-  int64_t step = 0;             // steps done
-  int64_t optimizer_steps = 0;  // updates applied
-  uint64_t seed = 0;            // of synthetic data and seeded kernels
-  std::string data;             // the batch source, for the index's readers
+  int64_t step = 0;                            // steps done
+  int64_t optimizer_steps = 0;                 // updates applied
+  uint64_t seed = 0;                           // of synthetic data and seeded kernels
+  std::string data;                            // the batch source, for the index's readers
+  std::optional<formats::TokenStream> tokens;  // the token stream, when trained on one
 };
 
 // "DIR/step-000040"

@@ -23,12 +23,14 @@ int signal_on_any_rank(Session& session) {
 }  // namespace
 
 CheckpointSchedule::CheckpointSchedule(Session& session, std::optional<CheckpointOptions> options,
-                                       int64_t steps, uint64_t seed, std::string data)
+                                       int64_t steps, uint64_t seed, std::string data,
+                                       std::optional<formats::TokenStream> tokens)
     : session_(session),
       options_(std::move(options)),
       steps_(steps),
       seed_(seed),
-      data_(std::move(data)) {
+      data_(std::move(data)),
+      tokens_(std::move(tokens)) {
   if (!options_) return;
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
@@ -55,6 +57,16 @@ int64_t CheckpointSchedule::resume(std::ostream& out) {
     return 0;
   }
   const TrainingPosition position = load_checkpoint(session_, *latest, seed_);
+  const bool same_stream = position.tokens && tokens_ ? position.tokens->same_windows(*tokens_)
+                                                      : !position.tokens && !tokens_;
+  if (!same_stream) {
+    throw Error("--resume: checkpoint '" + *latest + "' was trained on " +
+                (position.tokens ? position.tokens->describe() : position.data) +
+                ", this run reads " + (tokens_ ? tokens_->describe() : data_) +
+                ": the token windows after step " + std::to_string(position.step) +
+                " would not continue its stream; resume with its --tokens file, --token-dtype "
+                "and --token-inputs");
+  }
   if (position.step > steps_) {
     throw Error("--resume: checkpoint '" + *latest + "' is at step " +
                 std::to_string(position.step) + ", past --steps " + std::to_string(steps_) +
@@ -81,7 +93,7 @@ void CheckpointSchedule::after_step(int64_t step, std::ostream& out) {
 }
 
 void CheckpointSchedule::save(int64_t step, std::ostream& out) {
-  const TrainingPosition position{step, session_.updates_done(), seed_, data_};
+  const TrainingPosition position{step, session_.updates_done(), seed_, data_, tokens_};
   const std::string folder =
       save_checkpoint(session_, options_->directory, position, options_->keep);
   if (session_.plan().header().rank() == 0) out << "saved checkpoint " << folder << std::endl;

@@ -35,14 +35,18 @@ class Interrupted : public Error {
 class CheckpointSchedule {
  public:
   // Without `options`, does nothing. With them, catches SIGTERM and SIGINT while it lives.
+  // `data` and `tokens` describe the batch source (BatchSource::describe, token_stream).
   CheckpointSchedule(Session& session, std::optional<CheckpointOptions> options, int64_t steps,
-                     uint64_t seed, std::string data);
+                     uint64_t seed, std::string data,
+                     std::optional<formats::TokenStream> tokens = std::nullopt);
   ~CheckpointSchedule();
   CheckpointSchedule(const CheckpointSchedule&) = delete;
   CheckpointSchedule& operator=(const CheckpointSchedule&) = delete;
 
   // The 0-based step to train from: the latest checkpoint's when resuming (its state loaded into
-  // the session), else 0. Throws when that step lies past the run's last.
+  // the session), else 0. Throws when that step lies past the run's last, or when the
+  // checkpoint or this run trains on a token stream and the other does not draw the same
+  // windows.
   int64_t resume(std::ostream& out);
   // After 1-based step `step` has finished: saves when it is due, and after a signal throws
   // Interrupted once saved. Collective when checkpointing: every rank calls it every step.
@@ -56,6 +60,7 @@ class CheckpointSchedule {
   int64_t steps_;
   uint64_t seed_;
   std::string data_;
+  std::optional<formats::TokenStream> tokens_;
   struct sigaction previous_term_ {};
   struct sigaction previous_int_ {};
 };

@@ -5,70 +5,18 @@
 #include <cstring>
 #include <filesystem>
 #include <numbers>
+#include <set>
 
+#include "engine/runtime/data_inputs.h"
+#include "engine/runtime/token_data.h"
 #include "formats/error.h"
 #include "formats/npy.h"
 
 namespace piper::engine {
 namespace {
 
-// What the plan expects of one graph input: dtype and the shape of one sample.
-struct InputSpec {
-  std::string name;
-  plan::DType dtype = plan::FLOAT32;
-  Shape row_shape;
-  int64_t int_high = 0;
-};
-
-void add_spec(std::vector<InputSpec>& specs, const InputSpec& spec) {
-  auto same = std::find_if(specs.begin(), specs.end(),
-                           [&](const InputSpec& s) { return s.name == spec.name; });
-  if (same == specs.end()) {
-    specs.push_back(spec);
-  } else if (same->dtype != spec.dtype || same->row_shape != spec.row_shape) {
-    throw Error("plan input '" + spec.name + "' is fed to tensors of different dtype or sample " +
-                "shape (" + dtype_name(same->dtype) + " " + shape_string(same->row_shape) + " vs " +
-                dtype_name(spec.dtype) + " " + shape_string(spec.row_shape) + ")");
-  } else {
-    same->int_high = std::max(same->int_high, spec.int_high);
-  }
-}
-
-// Every graph input the plan reads: those it feeds rows of and those whose labels it counts.
-std::vector<InputSpec> input_specs(const plan::Plan& plan) {
-  std::vector<InputSpec> specs;
-  for (const auto& input : plan.inputs()) {
-    if (input.tensor() < 0 || input.tensor() >= plan.tensors_size()) {
-      throw Error("plan input '" + input.input() + "' refers to tensor " +
-                  std::to_string(input.tensor()) + " but the plan has " +
-                  std::to_string(plan.tensors_size()) + " tensors");
-    }
-    const plan::Tensor& tensor = plan.tensors(input.tensor());
-    if (tensor.shape_size() == 0) {
-      throw Error("plan input '" + input.input() + "' (tensor '" + tensor.name() +
-                  "') is a scalar; batch inputs need a leading sample dimension");
-    }
-    add_spec(specs, {input.input(), tensor.dtype(),
-                     Shape(tensor.shape().begin() + 1, tensor.shape().end()), input.int_high()});
-  }
-  // A rank counts the labels of the whole step, also where it feeds none of their rows.
-  for (const auto& count : plan.label_counts()) {
-    add_spec(specs,
-             {count.input(), plan::INT64,
-              Shape(count.sample_shape().begin(), count.sample_shape().end()), count.int_high()});
-  }
-  if (!specs.empty() && plan.global_batch() <= 0) {
-    throw Error("the plan has batch inputs but global_batch is " +
-                std::to_string(plan.global_batch()));
-  }
-  return specs;
-}
-
-// "[samples, 32]" for samples of shape [32].
-std::string sample_shape_string(const Shape& row_shape) {
-  std::string text = "[samples";
-  for (int64_t dim : row_shape) text += ", " + std::to_string(dim);
-  return text + "]";
+std::string npy_path(const std::string& directory, const std::string& input) {
+  return (std::filesystem::path(directory) / (input + ".npy")).string();
 }
 
 plan::DType plan_dtype(formats::NpyDType dtype) {
@@ -83,45 +31,41 @@ plan::DType plan_dtype(formats::NpyDType dtype) {
   throw Error("unknown .npy dtype");
 }
 
-HostTensor empty_batch(const InputSpec& spec, int64_t rows) {
-  HostTensor tensor;
-  tensor.dtype = spec.dtype;
-  tensor.shape = {rows};
-  tensor.shape.insert(tensor.shape.end(), spec.row_shape.begin(), spec.row_shape.end());
-  tensor.data.resize(static_cast<size_t>(num_elements(tensor.shape)) * dtype_size(spec.dtype));
-  return tensor;
-}
-
+// Each file is mapped (formats::MappedNpy) and only the rows this rank reads are copied out;
+// their pages are released from the resident set again, so memory does not grow with the
+// data set.
 class NpySource : public BatchSource {
  public:
-  NpySource(const plan::Plan& plan, const std::string& directory)
+  // Feeds every plan input but those in `skip` (fed from elsewhere, see make_batch_source).
+  NpySource(const plan::Plan& plan, const std::string& directory,
+            const std::set<std::string>& skip = {})
       : directory_(directory), global_batch_(plan.global_batch()) {
     for (const InputSpec& spec : input_specs(plan)) {
-      const std::string path = (std::filesystem::path(directory) / (spec.name + ".npy")).string();
+      if (skip.count(spec.name)) continue;
+      const std::string path = npy_path(directory, spec.name);
       if (!std::filesystem::exists(path)) {
         throw Error("--data: '" + path + "' is missing; the plan's input '" + spec.name +
                     "' needs it (" + dtype_name(spec.dtype) + ", shape " +
                     sample_shape_string(spec.row_shape) + ")");
       }
-      formats::NpyArray array = formats::read_npy(path);
-      const plan::DType dtype = plan_dtype(array.dtype);
+      auto array = std::make_unique<formats::MappedNpy>(path);
+      const std::vector<int64_t>& shape = array->header.shape;
+      const plan::DType dtype = plan_dtype(array->header.dtype);
       if (dtype != spec.dtype) {
         throw Error("'" + path + "' holds " + dtype_name(dtype) + " but the plan's input '" +
                     spec.name + "' is " + dtype_name(spec.dtype));
       }
-      const Shape trailing =
-          array.shape.empty() ? Shape{} : Shape(array.shape.begin() + 1, array.shape.end());
-      if (array.shape.empty() || trailing != spec.row_shape) {
-        throw Error("'" + path + "' has shape " + shape_string(array.shape) +
-                    " but the plan's input '" + spec.name + "' needs shape " +
-                    sample_shape_string(spec.row_shape));
+      const Shape trailing = shape.empty() ? Shape{} : Shape(shape.begin() + 1, shape.end());
+      if (shape.empty() || trailing != spec.row_shape) {
+        throw Error("'" + path + "' has shape " + shape_string(shape) + " but the plan's input '" +
+                    spec.name + "' needs shape " + sample_shape_string(spec.row_shape));
       }
-      if (array.shape[0] == 0) {
+      if (shape[0] == 0) {
         throw Error("'" + path + "' holds no samples");
       }
-      if (!arrays_.empty() && array.shape[0] != arrays_.front().second.shape[0]) {
-        throw Error("'" + path + "' holds " + std::to_string(array.shape[0]) + " samples but '" +
-                    first_path_ + "' holds " + std::to_string(arrays_.front().second.shape[0]) +
+      if (!arrays_.empty() && shape[0] != samples()) {
+        throw Error("'" + path + "' holds " + std::to_string(shape[0]) + " samples but '" +
+                    first_path_ + "' holds " + std::to_string(samples()) +
                     "; the files of --data pair up row by row, so they need the same number "
                     "of samples");
       }
@@ -134,14 +78,27 @@ class NpySource : public BatchSource {
     Batch batch;
     for (const auto& [spec, array] : arrays_) {
       HostTensor tensor = empty_batch(spec, global_batch_);
-      const int64_t samples = array.shape[0];
-      const size_t row_bytes = array.data.size() / static_cast<size_t>(samples);
+      const int64_t samples = array->header.shape[0];
+      const std::string_view data = array->data();
+      const size_t row_bytes = data.size() / static_cast<size_t>(samples);
       const int64_t first = (step % samples) * (global_batch_ % samples) % samples;
-      for (int64_t i = 0; i < global_batch_; ++i) {
+      // Consecutive rows lie side by side in the file: release each run of them at once.
+      int64_t run_begin = -1, run_end = -1;
+      auto release = [&, &array = array] {
+        if (run_begin < 0) return;
+        array->file.release(array->header.data_offset + run_begin * row_bytes,
+                            (run_end - run_begin) * row_bytes);
+      };
+      for_each_row(spec, [&](int64_t i) {
         const int64_t row = (first + i) % samples;
-        std::memcpy(tensor.data.data() + i * row_bytes, array.data.data() + row * row_bytes,
-                    row_bytes);
-      }
+        std::memcpy(tensor.data.data() + i * row_bytes, data.data() + row * row_bytes, row_bytes);
+        if (row != run_end) {
+          release();
+          run_begin = row;
+        }
+        run_end = row + 1;
+      });
+      release();
       batch.emplace(spec.name, std::move(tensor));
     }
     return batch;
@@ -150,27 +107,12 @@ class NpySource : public BatchSource {
   std::string describe() const override { return "data from " + directory_; }
 
  private:
+  int64_t samples() const { return arrays_.front().second->header.shape[0]; }
+
   std::string directory_;
   std::string first_path_;
   int64_t global_batch_;
-  std::vector<std::pair<InputSpec, formats::NpyArray>> arrays_;
-};
-
-// splitmix64: a small, well-mixed generator; enough for synthetic data.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in (0, 1].
-  double uniform() { return (static_cast<double>(next() >> 11) + 1.0) * 0x1.0p-53; }
-
- private:
-  uint64_t state_;
+  std::vector<std::pair<InputSpec, std::unique_ptr<formats::MappedNpy>>> arrays_;
 };
 
 uint64_t fnv1a(const std::string& text) {
@@ -178,8 +120,6 @@ uint64_t fnv1a(const std::string& text) {
   for (unsigned char c : text) hash = (hash ^ c) * 0x100000001b3ull;
   return hash;
 }
-
-uint64_t mix(uint64_t a, uint64_t b) { return SplitMix64(a ^ (b * 0xd1b54a32d192ed03ull)).next(); }
 
 class SyntheticSource : public BatchSource {
  public:
@@ -232,13 +172,69 @@ class SyntheticSource : public BatchSource {
   uint64_t seed_;
 };
 
-}  // namespace
-
-std::unique_ptr<BatchSource> make_npy_source(const plan::Plan& plan, const std::string& directory) {
+void check_data_directory(const std::string& directory) {
   if (!std::filesystem::is_directory(directory)) {
     throw Error("--data: '" + directory + "' is not a directory of NAME.npy files");
   }
+}
+
+// Token windows for some inputs, .npy rows for the rest.
+class MergedSource : public BatchSource {
+ public:
+  MergedSource(std::unique_ptr<BatchSource> tokens, std::unique_ptr<BatchSource> rest)
+      : tokens_(std::move(tokens)), rest_(std::move(rest)) {}
+  Batch batch(int64_t step) override {
+    Batch batch = tokens_->batch(step);
+    batch.merge(rest_->batch(step));
+    return batch;
+  }
+  std::string describe() const override {
+    return tokens_->describe() + " and " + rest_->describe();
+  }
+  std::optional<formats::TokenStream> token_stream() const override {
+    return tokens_->token_stream();
+  }
+
+ private:
+  std::unique_ptr<BatchSource> tokens_, rest_;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchSource> make_npy_source(const plan::Plan& plan, const std::string& directory) {
+  check_data_directory(directory);
   return std::make_unique<NpySource>(plan, directory);
+}
+
+std::unique_ptr<BatchSource> make_batch_source(const plan::Plan& plan, const DataOptions& options) {
+  if (!options.tokens) {
+    return options.data_dir ? make_npy_source(plan, *options.data_dir)
+                            : make_synthetic_source(plan, options.seed);
+  }
+  std::set<std::string> token_inputs;
+  for (const TokenInput& input : options.tokens->inputs) token_inputs.insert(input.input);
+  if (options.data_dir) check_data_directory(*options.data_dir);
+  std::set<std::string> rest;
+  for (const InputSpec& spec : input_specs(plan)) {
+    if (!token_inputs.count(spec.name)) {
+      rest.insert(spec.name);
+      continue;
+    }
+    if (options.data_dir && std::filesystem::exists(npy_path(*options.data_dir, spec.name))) {
+      throw Error("--tokens and --data both feed the plan's input '" + spec.name +
+                  "': --token-inputs names it and --data " + *options.data_dir + " holds " +
+                  npy_path(*options.data_dir, spec.name) + "; drop it from one of them");
+    }
+  }
+  auto tokens = make_token_source(plan, *options.tokens, options.seed);
+  if (rest.empty()) return tokens;
+  if (!options.data_dir) {
+    throw Error("--tokens feeds only the inputs --token-inputs names, but the plan also reads '" +
+                *rest.begin() +
+                "'; add it to --token-inputs, or give its NAME.npy with --data DIR");
+  }
+  return std::make_unique<MergedSource>(
+      std::move(tokens), std::make_unique<NpySource>(plan, *options.data_dir, token_inputs));
 }
 
 std::unique_ptr<BatchSource> make_synthetic_source(const plan::Plan& plan, uint64_t seed) {

@@ -140,7 +140,7 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
     if (path) check_output_path(flag, *path);
   }
   CheckpointSchedule checkpoints(session, options.checkpoints, options.steps, options.seed,
-                                 source.describe());
+                                 source.describe(), source.token_stream());
   const int64_t first_step = checkpoints.resume(out);
   std::optional<MetricsFile> metrics;
   if (metrics_path) metrics.emplace(*metrics_path, first_step > 0);
@@ -310,9 +310,8 @@ void run_training(const RunOptions& options, std::ostream& out) {
   std::unique_ptr<CommunicatorFactory> nccl;
   std::unique_ptr<Session> session;
   try {
-    std::unique_ptr<BatchSource> source = options.data_dir
-                                              ? make_npy_source(plan, *options.data_dir)
-                                              : make_synthetic_source(plan, options.seed);
+    std::unique_ptr<BatchSource> source = make_batch_source(
+        plan, {options.data_dir, options.tokens ? &*options.tokens : nullptr, options.seed});
     std::unique_ptr<Backend> backend = make_backend(options.device);
     SessionOptions session_options{options.seed, nullptr, options.check_finite};
     if (rendezvous && comm == "nccl") {

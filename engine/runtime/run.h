@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/runtime/checkpoint_schedule.h"
+#include "engine/runtime/token_data.h"
 
 namespace piper::engine {
 
@@ -21,6 +22,7 @@ struct RunOptions {
   std::string plan_path;  // %r stands for the rank the launcher gives (RANK, SLURM_PROCID, ...)
   int64_t steps = 10;
   std::optional<std::string> data_dir;  // NAME.npy per input; synthetic data when absent
+  std::optional<TokenOptions> tokens;   // token windows for the inputs it names (--tokens)
   // JSON lines, one per step. Both are written by rank 0 alone unless the path holds %r.
   std::optional<std::string> metrics_path;
   std::optional<std::string> save_onnx_path;

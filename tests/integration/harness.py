@@ -215,3 +215,32 @@ def train_exported_model_like_pytorch(test, work, model, inputs, optimizer, make
     for buffer, value in model.named_buffers():
         np.testing.assert_array_equal(saved[buffer], value.numpy(),
                                       f"[{work}] frozen buffer {buffer} changed")
+
+
+MASK64 = (1 << 64) - 1
+
+
+def splitmix64(state):
+    """One draw of splitmix64 from `state` (docs/user-guide.md, "Token files")."""
+    z = (state + 0x9e3779b97f4a7c15) & MASK64
+    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & MASK64
+    return z ^ (z >> 31)
+
+
+def token_window_start(seed, sample, tokens, span):
+    """Where piper-run --tokens starts sample `sample`'s window, as the user guide gives it."""
+    return splitmix64(seed ^ ((sample * 0xd1b54a32d192ed03) & MASK64)) % (tokens - span + 1)
+
+
+def token_batch(tokens, seed, step, global_batch, seq, offsets):
+    """The rows piper-run --tokens --token-inputs feeds at `step`: {name: int64 [G, seq]}
+    read from `tokens` (a numpy array or memmap of the file), for `offsets` {name: offset}."""
+    import numpy as np
+
+    span = max(offsets.values()) + seq
+    starts = [token_window_start(seed, step * global_batch + i, len(tokens), span)
+              for i in range(global_batch)]
+    return {name: np.stack([np.asarray(tokens[s + offset:s + offset + seq], dtype=np.int64)
+                            for s in starts])
+            for name, offset in offsets.items()}

@@ -130,6 +130,23 @@ TEST(CheckpointIndex, RoundTripsThroughJson) {
   EXPECT_EQ(back.tensors.at("w").shards[1].crc32, 34u);
   EXPECT_EQ(box.describe(), "box [0:3, 4:8]");
   EXPECT_EQ(flat.describe(), "flat [6, 12)");
+  EXPECT_FALSE(back.tokens);
+}
+
+TEST(CheckpointIndex, RecordsTheTokenStream) {
+  CheckpointIndex index;
+  index.tokens = TokenStream{"/data/train.bin", "uint16", 1000, "idx=0,tgt=1"};
+  const std::string json = checkpoint_index_json(index);
+  EXPECT_EQ(json.find("\"version\": 2"), std::string::npos);  // an addition, no new version
+  const CheckpointIndex back = parse_checkpoint_index(json, "index.json");
+  ASSERT_TRUE(back.tokens);
+  EXPECT_EQ(back.tokens->file, "/data/train.bin");
+  EXPECT_TRUE(back.tokens->same_windows(*index.tokens));
+  EXPECT_TRUE(back.tokens->same_windows({"elsewhere.bin", "uint16", 1000, "idx=0,tgt=1"}));
+  EXPECT_FALSE(back.tokens->same_windows({"/data/train.bin", "uint16", 999, "idx=0,tgt=1"}));
+  EXPECT_FALSE(back.tokens->same_windows({"/data/train.bin", "uint32", 1000, "idx=0,tgt=1"}));
+  EXPECT_FALSE(back.tokens->same_windows({"/data/train.bin", "uint16", 1000, "idx=0,tgt=2"}));
+  EXPECT_EQ(back.tokens->describe(), "1000 uint16 tokens of '/data/train.bin', idx=0,tgt=1");
 }
 
 TEST(CheckpointIndex, RefusesOtherVersionsAndSlicesOutsideTheTensor) {

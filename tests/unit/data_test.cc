@@ -1,12 +1,15 @@
-// Batch sources: .npy directories (row wrap-around, checks against the plan) and
-// deterministic synthetic data.
+// Batch sources: .npy directories (row wrap-around, checks against the plan, only this rank's
+// rows), token files (seeded windows, checks naming the flags) and deterministic synthetic data.
 #include "engine/runtime/data.h"
 
 #include <gmock/gmock.h>
 
 #include <filesystem>
+#include <fstream>
+#include <functional>
 
 #include "engine/runtime/label_count.h"
+#include "engine/runtime/token_data.h"
 #include "engine_test_util.h"
 #include "formats/error.h"
 #include "formats/npy.h"
@@ -126,6 +129,157 @@ TEST_F(DataDir, NotADirectory) {
   } catch (const piper::Error& error) {
     EXPECT_THAT(error.what(), HasSubstr("is not a directory"));
   }
+}
+
+// The second of two ranks that split y [G = 4] into halves: it feeds rows 2 and 3 alone.
+plan::Plan SecondHalfPlan() {
+  PlanBuilder b;
+  b.Input("y", b.Tensor("y", {2}, plan::INT64, plan::INPUT), 2, 2, 10);
+  b.plan().set_global_batch(4);
+  return b.Build();
+}
+
+TEST_F(DataDir, ReadsOnlyTheRowsTheRankFeeds) {
+  Write<int64_t>("y", formats::NpyDType::kInt64, {5}, {10, 11, 12, 13, 14});
+  auto source = make_npy_source(SecondHalfPlan(), dir_);
+  EXPECT_THAT(Int64s(source->batch(0).at("y")), ElementsAre(0, 0, 12, 13));
+  EXPECT_THAT(Int64s(source->batch(1).at("y")), ElementsAre(0, 0, 11, 12));  // rows 6, 7 mod 5
+}
+
+std::string ErrorOf(const std::function<void()>& run) {
+  try {
+    run();
+  } catch (const piper::Error& error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "expected an error";
+  return "";
+}
+
+// idx and tgt [G = 3, T = 4] int64 (vocabulary 50).
+plan::Plan WindowPlan(int world_size = 1) {
+  PlanBuilder b;
+  b.Input("idx", b.Tensor("idx", {3, 4}, plan::INT64, plan::INPUT), 0, 3, 50);
+  b.Input("tgt", b.Tensor("tgt", {3, 4}, plan::INT64, plan::INPUT), 0, 3, 50);
+  b.plan().set_global_batch(3);
+  b.plan().mutable_header()->set_world_size(world_size);
+  return b.Build();
+}
+
+class TokenFile : public DataDir {
+ protected:
+  template <typename T>
+  std::string WriteTokens(const std::vector<T>& tokens, const std::string& name = "tokens.bin") {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(tokens.data()),
+               static_cast<std::streamsize>(tokens.size() * sizeof(T)));
+    return path;
+  }
+  TokenOptions Options(const std::string& path, const std::string& inputs = "idx=0,tgt=1",
+                       TokenDType dtype = TokenDType::kUint16) {
+    return {path, dtype, parse_token_inputs(inputs)};
+  }
+};
+
+TEST_F(TokenFile, WindowsStartAtSeededPositions) {
+  std::vector<uint16_t> tokens(100);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i % 50);
+  const TokenOptions options = Options(WriteTokens(tokens));
+  auto source = make_token_source(WindowPlan(), options, 7);
+  for (int64_t step : {0, 5}) {
+    const Batch batch = source->batch(step);
+    const auto idx = Int64s(batch.at("idx")), tgt = Int64s(batch.at("tgt"));
+    for (int64_t row = 0; row < 3; ++row) {
+      // A window spans offset 1 + length 4 tokens: positions 0 .. 95.
+      const int64_t start = token_window_start(7, step * 3 + row, 100, 5);
+      ASSERT_GE(start, 0);
+      ASSERT_LE(start, 95);
+      for (int64_t t = 0; t < 4; ++t) {
+        EXPECT_EQ(idx[row * 4 + t], (start + t) % 50);
+        EXPECT_EQ(tgt[row * 4 + t], (start + t + 1) % 50);
+      }
+    }
+  }
+  EXPECT_NE(Int64s(source->batch(0).at("idx")), Int64s(source->batch(1).at("idx")));
+  EXPECT_NE(Int64s(source->batch(0).at("idx")),
+            Int64s(make_token_source(WindowPlan(), options, 8)->batch(0).at("idx")));
+}
+
+TEST_F(TokenFile, WindowStartIsSplitMix64OfSeedAndSample) {
+  // docs/user-guide.md spells the draw out so that other tools reproduce the windows (as
+  // tests/integration/test_tokens.py does in Python); this is that text, step by step.
+  uint64_t z = 3 ^ (11 * 0xd1b54a32d192ed03ull);
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  EXPECT_EQ(token_window_start(3, 11, 1000, 17), static_cast<int64_t>(z % 984));
+}
+
+TEST_F(TokenFile, Uint32IdsAndTheRowsOfOneRank) {
+  PlanBuilder b;
+  b.Input("ids", b.Tensor("ids", {1, 3}, plan::INT64, plan::INPUT), 1, 1, 0);
+  b.plan().set_global_batch(2);
+  std::vector<uint32_t> tokens = {70000, 70001, 70002, 70003};
+  const Batch batch =
+      make_token_source(b.Build(), Options(WriteTokens(tokens), "ids=0", TokenDType::kUint32), 0)
+          ->batch(0);
+  const auto ids = Int64s(batch.at("ids"));
+  EXPECT_THAT(std::vector<int64_t>(ids.begin(), ids.begin() + 3), ElementsAre(0, 0, 0));
+  const int64_t start = token_window_start(0, 1, 4, 3);
+  EXPECT_THAT(std::vector<int64_t>(ids.begin() + 3, ids.end()),
+              ElementsAre(70000 + start, 70001 + start, 70002 + start));
+}
+
+TEST_F(TokenFile, ErrorsNameTheFlagAndValue) {
+  const std::string path = WriteTokens(std::vector<uint16_t>(20, 1));
+  EXPECT_THAT(ErrorOf([&] { make_token_source(WindowPlan(), Options(path, "idx=0,tgt=17"), 0); }),
+              HasSubstr("holds 20 tokens, fewer than one window of --token-inputs "
+                        "idx=0,tgt=17 needs (21 tokens"));
+  EXPECT_THAT(ErrorOf([&] { make_token_source(WindowPlan(), Options(path, "idx=0,label=1"), 0); }),
+              HasSubstr("--token-inputs idx=0,label=1: the plan has no input 'label'; its "
+                        "inputs are idx, tgt"));
+  // Another rank may read it.
+  EXPECT_NO_THROW(make_token_source(WindowPlan(2), Options(path, "idx=0,tgt=1,label=1"), 0));
+  EXPECT_THAT(ErrorOf([&] { parse_token_inputs("idx=0,idx=1"); }),
+              HasSubstr("--token-inputs idx=0,idx=1: input 'idx' is named twice"));
+  EXPECT_THAT(ErrorOf([&] { parse_token_inputs("idx=-1"); }),
+              HasSubstr("--token-inputs idx=-1: 'idx=-1' is not NAME=OFFSET"));
+  EXPECT_THAT(ErrorOf([&] { parse_token_inputs("idx"); }), HasSubstr("'idx' is not NAME=OFFSET"));
+  EXPECT_THAT(ErrorOf([&] { parse_token_dtype("int8"); }), HasSubstr("--token-dtype int8"));
+  const std::string odd = WriteTokens(std::vector<uint8_t>(21, 1), "odd.bin");
+  EXPECT_THAT(ErrorOf([&] { make_token_source(WindowPlan(), Options(odd), 0); }),
+              HasSubstr("odd.bin' is 21 bytes, not a multiple of 2 (--token-dtype uint16)"));
+  EXPECT_THAT(ErrorOf([&] { make_token_source(WindowPlan(), Options(dir_ + "/none.bin"), 0); }),
+              HasSubstr("--tokens: cannot read '"));
+  const std::string wide = WriteTokens(std::vector<uint16_t>(20, 50), "wide.bin");
+  EXPECT_THAT(ErrorOf([&] { make_token_source(WindowPlan(), Options(wide), 0)->batch(0); }),
+              HasSubstr("is id 50, but the model's input 'idx' takes ids below 50"));
+  PlanBuilder floats;
+  floats.Input("x", floats.Tensor("x", {3, 4}, plan::FLOAT32, plan::INPUT), 0, 3);
+  floats.plan().set_global_batch(3);
+  EXPECT_THAT(ErrorOf([&] { make_token_source(floats.Build(), Options(path, "x=0"), 0); }),
+              HasSubstr("--token-inputs x=0: the plan's input 'x' is float32 [samples, 4]"));
+}
+
+TEST_F(TokenFile, DataFeedsTheOtherInputsButNotTheSameOne) {
+  const std::string path = WriteTokens(std::vector<uint16_t>(20, 1));
+  const TokenOptions only_idx = Options(path, "idx=0");
+  EXPECT_THAT(ErrorOf([&] {
+                make_batch_source(WindowPlan(), {std::nullopt, &only_idx, 0});
+              }),
+              HasSubstr("the plan also reads 'tgt'; add it to --token-inputs, or give its "
+                        "NAME.npy with --data DIR"));
+  Write<int64_t>("tgt", formats::NpyDType::kInt64, {2, 4}, {1, 2, 3, 4, 5, 6, 7, 8});
+  const Batch batch = make_batch_source(WindowPlan(), {dir_, &only_idx, 0})->batch(0);
+  EXPECT_THAT(Int64s(batch.at("idx")), ::testing::Each(1));
+  EXPECT_THAT(Int64s(batch.at("tgt")), ElementsAre(1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4));
+  const TokenOptions both = Options(path);
+  EXPECT_THAT(ErrorOf([&] {
+                make_batch_source(WindowPlan(), {dir_, &both, 0});
+              }),
+              HasSubstr("--tokens and --data both feed the plan's input 'tgt'"));
 }
 
 TEST(SyntheticData, DeterministicPerSeedAndStep) {

@@ -465,7 +465,7 @@ TEST_F(SessionTest, CheckpointRoundTripContinuesExactly) {
   Session trained(MomentumPlan(false), std::make_unique<cpu::CpuBackend>());
   for (int step = 0; step < 2; ++step) trained.step(MakeBatch(kX, kY));
   const std::string folder =
-      save_checkpoint(trained, dir_ + "/checkpoints", {2, 2, 5, "test data"}, 0);
+      save_checkpoint(trained, dir_ + "/checkpoints", {2, 2, 5, "test data", std::nullopt}, 0);
   EXPECT_EQ(latest_checkpoint(dir_ + "/checkpoints"), folder);
 
   Session resumed(MomentumPlan(false), std::make_unique<cpu::CpuBackend>());
@@ -487,7 +487,8 @@ TEST_F(SessionTest, CheckpointRoundTripContinuesExactly) {
 TEST_F(SessionTest, CheckpointOfOneZeroSliceCannotFillTheWholeParameter) {
   Session sliced(MomentumPlan(true), std::make_unique<cpu::CpuBackend>());
   sliced.step(MakeBatch(kX, kY));
-  const std::string folder = save_checkpoint(sliced, dir_ + "/checkpoints", {1, 1, 0, ""}, 0);
+  const std::string folder =
+      save_checkpoint(sliced, dir_ + "/checkpoints", {1, 1, 0, "", std::nullopt}, 0);
   Session other(MomentumPlan(true), std::make_unique<cpu::CpuBackend>());
   EXPECT_THAT([&] { load_checkpoint(other, folder, 0); },
               ::testing::ThrowsMessage<Error>(
