@@ -7,6 +7,9 @@ within 1e-5 relative of the single-process run and final weights within 1e-4.
   stage s runs on device s for the microbatches that enter at device 0 and on device P-1-s
   for those that enter at device P-1, so each device holds two stages and sums their
   gradients with its mirror.
+- `dualpipe` with `"zero": 3` over the mirror pairs, on a dp2 x pp2 mesh with `"zero": 1`,
+  and samples/moe under `dualpipe` with ZeRO-2 and its experts split over each stage's
+  mirror pair (expert parallelism over the stages' data-parallel replicas).
 - `"schedule": "dualpipev"` on 2 processes for the 4-block export's 4 stages (the V: device d
   holds stages d and 3-d, every microbatch entering at device 0).
 - 1F1B with stage 0 replicated over [0, 1] and stage 1 over [1, 0] (a device holds replica 1
@@ -39,7 +42,9 @@ OPTIMIZER = {"type": "adamw", "lr": 0.01, "weight_decay": 0.01}
 FROZEN = ["*mask*"]  # the causal-mask buffers
 PYTORCH_LOSS_RTOL = 1e-4
 PYTORCH_WEIGHT_RTOL = 1e-3
-LAYERS = {"gpt": 2, "gpt4": 4}
+LAYERS = {"gpt": 2, "gpt4": 4, "moe": 2}
+EXPERT_PARAMS = {"blocks.*.mlp.w1": 0, "blocks.*.mlp.b1": 0, "blocks.*.mlp.w2": 0,
+                 "blocks.*.mlp.b2": 0}
 
 
 def gpt_sample():
@@ -61,13 +66,14 @@ def stages(model):
             for layer in range(LAYERS[model])]
 
 
-def dualpipe(model, microbatches, schedule="dualpipe"):
-    """DualPipe on a device per stage, DualPipeV on a device per two."""
+def dualpipe(model, microbatches, schedule="dualpipe", **keys):
+    """DualPipe on a device per stage, DualPipeV on a device per two; `keys` go to the
+    generator ("zero", ...)."""
     stages_per_device = 2 if schedule == "dualpipev" else 1
     devices = list(range(LAYERS[model] // stages_per_device))
     return {"annotations": stages(model),
             "directives": [{"op": "pipeline", "schedule": schedule, "devices": devices,
-                            "num_microbatches": microbatches}]}
+                            "num_microbatches": microbatches, **keys}]}
 
 
 def one_f_one_b(model, devices=None, replicas=None):
@@ -90,7 +96,8 @@ class DualPipe(one_process.SplitModels, unittest.TestCase):
         cls.data = os.path.join(cls.tmp.name, "data")
         gpt = gpt_sample()
         cls.idx = harness.save_token_sequences(cls.data, SAMPLES, gpt.VOCAB, gpt.BLOCK, seed=16)
-        cls.model_paths = {"gpt": Tools.sample("gpt", "model.onnx")}
+        cls.model_paths = {"gpt": Tools.sample("gpt", "model.onnx"),
+                           "moe": Tools.sample("moe", "model.onnx")}
         cls.references = {}
 
     @classmethod
@@ -156,6 +163,33 @@ class DualPipe(one_process.SplitModels, unittest.TestCase):
 
     def test_dualpipe_p2(self):
         self.check_training("gpt", "dualpipe_p2", dualpipe("gpt", 4))
+
+    def test_dualpipe_p4_zero3(self):
+        """ZeRO-3 over each stage's mirror pair."""
+        self.check_training("gpt4", "dualpipe_p4_zero3", dualpipe("gpt4", 8, zero=3))
+
+    def test_dualpipe_dp2_pp2_zero1(self):
+        """The mesh form: each stage over its mirrors and their data-parallel replicas."""
+        value = {"mesh": [["dp", 2], ["pp", 2]], "annotations": stages("gpt"),
+                 "directives": [{"op": "pipeline", "schedule": "dualpipe", "axis": "pp",
+                                 "num_microbatches": 4, "zero": 1}]}
+        plans = self.check_training("gpt", "dualpipe_dp2_pp2_zero1", value)
+        groups = {tuple(int(r) for r in g["ranks"]) for g in self.dump(plans)["groups"]}
+        self.assertIn((0, 1, 2, 3), groups)  # stage 0 over [0, 1, 2, 3]
+        self.assertIn((1, 0, 3, 2), groups)  # stage 1 over its mirrors' order
+
+    def test_dualpipe_moe_ep2_zero2(self):
+        """Expert parallelism over each stage's mirror pair, the stages' data-parallel
+        replicas: rank 0 exchanges tokens by 4 all-to-alls per MoE layer of each of its two
+        stages and microbatch (2 forward, 2 backward)."""
+        value = dualpipe("moe", 4, zero=2)
+        value["directives"].append({"op": "shard", "devices": [[0, 1]], "params": EXPERT_PARAMS})
+        plans = self.check_training("moe", "dualpipe_ep2_zero2", value)
+        instructions = [inst for stream in self.dump(plans)["streams"]
+                        for inst in stream.get("instructions", [])]
+        exchanges = [inst for inst in instructions
+                     if inst.get("collective", {}).get("kind") == "ALL_TO_ALL"]
+        self.assertEqual(len(exchanges), 4 * 2 * 2)
 
     def test_stages_replicated_over_crossing_devices(self):
         """Device 1 runs replica 1 of stage 0 and replica 0 of stage 1."""
