@@ -73,12 +73,20 @@ strategy::Directive split_into(const strategy::Directive& directive, int64_t mic
   return primitive(directive, split);
 }
 
+// DualPipe's overlapped pairs run a forward of one of a device's two stages beside a backward
+// of the other, so the two stages compute on streams of their own: even stages on "compute",
+// odd ones on "compute2" (a device's two stages differ in parity in both schedules).
+bool overlaps_pairs(const strategy::PipelineDirective& pipeline) {
+  return pipeline.schedule == "dualpipe" || pipeline.schedule == "dualpipev";
+}
+
 strategy::Directive place_stage(const strategy::Directive& directive, int64_t stage,
                                 int64_t device) {
   const auto& pipeline = std::get<strategy::PipelineDirective>(directive.spec);
   strategy::PlaceDirective place;
   place.filter.tags[pipeline.tag] = stage;
   place.devices = {device};
+  if (overlaps_pairs(pipeline) && stage % 2 == 1) place.stream = "compute2";
   return primitive(directive, place);
 }
 

@@ -250,6 +250,7 @@ class Lowering {
     }
     first_position_[id] = position_;
     using_task_ = &task;
+    using_id_ = id;
     if (task.kind == ir::TaskKind::kCompute) {
       for (ir::OpId op : task.ops) emit_op(out, task, id, ops_.op(op));
     } else if (task.kind == ir::TaskKind::kSend || task.kind == ir::TaskKind::kRecv) {
@@ -267,6 +268,7 @@ class Lowering {
       events_[id] = event;
       instruction(out, task, id, "record")->mutable_record()->set_event(event);
     }
+    last_position_[id] = position_ - 1;
   }
 
   plan::Instruction* instruction(plan::Stream& out, const ir::Task& task, ir::TaskId id,
@@ -510,6 +512,7 @@ class Lowering {
     }
     lifetimes_[found->second].last = position_;
     const int index = found->second;
+    task_buffers_[using_id_].push_back(index);
     // A run-time extent lives as long as every tensor it sizes.
     for (const ir::DynamicDim& dim : ops_.tensor(tensor).dynamic) {
       const int extent = use(dim.extent, microbatch);
@@ -668,7 +671,9 @@ class Lowering {
     }
     // The engine reads the norm after the step, as it reads the loss.
     if (plan_.has_gradient_norm()) lifetimes_[plan_.gradient_norm().norm()].last = position_;
-    keep_comm_buffers_alive();
+    const std::vector<std::vector<bool>> ancestors = local_ancestors();
+    keep_comm_buffers_alive(ancestors);
+    keep_concurrent_buffers_apart(ancestors);
     const std::vector<int> buffer = share_reshaped_buffers();
     const MemoryPlan placed = plan_memory(lifetimes_);
     for (int i = 0; i < plan_.tensors_size(); ++i) {
@@ -740,8 +745,7 @@ class Lowering {
   // writes may take the bytes of a buffer only if every use of that buffer
   // happened before the transfer began: its lifetime starts at the first
   // compute task that is not among the transfer's ancestors.
-  void keep_comm_buffers_alive() {
-    const std::vector<std::vector<bool>> ancestors = local_ancestors();
+  void keep_comm_buffers_alive(const std::vector<std::vector<bool>>& ancestors) {
     for (const auto& [id, inputs] : comm_inputs_) {
       int waiter = position_;
       for (const ir::Edge& edge : local_edges_) {
@@ -761,6 +765,31 @@ class Lowering {
       }
       for (int index : comm_outputs_.at(id)) {
         lifetimes_[index].first = std::min(lifetimes_[index].first, start);
+      }
+    }
+  }
+
+  // Compute tasks on two streams that no chain of edges orders (an order group's overlapped
+  // forward and backward) run at once: every buffer either touches lives from the first one's
+  // start to the second one's end, so that neither takes the other's bytes.
+  void keep_concurrent_buffers_apart(const std::vector<std::vector<bool>>& ancestors) {
+    for (size_t i = 0; i < order_.size(); ++i) {
+      const ir::Task& first = graph_.task(order_[i]);
+      if (first.kind != ir::TaskKind::kCompute) continue;
+      for (size_t j = i + 1; j < order_.size(); ++j) {
+        const ir::Task& second = graph_.task(order_[j]);
+        if (second.kind != ir::TaskKind::kCompute || second.stream == first.stream ||
+            ancestors[j][i]) {
+          continue;
+        }
+        const int begin = first_position_.at(order_[i]);
+        const int end = last_position_.at(order_[j]);
+        for (ir::TaskId id : {order_[i], order_[j]}) {
+          for (int index : task_buffers_[id]) {
+            lifetimes_[index].first = std::min(lifetimes_[index].first, begin);
+            lifetimes_[index].last = std::max(lifetimes_[index].last, end);
+          }
+        }
       }
     }
   }
@@ -822,6 +851,9 @@ class Lowering {
   std::map<ir::TaskId, size_t> local_index_;
   const ir::Task* using_task_ = nullptr;  // the task being emitted
   std::map<ir::TaskId, int> first_position_;
+  std::map<ir::TaskId, int> last_position_;
+  ir::TaskId using_id_ = -1;                             // the task being emitted
+  std::map<ir::TaskId, std::vector<int>> task_buffers_;  // the plan tensors each task uses
   std::map<ir::TaskId, std::vector<int>> comm_inputs_;
   std::map<ir::TaskId, std::vector<int>> comm_outputs_;
 };
