@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages Piper needs to build and test, then the Python
-# venv the HuggingFace tests run in (third_party/hf-venv: /usr/bin/python3 with
-# its system packages, torch among them, plus transformers from PyPI). Idempotent:
-# when everything is already installed it touches nothing (and needs no root).
+# venv the HuggingFace, checkpoint and metrics tests run in (third_party/hf-venv:
+# /usr/bin/python3 with its system packages, torch among them, plus transformers,
+# safetensors and tensorboard from PyPI). Idempotent: when everything is already
+# installed it touches nothing (and needs no root).
 #
 #   tools/install-deps.sh            # as root
 #
@@ -24,9 +25,10 @@ packages=(
 )
 
 # transformers 4.40 is the last release that runs on Debian's torch 1.13; safetensors reads
-# Piper's checkpoint shards in tests/integration/test_checkpoint.py.
+# Piper's checkpoint shards in tests/integration/test_checkpoint.py; tensorboard writes and reads
+# event files for tools/metrics-to-tensorboard.py (2.19 takes Debian's protobuf 4.21 as it is).
 hf_venv="$root/third_party/hf-venv"
-hf_requirements=("transformers==4.40.2" "safetensors==0.8.0")
+hf_requirements=("transformers==4.40.2" "safetensors==0.8.0" "tensorboard==2.19.0")
 
 install_hf_venv() {
   local check="import importlib.metadata as m, sys

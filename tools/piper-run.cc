@@ -48,9 +48,23 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingDirectory);
   app.add_option("--metrics", options.metrics_path,
                  "Write per-step metrics as JSON lines (step, loss, seconds, samples_per_s, "
-                 "peak_bytes, peak_rss_bytes) to this file, a line appended and flushed as each "
-                 "step ends (a failed run keeps the steps it finished). "
-                 "Of several ranks only rank 0 writes it, unless the path holds %r");
+                 "peak_bytes, peak_rss_bytes; lr and grad_norm when the plan trains; "
+                 "tokens_per_s when it has token inputs; mfu with --peak-flops) to this file, a "
+                 "line appended and flushed as each step ends (a failed run keeps the steps it "
+                 "finished). Of several ranks only rank 0 writes it, unless the path holds %r");
+  app.add_option("--log-every", options.log_every,
+                 "Rank 0 prints a progress line to stderr every N steps and after the last "
+                 "(\"step 40/1000  loss 2.3456  12.3k tok/s  ETA 3m12s\"); 0: none. Rank 0 "
+                 "prints each step's line to stdout too; the other ranks print neither")
+      ->default_val(10)
+      ->check(CLI::NonNegativeNumber);
+  app.add_option(
+         "--peak-flops", options.peak_flops,
+         "The device's peak FLOP/s in the plan's precision (e.g. 989e12, an H100's dense "
+         "bfloat16): the metrics' mfu is the plan's FLOPs of this rank per step (the "
+         "cost model's: planned_step.flops in piper-dump --json) over the step's time and this "
+         "peak")
+      ->check(CLI::PositiveNumber);
   app.add_option("--save-onnx", options.save_onnx_path,
                  "After training, write the model (the plan's header.model_path) with the trained "
                  "weights to this ONNX file (atomically); rank 0 alone unless the path holds %r");

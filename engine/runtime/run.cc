@@ -18,6 +18,7 @@
 #include "engine/comm/launch_environment.h"
 #include "engine/comm/rendezvous.h"
 #include "engine/runtime/data.h"
+#include "engine/runtime/progress.h"
 #include "engine/runtime/session.h"
 #include "engine/runtime/trace.h"
 #include "formats/atomic_file.h"
@@ -116,8 +117,27 @@ void check_checkpoint_options(const CheckpointOptions& checkpoints) {
   }
 }
 
+// A step's metrics line: tokens_per_s only for a plan with token inputs, mfu only with a peak,
+// lr and grad_norm only for a plan that trains (has a norm): a key never stands for unknown.
+nlohmann::json metrics_line(const Session& session, int64_t step, double loss, double seconds,
+                            double samples_per_s, std::optional<double> peak_flops) {
+  nlohmann::json line = {{"step", step},
+                         {"loss", loss},
+                         {"seconds", seconds},
+                         {"samples_per_s", samples_per_s},
+                         {"peak_bytes", session.peak_bytes()},
+                         {"peak_rss_bytes", peak_resident_bytes()}};
+  if (const std::optional<int64_t> tokens = tokens_per_sample(session.plan())) {
+    line["tokens_per_s"] = samples_per_s * static_cast<double>(*tokens);
+  }
+  if (const auto mfu = model_flops_utilization(session.plan(), seconds, peak_flops)) {
+    line["mfu"] = *mfu;
+  }
+  return line;
+}
+
 void train(Session& session, BatchSource& source, const RunOptions& options,
-           const std::string& plan_path, std::ostream& out) {
+           const std::string& plan_path, std::ostream& out, std::ostream& progress_out) {
   const int rank = static_cast<int>(session.plan().header().rank());
   const int64_t global_batch = session.plan().global_batch();
   const plan::MemorySummary& memory = session.planned_memory();
@@ -145,6 +165,8 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
   std::optional<MetricsFile> metrics;
   if (metrics_path) metrics.emplace(*metrics_path, first_step > 0);
   int64_t skipped_steps = 0;
+  ProgressLog progress(rank == 0 ? options.log_every : 0, options.steps, global_batch,
+                       tokens_per_sample(session.plan()));
   for (int64_t step = first_step; step < options.steps; ++step) {
     // Only the last step is traced: the others read no clock.
     if (trace_path) session.set_tracing(step + 1 == options.steps);
@@ -162,14 +184,14 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
     // the step out already).
     const bool skipped = !norm_finite && options.on_nonfinite == OnNonFinite::kSkip;
     skipped_steps += skipped;
-    out << step_line(step + 1, loss, lr, norm, seconds, samples_per_s, skipped) << std::endl;
+    // Every rank holds the global loss and norm: rank 0 speaks for them.
+    if (rank == 0) {
+      out << step_line(step + 1, loss, lr, norm, seconds, samples_per_s, skipped) << std::endl;
+    }
+    progress.after_step(step + 1, loss, seconds, progress_out);
     if (metrics) {
-      nlohmann::json line = {{"step", step + 1},
-                             {"loss", loss},
-                             {"seconds", seconds},
-                             {"samples_per_s", samples_per_s},
-                             {"peak_bytes", session.peak_bytes()},
-                             {"peak_rss_bytes", peak_resident_bytes()}};
+      nlohmann::json line =
+          metrics_line(session, step + 1, loss, seconds, samples_per_s, options.peak_flops);
       if (norm) {
         line["lr"] = lr;
         line["grad_norm"] = *norm;
@@ -237,9 +259,17 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
 
 }  // namespace
 
-void run_training(const RunOptions& options, std::ostream& out) {
+void run_training(const RunOptions& options, std::ostream& out, std::ostream& progress) {
   if (options.steps < 0) {
     throw Error("--steps must be at least 0, got " + std::to_string(options.steps));
+  }
+  if (options.log_every < 0) {
+    throw Error("--log-every must be 0 (no progress lines) or more, got " +
+                std::to_string(options.log_every));
+  }
+  if (options.peak_flops && !(*options.peak_flops > 0 && std::isfinite(*options.peak_flops))) {
+    throw Error("--peak-flops must be the device's peak FLOP/s, more than 0 (e.g. 989e12), got " +
+                std::to_string(*options.peak_flops));
   }
   if (!(options.timeout_s > 0)) {
     throw Error("--timeout must be more than 0 seconds, got " + std::to_string(options.timeout_s));
@@ -324,7 +354,7 @@ void run_training(const RunOptions& options, std::ostream& out) {
       session_options.communicators = &rendezvous->communicators();
     }
     session = std::make_unique<Session>(std::move(plan), std::move(backend), session_options);
-    train(*session, *source, options, plan_path, out);
+    train(*session, *source, options, plan_path, out, progress);
   } catch (const NonFiniteError& error) {
     if (rendezvous && !error.every_rank()) rendezvous->report_failure(error.what());
     throw;

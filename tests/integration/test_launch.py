@@ -7,7 +7,7 @@ stopped (SIGSTOP) makes the others exit non-zero within the timeout + 2 s naming
 (and piper-launch names the stopped rank), plans of two planning runs refuse to
 start, and the rendezvous store admits only holders of the job's token: strangers
 read no key, take no rank, and 60 of them neither grow rank 0's memory nor stop the
-job."""
+job. Only rank 0 prints each step's line."""
 import os
 import re
 import shutil
@@ -278,7 +278,7 @@ class MultiRank(LaunchTest):
         metrics = os.path.join(work, "m%r.jsonl")
         job = self.launch("--steps", 100000000, "--timeout", 30, "--metrics", metrics)
         try:
-            job.wait_for(r"\[rank 1\] step 2 ")
+            job.wait_for(r"\[rank 0\] step 2 ")
             os.kill(self.rank_pid(job, 1), signal.SIGKILL)
             start = time.monotonic()
             self.assertEqual(job.finish(timeout=60), 1, job.output())
@@ -322,7 +322,7 @@ class MultiRank(LaunchTest):
     def test_launch_names_the_stopped_rank_not_the_first_to_exit(self):
         job = self.launch("--steps", 100000000, "--timeout", 5, "--grace", 1)
         try:
-            job.wait_for(r"\[rank 1\] step 2 ")
+            job.wait_for(r"\[rank 0\] step 2 ")
             os.kill(self.rank_pid(job, 1), signal.SIGSTOP)
             start = time.monotonic()
             self.assertEqual(job.finish(timeout=40), 1, job.output())
@@ -341,7 +341,7 @@ class MultiRank(LaunchTest):
         port = free_port()
         job = self.launch_on(port, "--steps", 100000000, "--timeout", 30)
         try:
-            job.wait_for(r"\[rank 1\] step 1 ")
+            job.wait_for(r"\[rank 0\] step 1 ")
             # What today's store answered a stranger: rank 0's entry, a lock-out of rank 1.
             replies = talk_without_the_token(port, b"".join([
                 store_request(2, b"piper/rank/0"),
@@ -356,8 +356,8 @@ class MultiRank(LaunchTest):
                 self.assertEqual(len(challenge), 4 + 34, challenge)
                 s.sendall(struct.pack("<I", 36) + bytes(32) + struct.pack("<i", 1))
                 self.assertIn(b"the rendezvous token does not match", s.recv(4096))
-            steps = len(re.findall(r"\[rank 1\] step \d+ ", job.output()))
-            job.wait_for(rf"\[rank 1\] step {steps + 3} ")
+            steps = len(re.findall(r"\[rank 0\] step \d+ ", job.output()))
+            job.wait_for(rf"\[rank 0\] step {steps + 3} ")
             self.assertIsNone(job.process.poll(), job.output())
             self.assertNotIn("error", job.output())
         finally:
@@ -368,7 +368,7 @@ class MultiRank(LaunchTest):
         job = self.launch_on(port, "--steps", 100000000, "--timeout", 30)
         hostile = []
         try:
-            job.wait_for(r"\[rank 1\] step 2 ")
+            job.wait_for(r"\[rank 0\] step 2 ")
             rank0 = self.rank_pid(job, 0)
             before = resident_bytes(rank0)
             for i in range(60):
