@@ -5,6 +5,7 @@
 
 #include "engine/cpu/blas.h"
 #include "engine/runtime/run.h"
+#include "engine/runtime/trace.h"
 #include "formats/error.h"
 #include "tools/command_line.h"
 
@@ -75,6 +76,11 @@ int main(int argc, char** argv) {
                  "the step's start; compare with piper-dump --schedule PLANDIR. Times are the "
                  "host's: with --device cuda, when kernels were issued, not when they ran. "
                  "Written atomically at the end; rank 0 alone unless the path holds %r");
+  std::string trace_steps;
+  app.add_option("--trace-steps", trace_steps,
+                 "The steps --trace records, e.g. 5,10-12 (1-based, as printed; default: the "
+                 "last), in one file on one clock; each must be a step this run trains")
+      ->needs("--trace");
   app.add_option("--rendezvous", options.rendezvous,
                  "Where the ranks of a multi-rank plan meet: tcp://HOST:PORT (rank 0 listens "
                  "there) or file:///shared/dir. Default: PIPER_RENDEZVOUS, else "
@@ -148,6 +154,12 @@ int main(int argc, char** argv) {
   if (!checkpoint_dir.empty()) {
     checkpoints.directory = checkpoint_dir;
     options.checkpoints = checkpoints;
+  }
+  try {
+    if (!trace_steps.empty()) options.trace_steps = piper::engine::parse_step_list(trace_steps);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "piper-run: error: %s\n", error.what());
+    return 1;
   }
   options.on_nonfinite = on_nonfinite == "skip" ? piper::engine::OnNonFinite::kSkip
                                                 : piper::engine::OnNonFinite::kStop;

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -136,6 +137,33 @@ nlohmann::json metrics_line(const Session& session, int64_t step, double loss, d
   return line;
 }
 
+// The steps --trace records: --trace-steps, else the last; each must be one this run trains.
+std::vector<int64_t> steps_to_trace(const RunOptions& options, int64_t first_step) {
+  if (options.trace_steps.empty()) {
+    if (options.steps == first_step) return {};
+    return {options.steps};
+  }
+  for (int64_t step : options.trace_steps) {
+    if (step <= first_step || step > options.steps) {
+      throw Error("--trace-steps " + std::to_string(step) + ": this run trains steps " +
+                  std::to_string(first_step + 1) + " to " + std::to_string(options.steps) +
+                  (first_step > 0 ? " (resumed after step " + std::to_string(first_step) + ")"
+                                  : std::string()) +
+                  "; pick steps among them");
+    }
+  }
+  return options.trace_steps;
+}
+
+// "5", "5, 10, 11, 12".
+std::string step_numbers(const std::vector<TracedStep>& steps) {
+  std::string text;
+  for (const TracedStep& traced : steps) {
+    text += (text.empty() ? "" : ", ") + std::to_string(traced.step);
+  }
+  return text;
+}
+
 void train(Session& session, BatchSource& source, const RunOptions& options,
            const std::string& plan_path, std::ostream& out, std::ostream& progress_out) {
   const int rank = static_cast<int>(session.plan().header().rank());
@@ -164,17 +192,22 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
   const int64_t first_step = checkpoints.resume(out);
   std::optional<MetricsFile> metrics;
   if (metrics_path) metrics.emplace(*metrics_path, first_step > 0);
+  const std::vector<int64_t> trace_steps = steps_to_trace(options, first_step);
+  std::vector<TracedStep> traced;
   int64_t skipped_steps = 0;
   ProgressLog progress(rank == 0 ? options.log_every : 0, options.steps, global_batch,
                        tokens_per_sample(session.plan()));
   for (int64_t step = first_step; step < options.steps; ++step) {
-    // Only the last step is traced: the others read no clock.
-    if (trace_path) session.set_tracing(step + 1 == options.steps);
+    // Only the traced steps read the clock.
+    const bool tracing =
+        trace_path && std::binary_search(trace_steps.begin(), trace_steps.end(), step + 1);
+    if (trace_path) session.set_tracing(tracing);
     const Batch batch = source.batch(step);
     const auto start = std::chrono::steady_clock::now();
     const double loss = session.step(batch);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (tracing) traced.push_back({step + 1, session.last_trace()});
     const double samples_per_s = seconds > 0 ? static_cast<double>(global_batch) / seconds : 0.0;
     const std::optional<double> norm = session.grad_norm();
     // The step just run (0-based) is the one the update kernels scheduled.
@@ -241,17 +274,17 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
     }
   }
   if (trace_path) {
-    if (options.steps == first_step) {
+    if (traced.empty()) {
       out << "no step ran: no trace written to " << *trace_path << "\n";
     } else {
-      const nlohmann::json trace = chrome_trace(session.plan(), session.last_trace(), options.steps,
-                                                session.backend().name());
+      const nlohmann::json trace = chrome_trace(session.plan(), traced, session.backend().name());
       try {
         formats::write_file_atomically(*trace_path, trace.dump() + "\n");
       } catch (const std::exception& error) {
         throw Error(std::string("--trace: ") + error.what());
       }
-      out << "wrote the trace of step " << options.steps << " to " << *trace_path << "\n";
+      out << "wrote the trace of step" << (traced.size() > 1 ? "s " : " ") << step_numbers(traced)
+          << " to " << *trace_path << "\n";
     }
   }
   if (metrics_path) out << "wrote metrics to " << *metrics_path << "\n";

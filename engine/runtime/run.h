@@ -6,6 +6,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/runtime/checkpoint_schedule.h"
 
@@ -24,9 +25,11 @@ struct RunOptions {
   // JSON lines, one per step. Both are written by rank 0 alone unless the path holds %r.
   std::optional<std::string> metrics_path;
   std::optional<std::string> save_onnx_path;
-  // Chrome/Perfetto trace of the last step (engine/runtime/trace.h), written atomically when
-  // the run ends; rank 0 alone unless the path holds %r, as the metrics.
+  // Chrome/Perfetto trace of the steps in trace_steps (1-based; empty: the last step),
+  // engine/runtime/trace.h, written atomically when the run ends; rank 0 alone unless the path
+  // holds %r, as the metrics.
   std::optional<std::string> trace_path;
+  std::vector<int64_t> trace_steps;
   // Rank 0's progress line every this many steps (engine/runtime/progress.h); 0: none.
   int64_t log_every = 10;
   // The device's peak FLOP/s, for the metrics' "mfu"; without it the key is left out.
