@@ -409,9 +409,13 @@ void name_microbatches(const Context& ctx, Strategy& s) {
 Strategy parse_strategy(const std::string& text, const std::string& source_name) {
   Context ctx(source_name);
   const json root = parse_json_text(text, source_name);
-  Object top(ctx, root, "$",
-             {"batch", "optimizer", "precision", "frozen", "annotations", "mesh", "directives"},
-             {"batch"});
+  // "$schema" lets editors validate the file against schemas/strategy.schema.json; planning
+  // reads nothing from it.
+  Object top(
+      ctx, root, "$",
+      {"$schema", "batch", "optimizer", "precision", "frozen", "annotations", "mesh", "directives"},
+      {"batch"});
+  top.string("$schema", "");
   Strategy s;
   s.source = source_name;
   Object batch(ctx, *top.find("batch"), top.at("batch"), {"global"}, {"global"});

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages Piper needs to build and test, then the Python
-# venv the HuggingFace tests run in (third_party/hf-venv: /usr/bin/python3 with
-# its system packages, torch among them, plus transformers, safetensors and
-# onnxruntime from PyPI). Idempotent: when everything is already installed it
-# touches nothing (and needs no root).
+# venv the HuggingFace, checkpoint, export and metrics tests run in (third_party/hf-venv:
+# /usr/bin/python3 with its system packages, torch among them, plus transformers,
+# safetensors, onnxruntime and tensorboard from PyPI). Idempotent: when everything is
+# already installed it touches nothing (and needs no root).
 #
 #   tools/install-deps.sh            # as root
 #
@@ -27,9 +27,11 @@ packages=(
 # transformers 4.40 is the last release that runs on Debian's torch 1.13; safetensors reads
 # Piper's checkpoint shards in tests/integration/test_checkpoint.py and test_export.py;
 # onnxruntime (1.20.1: wheels for Python 3.11, works with Debian's numpy 1.24) runs
-# piper-export --inference's graph there.
+# piper-export --inference's graph there; tensorboard writes and reads event files for
+# tools/metrics-to-tensorboard.py (2.19 takes Debian's protobuf 4.21 as it is).
 hf_venv="$root/third_party/hf-venv"
-hf_requirements=("transformers==4.40.2" "safetensors==0.8.0" "onnxruntime==1.20.1")
+hf_requirements=("transformers==4.40.2" "safetensors==0.8.0" "onnxruntime==1.20.1"
+                 "tensorboard==2.19.0")
 
 install_hf_venv() {
   local check="import importlib.metadata as m, sys

@@ -24,10 +24,15 @@ int main(int argc, char** argv) {
                  "they are stopped")
       ->default_val(5)
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--trace", options.trace_path,
+                 "Trace the ranks (piper-run --trace, with --trace-steps): FILE holding %r gives "
+                 "every rank its own file; otherwise piper-launch merges every rank's trace into "
+                 "FILE, one Perfetto file on one clock (the system clock at each rank's first "
+                 "traced step), a process per rank, with a flow arrow from each send to its recv");
   app.allow_extras();
   app.footer(
       "Forwarded to every piper-run (piper-run --help describes them): --steps N, --data DIR, "
-      "--seed S, --metrics FILE, --save-onnx FILE, --trace FILE, --timeout S, --device "
+      "--seed S, --metrics FILE, --save-onnx FILE, --trace-steps LIST, --timeout S, --device "
       "cpu|cuda, --comm gloo|nccl, --check-finite, --on-nonfinite stop|skip; %r in a path stands "
       "for the rank.");
   if (const auto exit_code = piper::tools::parse_command_line(app, argc, argv, "piper-launch")) {

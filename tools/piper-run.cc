@@ -5,6 +5,7 @@
 
 #include "engine/cpu/blas.h"
 #include "engine/runtime/run.h"
+#include "engine/runtime/trace.h"
 #include "formats/error.h"
 #include "tools/command_line.h"
 
@@ -68,9 +69,23 @@ int main(int argc, char** argv) {
   tokens_option->needs("--token-inputs");
   app.add_option("--metrics", options.metrics_path,
                  "Write per-step metrics as JSON lines (step, loss, seconds, samples_per_s, "
-                 "peak_bytes, peak_rss_bytes) to this file, a line appended and flushed as each "
-                 "step ends (a failed run keeps the steps it finished). "
-                 "Of several ranks only rank 0 writes it, unless the path holds %r");
+                 "peak_bytes, peak_rss_bytes; lr and grad_norm when the plan trains; "
+                 "tokens_per_s when it has token inputs; mfu with --peak-flops) to this file, a "
+                 "line appended and flushed as each step ends (a failed run keeps the steps it "
+                 "finished). Of several ranks only rank 0 writes it, unless the path holds %r");
+  app.add_option("--log-every", options.log_every,
+                 "Rank 0 prints a progress line to stderr every N steps and after the last "
+                 "(\"step 40/1000  loss 2.3456  12.3k tok/s  ETA 3m12s\"); 0: none. Rank 0 "
+                 "prints each step's line to stdout too; the other ranks print neither")
+      ->default_val(10)
+      ->check(CLI::NonNegativeNumber);
+  app.add_option(
+         "--peak-flops", options.peak_flops,
+         "The device's peak FLOP/s in the plan's precision (e.g. 989e12, an H100's dense "
+         "bfloat16): the metrics' mfu is the plan's FLOPs of this rank per step (the "
+         "cost model's: planned_step.flops in piper-dump --json) over the step's time and this "
+         "peak")
+      ->check(CLI::PositiveNumber);
   app.add_option("--save-onnx", options.save_onnx_path,
                  "After training, write the model (the plan's header.model_path) with the trained "
                  "weights to this ONNX file (atomically); rank 0 alone unless the path holds %r");
@@ -81,6 +96,11 @@ int main(int argc, char** argv) {
                  "the step's start; compare with piper-dump --schedule PLANDIR. Times are the "
                  "host's: with --device cuda, when kernels were issued, not when they ran. "
                  "Written atomically at the end; rank 0 alone unless the path holds %r");
+  std::string trace_steps;
+  app.add_option("--trace-steps", trace_steps,
+                 "The steps --trace records, e.g. 5,10-12 (1-based, as printed; default: the "
+                 "last), in one file on one clock; each must be a step this run trains")
+      ->needs("--trace");
   app.add_option("--rendezvous", options.rendezvous,
                  "Where the ranks of a multi-rank plan meet: tcp://HOST:PORT (rank 0 listens "
                  "there) or file:///shared/dir. Default: PIPER_RENDEZVOUS, else "
@@ -162,6 +182,7 @@ int main(int argc, char** argv) {
           piper::engine::TokenOptions{token_file, piper::engine::parse_token_dtype(token_dtype),
                                       piper::engine::parse_token_inputs(token_inputs)};
     }
+    if (!trace_steps.empty()) options.trace_steps = piper::engine::parse_step_list(trace_steps);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "piper-run: error: %s\n", error.what());
     return 1;

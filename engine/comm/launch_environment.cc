@@ -27,6 +27,21 @@ std::optional<int> first_number(const std::vector<const char*>& names,
   return std::nullopt;
 }
 
+// Under torchrun, whose own c10d store holds MASTER_PORT, Piper's store takes the port after.
+int torchrun_store_port(const std::string& master_port) {
+  const bool digits = !master_port.empty() && master_port.size() <= 5 &&
+                      std::all_of(master_port.begin(), master_port.end(),
+                                  [](unsigned char c) { return std::isdigit(c) != 0; });
+  const int port = digits ? std::stoi(master_port) : -1;
+  if (port < 1 || port > 65534) {
+    throw Error("MASTER_PORT='" + master_port +
+                "' under torchrun (TORCHELASTIC_RUN_ID is set): Piper's store listens on "
+                "MASTER_PORT + 1, beside torchrun's own store, so MASTER_PORT must be a port "
+                "from 1 to 65534");
+  }
+  return port + 1;
+}
+
 }  // namespace
 
 LaunchEnvironment read_launch_environment(const std::string& rendezvous_flag,
@@ -48,12 +63,17 @@ LaunchEnvironment read_launch_environment(const std::string& rendezvous_flag,
     launch.rendezvous = url;
     launch.rendezvous_from = "PIPER_RENDEZVOUS";
   } else {
-    const std::string address = variable("MASTER_ADDR"), port = variable("MASTER_PORT");
+    const std::string address = variable("MASTER_ADDR");
+    std::string port = variable("MASTER_PORT");
     if (!address.empty() && !port.empty()) {
+      launch.rendezvous_from = "MASTER_ADDR/MASTER_PORT";
+      if (!variable("TORCHELASTIC_RUN_ID").empty()) {
+        port = std::to_string(torchrun_store_port(port));
+        launch.rendezvous_from = kTorchrunRendezvous;
+      }
       launch.rendezvous = "tcp://" +
                           (address.find(':') != std::string::npos ? "[" + address + "]" : address) +
                           ":" + port;
-      launch.rendezvous_from = "MASTER_ADDR/MASTER_PORT";
     } else if (!address.empty() || !port.empty()) {
       throw Error(std::string(address.empty() ? "MASTER_PORT" : "MASTER_ADDR") + " is set but " +
                   (address.empty() ? "MASTER_ADDR" : "MASTER_PORT") +

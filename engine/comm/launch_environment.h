@@ -3,6 +3,8 @@
 //   rank        RANK (torchrun), OMPI_COMM_WORLD_RANK (mpirun), SLURM_PROCID (srun)
 //   world size  WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS
 //   rendezvous  --rendezvous URL, then PIPER_RENDEZVOUS, then tcp://MASTER_ADDR:MASTER_PORT
+//               (MASTER_PORT + 1 under torchrun, TORCHELASTIC_RUN_ID set: torchrun's own
+//               store holds MASTER_PORT)
 // (the first that is set wins), and the job's secret for the tcp:// store,
 // PIPER_RENDEZVOUS_TOKEN (piper-launch makes one when it is unset).
 #pragma once
@@ -20,9 +22,14 @@ struct LaunchEnvironment {
   std::optional<int> world_size;
   std::string world_size_from;
   std::optional<std::string> rendezvous;
-  std::string rendezvous_from;  // "--rendezvous", "PIPER_RENDEZVOUS", "MASTER_ADDR/MASTER_PORT"
-  std::string token;            // PIPER_RENDEZVOUS_TOKEN; empty when unset
+  // "--rendezvous", "PIPER_RENDEZVOUS", "MASTER_ADDR/MASTER_PORT" or kTorchrunRendezvous
+  std::string rendezvous_from;
+  std::string token;  // PIPER_RENDEZVOUS_TOKEN; empty when unset
 };
+
+// LaunchEnvironment::rendezvous_from of the store beside torchrun's.
+inline constexpr char kTorchrunRendezvous[] =
+    "MASTER_ADDR/MASTER_PORT + 1 (torchrun: TORCHELASTIC_RUN_ID is set)";
 
 // The variable that holds the job's secret.
 inline constexpr char kRendezvousTokenVariable[] = "PIPER_RENDEZVOUS_TOKEN";

@@ -14,12 +14,14 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "engine/comm/launch_environment.h"
 #include "engine/comm/rendezvous.h"
 #include "engine/comm/secret.h"
 #include "engine/comm/socket.h"
+#include "engine/launch/trace_merge.h"
 #include "formats/error.h"
 #include "formats/plan_directory.h"
 
@@ -223,6 +225,16 @@ int launch(const LaunchOptions& options) {
                 (options.piper_run.empty() ? " (it is looked for next to piper-launch)" : ""));
   }
   const int world_size = static_cast<int>(plans.size());
+  std::vector<std::string> run_args = options.run_args;
+  std::unique_ptr<RankTraces> traces;
+  if (!options.trace_path.empty()) {
+    std::string pattern = options.trace_path;
+    if (!has_rank_pattern(pattern)) {
+      traces = std::make_unique<RankTraces>(options.trace_path);
+      pattern = traces->pattern();
+    }
+    run_args.insert(run_args.end(), {"--trace", pattern});
+  }
   std::vector<std::string> common_args;
   if (world_size > 1 && !has_flag(options.run_args, "--rendezvous")) {
     common_args = {"--rendezvous", free_localhost_port_url()};
@@ -256,7 +268,7 @@ int launch(const LaunchOptions& options) {
     }
     std::vector<std::string> args = {"--plan", plans[static_cast<size_t>(rank)]};
     args.insert(args.end(), common_args.begin(), common_args.end());
-    args.insert(args.end(), options.run_args.begin(), options.run_args.end());
+    args.insert(args.end(), run_args.begin(), run_args.end());
     std::vector<std::string> child_environment = environment;
     child_environment.push_back("RANK=" + std::to_string(rank));
     Child& child = children[static_cast<size_t>(rank)];
@@ -366,6 +378,7 @@ int launch(const LaunchOptions& options) {
         (others.empty() ? "" : "; then " + others));
     return 1;
   }
+  if (traces) say(traces->merge(world_size));
   return 0;
 }
 

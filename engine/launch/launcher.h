@@ -16,6 +16,10 @@ struct LaunchOptions {
   // After a rank fails (or Ctrl-C), how long the others get to exit on their own (and say what
   // they saw) before they are sent SIGTERM (and SIGCONT), then SIGKILL 2 s later.
   double grace_s = 5;
+  // --trace: with %r, every rank's own file (passed on as it is); without, one file merging
+  // every rank's trace on one clock (engine/launch/trace_merge.h), written atomically once every
+  // rank has succeeded. Empty: none.
+  std::string trace_path;
 };
 
 // DIR/rank<N>.plan for N = 0 .. count-1, in rank order. Throws piper::Error when the

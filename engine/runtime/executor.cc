@@ -12,6 +12,30 @@
 namespace piper::engine {
 namespace {
 
+// The system clock's reading, in microseconds since the epoch, at steady-clock time `when`: the
+// clocks' offset is taken once per process from the closest of a few paired readings, so that a
+// thread preempted between two readings does not shift the traces of this rank against others'.
+double unix_microseconds(std::chrono::steady_clock::time_point when) {
+  using std::chrono::duration;
+  static const double offset_us = [] {
+    double best_gap = 0, offset = 0;
+    for (int sample = 0; sample < 16; ++sample) {
+      const auto before = std::chrono::steady_clock::now();
+      const auto system = std::chrono::system_clock::now();
+      const auto after = std::chrono::steady_clock::now();
+      const double gap = duration<double, std::micro>(after - before).count();
+      if (sample == 0 || gap < best_gap) {
+        best_gap = gap;
+        const double steady_us =
+            duration<double, std::micro>(before.time_since_epoch()).count() + gap / 2;
+        offset = duration<double, std::micro>(system.time_since_epoch()).count() - steady_us;
+      }
+    }
+    return offset;
+  }();
+  return std::chrono::duration<double, std::micro>(when.time_since_epoch()).count() + offset_us;
+}
+
 // Events of one step across stream threads; a failure wakes every waiter.
 class StepEvents {
  public:
@@ -212,6 +236,7 @@ void Executor::run_step(const StepContext& context) {
   if (tracing_) {
     trace_.streams.assign(streams_.size(), {});
     const auto step_start = std::chrono::steady_clock::now();
+    trace_.start_unix_us = unix_microseconds(step_start);
     for (size_t s = 0; s < streams_.size(); ++s) {
       trace_.streams[s].resize(streams_[s].instructions.size());
       clocks[s] = {step_start, &trace_.streams[s]};

@@ -39,6 +39,9 @@ struct InstructionTime {
 struct StepTrace {
   // Per stream, per instruction, in the order of the streams given to the Executor.
   std::vector<std::vector<InstructionTime>> streams;
+  // The system clock when the step started, in microseconds since the epoch: what lines up
+  // steps of one rank, and the ranks of a job (piper-launch --trace).
+  double start_unix_us = 0;
 };
 
 class Executor {

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -18,6 +19,7 @@
 #include "engine/comm/launch_environment.h"
 #include "engine/comm/rendezvous.h"
 #include "engine/runtime/data.h"
+#include "engine/runtime/progress.h"
 #include "engine/runtime/session.h"
 #include "engine/runtime/trace.h"
 #include "formats/atomic_file.h"
@@ -116,8 +118,54 @@ void check_checkpoint_options(const CheckpointOptions& checkpoints) {
   }
 }
 
+// A step's metrics line: tokens_per_s only for a plan with token inputs, mfu only with a peak,
+// lr and grad_norm only for a plan that trains (has a norm): a key never stands for unknown.
+nlohmann::json metrics_line(const Session& session, int64_t step, double loss, double seconds,
+                            double samples_per_s, std::optional<double> peak_flops) {
+  nlohmann::json line = {{"step", step},
+                         {"loss", loss},
+                         {"seconds", seconds},
+                         {"samples_per_s", samples_per_s},
+                         {"peak_bytes", session.peak_bytes()},
+                         {"peak_rss_bytes", peak_resident_bytes()}};
+  if (const std::optional<int64_t> tokens = tokens_per_sample(session.plan())) {
+    line["tokens_per_s"] = samples_per_s * static_cast<double>(*tokens);
+  }
+  if (const auto mfu = model_flops_utilization(session.plan(), seconds, peak_flops)) {
+    line["mfu"] = *mfu;
+  }
+  return line;
+}
+
+// The steps --trace records: --trace-steps, else the last; each must be one this run trains.
+std::vector<int64_t> steps_to_trace(const RunOptions& options, int64_t first_step) {
+  if (options.trace_steps.empty()) {
+    if (options.steps == first_step) return {};
+    return {options.steps};
+  }
+  for (int64_t step : options.trace_steps) {
+    if (step <= first_step || step > options.steps) {
+      throw Error("--trace-steps " + std::to_string(step) + ": this run trains steps " +
+                  std::to_string(first_step + 1) + " to " + std::to_string(options.steps) +
+                  (first_step > 0 ? " (resumed after step " + std::to_string(first_step) + ")"
+                                  : std::string()) +
+                  "; pick steps among them");
+    }
+  }
+  return options.trace_steps;
+}
+
+// "5", "5, 10, 11, 12".
+std::string step_numbers(const std::vector<TracedStep>& steps) {
+  std::string text;
+  for (const TracedStep& traced : steps) {
+    text += (text.empty() ? "" : ", ") + std::to_string(traced.step);
+  }
+  return text;
+}
+
 void train(Session& session, BatchSource& source, const RunOptions& options,
-           const std::string& plan_path, std::ostream& out) {
+           const std::string& plan_path, std::ostream& out, std::ostream& progress_out) {
   const int rank = static_cast<int>(session.plan().header().rank());
   const int64_t global_batch = session.plan().global_batch();
   const plan::MemorySummary& memory = session.planned_memory();
@@ -144,15 +192,22 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
   const int64_t first_step = checkpoints.resume(out);
   std::optional<MetricsFile> metrics;
   if (metrics_path) metrics.emplace(*metrics_path, first_step > 0);
+  const std::vector<int64_t> trace_steps = steps_to_trace(options, first_step);
+  std::vector<TracedStep> traced;
   int64_t skipped_steps = 0;
+  ProgressLog progress(rank == 0 ? options.log_every : 0, options.steps, global_batch,
+                       tokens_per_sample(session.plan()));
   for (int64_t step = first_step; step < options.steps; ++step) {
-    // Only the last step is traced: the others read no clock.
-    if (trace_path) session.set_tracing(step + 1 == options.steps);
+    // Only the traced steps read the clock.
+    const bool tracing =
+        trace_path && std::binary_search(trace_steps.begin(), trace_steps.end(), step + 1);
+    if (trace_path) session.set_tracing(tracing);
     const Batch batch = source.batch(step);
     const auto start = std::chrono::steady_clock::now();
     const double loss = session.step(batch);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (tracing) traced.push_back({step + 1, session.last_trace()});
     const double samples_per_s = seconds > 0 ? static_cast<double>(global_batch) / seconds : 0.0;
     const std::optional<double> norm = session.grad_norm();
     // The step just run (0-based) is the one the update kernels scheduled.
@@ -162,14 +217,14 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
     // the step out already).
     const bool skipped = !norm_finite && options.on_nonfinite == OnNonFinite::kSkip;
     skipped_steps += skipped;
-    out << step_line(step + 1, loss, lr, norm, seconds, samples_per_s, skipped) << std::endl;
+    // Every rank holds the global loss and norm: rank 0 speaks for them.
+    if (rank == 0) {
+      out << step_line(step + 1, loss, lr, norm, seconds, samples_per_s, skipped) << std::endl;
+    }
+    progress.after_step(step + 1, loss, seconds, progress_out);
     if (metrics) {
-      nlohmann::json line = {{"step", step + 1},
-                             {"loss", loss},
-                             {"seconds", seconds},
-                             {"samples_per_s", samples_per_s},
-                             {"peak_bytes", session.peak_bytes()},
-                             {"peak_rss_bytes", peak_resident_bytes()}};
+      nlohmann::json line =
+          metrics_line(session, step + 1, loss, seconds, samples_per_s, options.peak_flops);
       if (norm) {
         line["lr"] = lr;
         line["grad_norm"] = *norm;
@@ -219,17 +274,17 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
     }
   }
   if (trace_path) {
-    if (options.steps == first_step) {
+    if (traced.empty()) {
       out << "no step ran: no trace written to " << *trace_path << "\n";
     } else {
-      const nlohmann::json trace = chrome_trace(session.plan(), session.last_trace(), options.steps,
-                                                session.backend().name());
+      const nlohmann::json trace = chrome_trace(session.plan(), traced, session.backend().name());
       try {
         formats::write_file_atomically(*trace_path, trace.dump() + "\n");
       } catch (const std::exception& error) {
         throw Error(std::string("--trace: ") + error.what());
       }
-      out << "wrote the trace of step " << options.steps << " to " << *trace_path << "\n";
+      out << "wrote the trace of step" << (traced.size() > 1 ? "s " : " ") << step_numbers(traced)
+          << " to " << *trace_path << "\n";
     }
   }
   if (metrics_path) out << "wrote metrics to " << *metrics_path << "\n";
@@ -237,9 +292,17 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
 
 }  // namespace
 
-void run_training(const RunOptions& options, std::ostream& out) {
+void run_training(const RunOptions& options, std::ostream& out, std::ostream& progress) {
   if (options.steps < 0) {
     throw Error("--steps must be at least 0, got " + std::to_string(options.steps));
+  }
+  if (options.log_every < 0) {
+    throw Error("--log-every must be 0 (no progress lines) or more, got " +
+                std::to_string(options.log_every));
+  }
+  if (options.peak_flops && !(*options.peak_flops > 0 && std::isfinite(*options.peak_flops))) {
+    throw Error("--peak-flops must be the device's peak FLOP/s, more than 0 (e.g. 989e12), got " +
+                std::to_string(*options.peak_flops));
   }
   if (!(options.timeout_s > 0)) {
     throw Error("--timeout must be more than 0 seconds, got " + std::to_string(options.timeout_s));
@@ -323,7 +386,7 @@ void run_training(const RunOptions& options, std::ostream& out) {
       session_options.communicators = &rendezvous->communicators();
     }
     session = std::make_unique<Session>(std::move(plan), std::move(backend), session_options);
-    train(*session, *source, options, plan_path, out);
+    train(*session, *source, options, plan_path, out, progress);
   } catch (const NonFiniteError& error) {
     if (rendezvous && !error.every_rank()) rendezvous->report_failure(error.what());
     throw;

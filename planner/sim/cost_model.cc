@@ -241,6 +241,16 @@ double op_flops(const ir::OpGraph& graph, const ir::Op& op) {
   return flops_per_element(op.type) * largest;
 }
 
+double task_flops(const ir::TaskGraph& graph, const ir::Task& task) {
+  const ir::OpGraph& ops = graph.op_graph();
+  double total = 0;
+  for (ir::OpId op_id : task.ops) {
+    const ir::Op& op = ops.op(op_id);
+    if (!reshard_kind(op.type)) total += op_flops(ops, op);
+  }
+  return total;
+}
+
 double op_bytes(const ir::OpGraph& graph, const ir::Op& op) {
   double total = 0;
   for (ir::TensorId tensor : op.inputs) total += bytes(graph, tensor);

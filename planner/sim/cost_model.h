@@ -35,6 +35,10 @@ using DeviceRates = formats::Cluster;
 // and optimizer ops, none for ops that only move or reshape data.
 double op_flops(const ir::OpGraph& graph, const ir::Op& op);
 
+// Floating-point operations of a compute task's kernels (op_flops over its ops, its reshards
+// left out): what one device computes for one instance of the task.
+double task_flops(const ir::TaskGraph& graph, const ir::Task& task);
+
 // Bytes an op reads (its inputs) plus writes (its outputs).
 double op_bytes(const ir::OpGraph& graph, const ir::Op& op);
 

@@ -91,7 +91,13 @@ void add_planned_timeline(const ir::TaskGraph& graph, const DeviceRates& rates,
       out.set_start_s(entry.span.start);
       out.set_end_s(entry.span.end);
     }
+    double flops = 0;
+    for (const TaskSpan& span : device.tasks) {
+      const ir::Task& task = graph.task(span.task);
+      if (task.kind == ir::TaskKind::kCompute) flops += task_flops(graph, task);
+    }
     plan::PlannedStep& step = *plan.mutable_planned_step();
+    step.set_flops(flops);
     step.set_step_s(simulation.step);
     step.set_busy_s(device.busy);
     step.set_bubble_fraction(device.bubble_fraction);

@@ -7,7 +7,8 @@ stopped (SIGSTOP) makes the others exit non-zero within the timeout + 2 s naming
 (and piper-launch names the stopped rank), plans of two planning runs refuse to
 start, and the rendezvous store admits only holders of the job's token: strangers
 read no key, take no rank, and 60 of them neither grow rank 0's memory nor stop the
-job."""
+job. Under torchrun (TORCHELASTIC_RUN_ID) the store listens on MASTER_PORT + 1 beside
+torchrun's c10d TCPStore on MASTER_PORT. Only rank 0 prints each step's line."""
 import os
 import re
 import shutil
@@ -278,7 +279,7 @@ class MultiRank(LaunchTest):
         metrics = os.path.join(work, "m%r.jsonl")
         job = self.launch("--steps", 100000000, "--timeout", 30, "--metrics", metrics)
         try:
-            job.wait_for(r"\[rank 1\] step 2 ")
+            job.wait_for(r"\[rank 0\] step 2 ")
             os.kill(self.rank_pid(job, 1), signal.SIGKILL)
             start = time.monotonic()
             self.assertEqual(job.finish(timeout=60), 1, job.output())
@@ -322,7 +323,7 @@ class MultiRank(LaunchTest):
     def test_launch_names_the_stopped_rank_not_the_first_to_exit(self):
         job = self.launch("--steps", 100000000, "--timeout", 5, "--grace", 1)
         try:
-            job.wait_for(r"\[rank 1\] step 2 ")
+            job.wait_for(r"\[rank 0\] step 2 ")
             os.kill(self.rank_pid(job, 1), signal.SIGSTOP)
             start = time.monotonic()
             self.assertEqual(job.finish(timeout=40), 1, job.output())
@@ -341,7 +342,7 @@ class MultiRank(LaunchTest):
         port = free_port()
         job = self.launch_on(port, "--steps", 100000000, "--timeout", 30)
         try:
-            job.wait_for(r"\[rank 1\] step 1 ")
+            job.wait_for(r"\[rank 0\] step 1 ")
             # What today's store answered a stranger: rank 0's entry, a lock-out of rank 1.
             replies = talk_without_the_token(port, b"".join([
                 store_request(2, b"piper/rank/0"),
@@ -356,8 +357,8 @@ class MultiRank(LaunchTest):
                 self.assertEqual(len(challenge), 4 + 34, challenge)
                 s.sendall(struct.pack("<I", 36) + bytes(32) + struct.pack("<i", 1))
                 self.assertIn(b"the rendezvous token does not match", s.recv(4096))
-            steps = len(re.findall(r"\[rank 1\] step \d+ ", job.output()))
-            job.wait_for(rf"\[rank 1\] step {steps + 3} ")
+            steps = len(re.findall(r"\[rank 0\] step \d+ ", job.output()))
+            job.wait_for(rf"\[rank 0\] step {steps + 3} ")
             self.assertIsNone(job.process.poll(), job.output())
             self.assertNotIn("error", job.output())
         finally:
@@ -368,7 +369,7 @@ class MultiRank(LaunchTest):
         job = self.launch_on(port, "--steps", 100000000, "--timeout", 30)
         hostile = []
         try:
-            job.wait_for(r"\[rank 1\] step 2 ")
+            job.wait_for(r"\[rank 0\] step 2 ")
             rank0 = self.rank_pid(job, 0)
             before = resident_bytes(rank0)
             for i in range(60):
@@ -429,6 +430,60 @@ class MultiRank(LaunchTest):
                              r"rank 0")
         finally:
             first.kill()
+
+    def test_under_torchrun_the_store_listens_beside_torchruns_on_master_port_plus_1(self):
+        """torchrun's agent holds MASTER_PORT with its c10d TCPStore; with TORCHELASTIC_RUN_ID
+        set, rank 0's store takes MASTER_PORT + 1 and the job trains. Without the variable
+        rank 0 cannot listen on the port torchrun's store holds."""
+        import datetime
+        import torch.distributed as dist
+
+        while True:  # a free port whose next is free too
+            port = free_port()
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port + 1))
+                    break
+                except OSError:
+                    continue
+        torchrun = dist.TCPStore("127.0.0.1", port, 1, True, datetime.timedelta(seconds=30),
+                                 wait_for_workers=False)
+        torchrun.set("torchrun/key", "held")
+        work = os.path.join(self.tmp, "torchrun")
+        os.makedirs(work, exist_ok=True)
+        base = {k: v for k, v in os.environ.items()
+                if k not in ("PIPER_RENDEZVOUS", "SLURM_PROCID", "SLURM_NTASKS")}
+        base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2",
+                    PIPER_RENDEZVOUS_TOKEN="torchrun-test")
+
+        def ranks(env, *flags):
+            return [Job([Tools.run, "--plan", os.path.join(self.dp2, f"rank{r}.plan"),
+                         "--data", self.data, *flags], env=dict(env, RANK=str(r)))
+                    for r in range(2)]
+
+        jobs = ranks(dict(base, TORCHELASTIC_RUN_ID="piper-test"), "--steps", 3, "--metrics",
+                     os.path.join(work, "m%r.jsonl"))
+        try:
+            for rank, job in enumerate(jobs):
+                self.assertEqual(job.finish(timeout=120), 0, f"rank {rank}:\n{job.output()}")
+            self.assertEqual(len(re.findall(r"^step \d+ loss ", jobs[0].output(), re.M)), 3)
+        finally:
+            for job in jobs:
+                job.kill()
+        losses = [[r["loss"] for r in harness.read_metrics(os.path.join(work, f"m{rank}.jsonl"))]
+                  for rank in range(2)]
+        self.assertEqual(len(losses[0]), 3)
+        self.assertEqual(losses[0], losses[1])
+        self.assertEqual(torchrun.get("torchrun/key"), b"held", "torchrun's store is untouched")
+
+        jobs = ranks(base, "--steps", 1, "--timeout", 5)
+        try:
+            self.assertEqual(jobs[0].finish(timeout=60), 1, jobs[0].output())
+            self.assertIn(str(port), jobs[0].output())
+        finally:
+            for job in jobs:
+                job.kill()
+        del torchrun
 
     def test_plans_of_two_planning_runs_refuse_to_start(self):
         other = self.plan("dp2_again", [{"op": "zero", "stage": 0, "devices": [0, 1]}])

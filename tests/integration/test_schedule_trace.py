@@ -3,7 +3,10 @@ step time, bubble and peak activations; piper-dump --schedule draws the planned
 step of a plan directory as text and as SVG (one row per rank and stream) and
 refuses directories without plans or with plans of two planning runs;
 piper-run --trace (through piper-launch, 4 ranks of ZeRO-2) writes a
-Chrome/Perfetto trace per rank with the same rows and tasks."""
+Chrome/Perfetto trace per rank with the same rows and tasks; --trace-steps picks
+the steps, and piper-launch --trace FILE merges the ranks of a 2-stage pipeline
+x 2 replicas of samples/gpt into one file on one clock with a flow arrow per
+planned transfer of each traced step."""
 import json
 import os
 import re
@@ -217,6 +220,68 @@ class ScheduleTest(unittest.TestCase):
             self.assertEqual(trace["otherData"]["step"], 2)
             kernels = [e for e in events if e["ph"] == "X" and e["cat"] == "kernel"]
             self.assertTrue(kernels)
+
+    def test_launch_merges_the_ranks_traces_with_a_flow_per_transfer(self):
+        plans = os.path.join(self.tmp, "gpt_pipeline")
+        harness.run_ok([Tools.plan, Tools.sample("gpt", "model.onnx"),
+                        Tools.sample("strategies", "gpt_pipeline.json"), "-o", plans])
+        ranks = [plan_json(plans, rank) for rank in range(4)]
+        merged_path = os.path.join(self.tmp, "merged.json")
+        launched = harness.run_ok([launch_path(), "--plans", plans, "--steps", "5",
+                                   "--trace", merged_path, "--trace-steps", "2,4-5"],
+                                  timeout=240)
+        self.assertIn("piper-launch: merged the traces of 4 ranks into " + merged_path,
+                      launched.stderr)
+        self.assertEqual([f for f in os.listdir(self.tmp) if f.startswith(".merged")], [],
+                         "the ranks' own files are gone")
+        with open(merged_path) as f:
+            merged = json.load(f)
+        events = merged["traceEvents"]
+        self.assertEqual(merged["otherData"]["steps"], [2, 4, 5])
+        self.assertEqual({e["pid"] for e in events}, {0, 1, 2, 3})
+        for rank, plan in enumerate(ranks):
+            threads = {e["args"]["name"] for e in events
+                       if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == rank}
+            self.assertEqual(threads, {s["name"] for s in plan["streams"]}, f"rank {rank}")
+        tasks = [e for e in events if e["ph"] == "X" and e["cat"] in ("compute", "comm")]
+        self.assertEqual({e["args"]["step"] for e in tasks}, {2, 4, 5})
+        # Each rank's steps follow each other on the clock (across ranks a step's updates
+        # may overlap the next step's start elsewhere).
+        for rank in range(4):
+            for earlier, later in ((2, 4), (4, 5)):
+                mine = [e for e in tasks if e["pid"] == rank]
+                end = max(e["ts"] + e["dur"] for e in mine if e["args"]["step"] == earlier)
+                start = min(e["ts"] for e in mine if e["args"]["step"] == later)
+                self.assertLess(end, start, f"rank {rank}: steps {earlier} and {later}")
+        sends = sum(1 for plan in ranks for s in plan["streams"] for i in s["instructions"]
+                    if "send" in i)
+        self.assertGreater(sends, 0)
+        starts = [e for e in events if e["ph"] == "s"]
+        ends = [e for e in events if e["ph"] == "f"]
+        self.assertEqual(len(starts), 3 * sends)
+        self.assertEqual(len(ends), 3 * sends)
+        by_id = {e["id"]: e for e in starts}
+        self.assertEqual(len(by_id), len(starts), "one id per transfer")
+        self.assertEqual(set(by_id), {e["id"] for e in ends})
+        for end in ends:
+            start = by_id[end["id"]]
+            self.assertNotEqual(start["pid"], end["pid"])
+            self.assertEqual(end["bp"], "e")
+            # The data arrives after it was sent, on the merged clock (within clock skew).
+            self.assertGreater(end["ts"], start["ts"] - 1000, (start, end))
+
+        single = os.path.join(self.tmp, "single_steps")
+        harness.run_ok([Tools.plan, Tools.sample("mlp", "model.onnx"),
+                        Tools.sample("strategies", "single.json"), "-o", single])
+        refused = harness.run([Tools.run, "--plan", os.path.join(single, "rank0.plan"),
+                               "--steps", "3", "--trace", merged_path, "--trace-steps", "2,5"])
+        self.assertNotEqual(refused.returncode, 0)
+        self.assertIn("--trace-steps 5: this run trains steps 1 to 3", refused.stderr)
+        for bad in ("0", "3-2", "x", "2,"):
+            result = harness.run([Tools.run, "--plan", os.path.join(single, "rank0.plan"),
+                                  "--steps", "3", "--trace", merged_path, "--trace-steps", bad])
+            self.assertNotEqual(result.returncode, 0, bad)
+            self.assertIn("--trace-steps", result.stderr, bad)
 
     def test_single_rank_trace_without_rank_pattern(self):
         plans = os.path.join(self.tmp, "single")

@@ -38,6 +38,25 @@ TEST(CostModel, CountsTwoMNKFlopsForGemmAndMatMul) {
   EXPECT_DOUBLE_EQ(op_bytes(ops, ops.op(0)), 4.0 * (32 * 64 + 128 * 64 + 32 * 128));
 }
 
+TEST(CostModel, CountsATasksKernelsFlopsWithoutItsReshards) {
+  const ir::TaskGraph graph = ir::build_task_graph(ir::parse(R"(
+tensor x f32[32,64] input
+tensor w f32[128,64] parameter
+tensor h f32[32,128] activation
+tensor s f32[32,128] activation
+op 0 Gemm "/fc1/Gemm" (x, w) -> (h) {transB=1}
+op 1 piper.AllReduce "/fc1/Gemm/all_reduce" (h) -> (s)
+)")
+                                                       .op_graph());
+  ASSERT_EQ(graph.num_tasks(), 1);
+  EXPECT_DOUBLE_EQ(task_flops(graph, graph.task(0)), 2.0 * 32 * 128 * 64);
+  const ir::TaskGraph two = layers();
+  const ir::OpGraph& ops = two.op_graph();
+  EXPECT_DOUBLE_EQ(task_flops(two, two.task(0)) + task_flops(two, two.task(1)),
+                   op_flops(ops, ops.op(0)) + op_flops(ops, ops.op(1)) + op_flops(ops, ops.op(2)) +
+                       op_flops(ops, ops.op(3)));
+}
+
 TEST(CostModel, TakesTheSlowerOfFlopsAndBytesPlusOverheadPerOp) {
   const ir::TaskGraph graph = layers();
   const ir::OpGraph& ops = graph.op_graph();

@@ -78,6 +78,34 @@ TEST(LaunchEnvironment, ReadsTorchrunSlurmAndOpenMpi) {
   EXPECT_FALSE(none.rank || none.world_size || none.rendezvous);
 }
 
+// torchrun's agent holds MASTER_PORT with its own c10d store: Piper's listens on the next port.
+TEST(LaunchEnvironment, TorchrunsStoreKeepsMasterPortPipersTakesTheNext) {
+  const LaunchEnvironment torchrun =
+      read_launch_environment("", Env({{"TORCHELASTIC_RUN_ID", "job7"},
+                                       {"RANK", "1"},
+                                       {"WORLD_SIZE", "2"},
+                                       {"MASTER_ADDR", "node1"},
+                                       {"MASTER_PORT", "29500"}}));
+  EXPECT_EQ(torchrun.rendezvous, "tcp://node1:29501");
+  EXPECT_EQ(torchrun.rendezvous_from, kTorchrunRendezvous);
+  // An explicit rendezvous is taken as it is.
+  EXPECT_EQ(read_launch_environment("tcp://node2:4000", Env({{"TORCHELASTIC_RUN_ID", "job7"},
+                                                             {"MASTER_ADDR", "node1"},
+                                                             {"MASTER_PORT", "29500"}}))
+                .rendezvous,
+            "tcp://node2:4000");
+  for (const char* port : {"65535", "0", "29x", "-1"}) {
+    EXPECT_THAT(ErrorOf([port] {
+                  read_launch_environment("", Env({{"TORCHELASTIC_RUN_ID", "job7"},
+                                                   {"MASTER_ADDR", "node1"},
+                                                   {"MASTER_PORT", port}}));
+                }),
+                AllOf(HasSubstr("MASTER_PORT='" + std::string(port) + "' under torchrun"),
+                      HasSubstr("MASTER_PORT + 1")))
+        << port;
+  }
+}
+
 TEST(LaunchEnvironment, RejectsJunkAndHalfAnAddress) {
   EXPECT_THAT(ErrorOf([] {
                 read_launch_environment("", Env({{"RANK", "one"}}));

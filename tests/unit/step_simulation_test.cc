@@ -195,6 +195,9 @@ TEST(StepSimulation, DataParallelAllReduceOverlapsTheBackward) {
     const plan::PlannedStep& step = plan.planned_step();
     EXPECT_GT(step.step_s(), 0);
     EXPECT_DOUBLE_EQ(step.step_s(), result.plans[0].planned_step().step_s());
+    // Replicas compute alike: the same planned FLOPs.
+    EXPECT_GT(step.flops(), 0);
+    EXPECT_DOUBLE_EQ(step.flops(), result.plans[0].planned_step().flops());
     EXPECT_GT(step.bubble_fraction(), 0);
     EXPECT_LT(step.bubble_fraction(), 1);
     // The gradient norm's all-reduce of one float waits for every gradient, on the compute

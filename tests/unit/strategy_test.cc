@@ -139,6 +139,14 @@ TEST(StrategyParse, FullStrategyGivesEveryStruct) {
             (ZeroDirective{.stage = 2, .devices = {0, 1, 2, 3}, .bucket_size = 4096}));
 }
 
+TEST(StrategyParse, TopLevelSchemaKeyIsIgnored) {
+  const std::string body = R"("batch": {"global": 8}, "directives": [{"op": "zero", "stage": 2,
+      "devices": [0, 1]}])";
+  EXPECT_EQ(
+      parse_strategy(R"({"$schema": "../schemas/strategy.schema.json", )" + body + "}", "s.json"),
+      parse_strategy("{" + body + "}", "s.json"));
+}
+
 TEST(StrategyParse, DefaultsFollowPyTorch) {
   const Strategy s = parse_strategy(R"({"batch": {"global": 1}})", "s.json");
   EXPECT_EQ(s.optimizer, Optimizer{});
@@ -238,8 +246,8 @@ INSTANTIATE_TEST_SUITE_P(
     UnknownKeys, StrategyErrors,
     testing::Values(
         ErrorCase{"TopLevel", "{" + kBatch + R"(, "precison": "bf16"})",
-                  "strategy.json: $.precison: unknown key; expected one of batch, optimizer, "
-                  "precision, frozen, annotations, mesh, directives"},
+                  "strategy.json: $.precison: unknown key; expected one of $schema, batch, "
+                  "optimizer, precision, frozen, annotations, mesh, directives"},
         ErrorCase{"Optimizer", "{" + kBatch + R"(, "optimizer": {"type": "adamw", "betta": 1}})",
                   "strategy.json: $.optimizer.betta: unknown key; expected one of type, lr, "
                   "betas, eps, weight_decay, lr_schedule, clip_grad_norm"},
@@ -256,8 +264,15 @@ INSTANTIATE_TEST_SUITE_P(
                   "strategy.json: $.directives[1].op: unknown directive \"pipe\"; expected one of "
                   "split, place, replicate, shard, order, recompute, pipeline, zero"},
         ErrorCase{"OddKeyIsQuoted", "{" + kBatch + R"(, "a b": 1})",
-                  "strategy.json: $[\"a b\"]: unknown key; expected one of batch, optimizer, "
-                  "precision, frozen, annotations, mesh, directives"}),
+                  "strategy.json: $[\"a b\"]: unknown key; expected one of $schema, batch, "
+                  "optimizer, precision, frozen, annotations, mesh, directives"},
+        // "$schema" is for the file as a whole: inside an object it is as unknown as any key.
+        ErrorCase{"SchemaInBatch", R"({"batch": {"global": 8, "$schema": "s.json"}})",
+                  "strategy.json: $.batch[\"$schema\"]: unknown key; expected one of global"},
+        ErrorCase{"SchemaInDirective",
+                  with_directives(R"([{"op": "place", "devices": [0], "$schema": "s.json"}])"),
+                  "strategy.json: $.directives[0][\"$schema\"]: unknown key; expected one of op, "
+                  "filter, devices, axis, stream"}),
     [](const auto& info) { return info.param.name; });
 
 INSTANTIATE_TEST_SUITE_P(
@@ -273,6 +288,8 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{
             "BatchFraction", R"({"batch": {"global": 8.5}})",
             "strategy.json: $.batch.global: expected an integer from 1 to 2147483648, got 8.5"},
+        ErrorCase{"SchemaNumber", "{" + kBatch + R"(, "$schema": 1})",
+                  "strategy.json: $[\"$schema\"]: expected a non-empty string, got 1"},
         ErrorCase{"NesterovNumber",
                   "{" + kBatch + R"(, "optimizer": {"type": "sgd", "nesterov": 1}})",
                   "strategy.json: $.optimizer.nesterov: expected true or false, got 1"},
@@ -629,8 +646,8 @@ TEST(StrategyFiles, SchemaAgreesWithTheParser) {
   }
   std::set<std::string> top;
   for (const auto& item : schema.at("properties").items()) top.insert(item.key());
-  EXPECT_EQ(top, (std::set<std::string>{"batch", "optimizer", "precision", "frozen", "annotations",
-                                        "mesh", "directives"}));
+  EXPECT_EQ(top, (std::set<std::string>{"$schema", "batch", "optimizer", "precision", "frozen",
+                                        "annotations", "mesh", "directives"}));
   EXPECT_THROW(directive_keys("nope"), Error);
 }
 

@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/launch/trace_merge.h"
 #include "engine/runtime/session.h"
 #include "engine_test_util.h"
+#include "formats/error.h"
 
 namespace piper::engine::testing {
 namespace {
@@ -96,6 +98,71 @@ TEST(Trace, ChromeTraceHasATaskEventPerTaskWithItsKernels) {
   EXPECT_EQ(tasks[2].at("tid"), 1);
   EXPECT_EQ(tasks[2].at("args").at("microbatch"), 2);
   EXPECT_EQ(trace.at("otherData").at("step"), 7);
+}
+
+TEST(Trace, StepsOfSeveralAreOneFileOnTheSystemClock) {
+  const plan::Plan plan = two_streams();
+  Session session(plan, std::make_unique<cpu::CpuBackend>());
+  session.set_tracing(true);
+  std::vector<TracedStep> steps;
+  for (int64_t step : {3, 4}) {
+    session.step({});
+    steps.push_back({step, session.last_trace()});
+  }
+  const nlohmann::json trace = chrome_trace(plan, steps, "cpu");
+  EXPECT_EQ(trace.at("otherData").at("steps"), nlohmann::json({3, 4}));
+  EXPECT_EQ(trace.at("otherData").at("step"), 4);
+  EXPECT_DOUBLE_EQ(trace.at("otherData").at("origin_unix_us").get<double>(),
+                   steps[0].trace.start_unix_us);
+  double last_end_of_3 = 0, first_start_of_4 = 1e300;
+  for (const nlohmann::json& event : trace.at("traceEvents")) {
+    if (event.at("ph") != "X" || event.at("cat") == "kernel") continue;
+    const double ts = event.at("ts"), end = ts + event.at("dur").get<double>();
+    if (event.at("args").at("step") == 3) last_end_of_3 = std::max(last_end_of_3, end);
+    if (event.at("args").at("step") == 4) first_start_of_4 = std::min(first_start_of_4, ts);
+  }
+  EXPECT_GT(last_end_of_3, 0);
+  EXPECT_LE(last_end_of_3, first_start_of_4);
+}
+
+TEST(Trace, StepListsAndFlowIds) {
+  EXPECT_EQ(parse_step_list("5,10-12"), (std::vector<int64_t>{5, 10, 11, 12}));
+  EXPECT_EQ(parse_step_list("3,1-3"), (std::vector<int64_t>{1, 2, 3}));
+  for (const char* bad : {"", "0", "2,", "a", "5-3", "1--2", "-4"}) {
+    EXPECT_THROW(parse_step_list(bad), Error) << bad;
+  }
+  EXPECT_EQ(transfer_flow_id(2, 0, 1, 7), transfer_flow_id(2, 0, 1, 7));
+  EXPECT_NE(transfer_flow_id(2, 0, 1, 7), transfer_flow_id(2, 1, 0, 7));
+  EXPECT_NE(transfer_flow_id(2, 0, 1, 7), transfer_flow_id(3, 0, 1, 7));
+  EXPECT_LT(transfer_flow_id(2, 0, 1, 7), uint64_t{1} << 53);
+}
+
+TEST(TraceMerge, ShiftsEachRankToTheEarliestOriginAndRefusesOtherRuns) {
+  const auto rank = [](int r, double origin, const std::string& plan_id) {
+    return nlohmann::json{
+        {"traceEvents",
+         {{{"ph", "M"}, {"name", "process_name"}, {"pid", r}},
+          {{"ph", "X"}, {"name", "F mb0"}, {"pid", r}, {"ts", 10.0}, {"dur", 5.0}}}},
+        {"otherData", {{"plan_id", plan_id}, {"rank", r}, {"origin_unix_us", origin}}}};
+  };
+  const nlohmann::json merged =
+      merge_traces({rank(0, 1000, "p"), rank(1, 1250, "p")}, {"r0.json", "r1.json"});
+  std::vector<double> ts;
+  for (const nlohmann::json& event : merged.at("traceEvents")) {
+    if (event.contains("ts")) ts.push_back(event.at("ts"));
+  }
+  EXPECT_EQ(ts, (std::vector<double>{10, 260}));
+  EXPECT_EQ(merged.at("otherData").at("ranks"), 2);
+  EXPECT_EQ(merged.at("otherData").at("origin_unix_us"), 1000);
+  try {
+    merge_traces({rank(0, 1000, "p"), rank(1, 1000, "q")}, {"r0.json", "r1.json"});
+    FAIL() << "traces of two planning runs merged";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("r1.json comes from another planning run"),
+              std::string::npos)
+        << error.what();
+  }
+  EXPECT_THROW(merge_traces({nlohmann::json::object()}, {"empty.json"}), Error);
 }
 
 }  // namespace
