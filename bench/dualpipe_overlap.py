@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""How much of DualPipe's expert-parallel communication hides behind the other microbatch's
+computation, measured from Piper's CPU traces (issue 16).
+
+    /usr/bin/python3 bench/dualpipe_overlap.py [--d 128] [--seq 64] [--batch 16] [--steps 4]
+
+Exports samples/moe's GPT with batched experts at the given width (2 blocks, 4 experts), plans
+it under `dualpipe` on 2 devices (4 microbatches, ZeRO-2) with the experts split over each
+stage's mirror pair (expert parallelism: tokens reach their experts by all-to-all), trains it
+with piper-launch and records the last step's trace on every rank. A device's two stages
+compute on streams `compute` and `compute2`, so an overlapped pair's forward and backward run
+at once; the figure is, per rank, the share of the all-to-all kernels' time (on either compute
+stream) during which the other compute stream runs a kernel that is not a collective.
+A benchmark, not a test: nothing asserts it.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COLLECTIVES = {"ALL_TO_ALL", "ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER"}
+EXPERTS = {"blocks.*.mlp.w1": 0, "blocks.*.mlp.b1": 0, "blocks.*.mlp.w2": 0,
+           "blocks.*.mlp.b2": 0}
+
+
+def moe_sample():
+    spec = importlib.util.spec_from_file_location(
+        "piper_sample_moe", os.path.join(ROOT, "samples", "moe", "export.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def covered(span, others):
+    """Microseconds of `span` (start, end) that the union of `others` covers."""
+    start, end = span
+    total, reached = 0.0, start
+    for a, b in sorted((max(start, a), min(end, b)) for a, b in others):
+        a = max(a, reached)
+        if b > a:
+            total += b - a
+            reached = b
+    return total
+
+
+def hidden_share(trace_path):
+    """(all-to-all microseconds, of them under the other compute stream's kernels)."""
+    with open(trace_path) as f:
+        trace = json.load(f)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    streams = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    compute = {tid for tid, name in streams.items() if name.startswith("compute")}
+    kernels = [e for e in events
+               if e.get("ph") == "X" and e.get("cat") == "kernel" and e["tid"] in compute]
+    exchanges = [e for e in kernels if e["name"] == "ALL_TO_ALL"]
+    work = [e for e in kernels if e["name"] not in COLLECTIVES]
+    total = hidden = 0.0
+    for exchange in exchanges:
+        span = (exchange["ts"], exchange["ts"] + exchange["dur"])
+        others = [(w["ts"], w["ts"] + w["dur"]) for w in work if w["tid"] != exchange["tid"]]
+        total += exchange["dur"]
+        hidden += covered(span, others)
+    return total, hidden
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--d", type=int, default=128)
+    parser.add_argument("--seq", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+    tools = os.path.join(args.build, "tools")
+    tmp = tempfile.mkdtemp(prefix="piper_dualpipe_overlap_")
+    moe = moe_sample()
+    torch.manual_seed(moe.SEED)
+    model = moe.gpt.GPT(block=args.seq, d=args.d, make_mlp=lambda d: moe.MoE(d))
+    model_path = os.path.join(tmp, "model.onnx")
+    moe.gpt.export_model(model, model_path, block=args.seq)
+    data = os.path.join(tmp, "data")
+    os.makedirs(data)
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, moe.gpt.VOCAB, (4 * args.batch, args.seq)).astype(np.int64)
+    np.save(os.path.join(data, "idx.npy"), idx)
+    np.save(os.path.join(data, "targets.npy"), np.roll(idx, -1, axis=1))
+    strategy = {
+        "batch": {"global": args.batch},
+        "optimizer": {"type": "adamw", "lr": 1e-3, "weight_decay": 0.01},
+        "frozen": ["*mask*"],
+        "annotations": [{"match": f"/blocks.{s}/*", "tags": {"PP": s}} for s in range(2)],
+        "directives": [
+            {"op": "pipeline", "schedule": "dualpipe", "devices": [0, 1],
+             "num_microbatches": 4, "zero": 2},
+            {"op": "shard", "devices": [[0, 1]], "params": EXPERTS}]}
+    strategy_path = os.path.join(tmp, "strategy.json")
+    with open(strategy_path, "w") as f:
+        json.dump(strategy, f)
+    plans = os.path.join(tmp, "plans")
+    subprocess.run([os.path.join(tools, "piper-plan"), model_path, strategy_path, "-o", plans],
+                   check=True, stdout=subprocess.DEVNULL)
+    metrics = os.path.join(tmp, "metrics.jsonl")
+    subprocess.run([os.path.join(tools, "piper-launch"), "--plans", plans, "--steps",
+                    str(args.steps), "--data", data, "--metrics", metrics,
+                    "--trace", os.path.join(tmp, "trace%r.json")], check=True,
+                   stdout=subprocess.DEVNULL)
+    with open(metrics) as f:
+        seconds = [json.loads(line)["seconds"] for line in f][1:]
+    print(f"dualpipe x EP=2 on 2 CPU ranks, d={args.d}, seq={args.seq}, batch={args.batch}: "
+          f"step {1000 * float(np.median(seconds)):.1f} ms (median of steps 2..{args.steps})")
+    for rank in range(2):
+        total, hidden = hidden_share(os.path.join(tmp, f"trace{rank}.json"))
+        print(f"  rank {rank}: all-to-all {total / 1000:.2f} ms, of it under the other "
+              f"microbatch's computation {hidden / 1000:.2f} ms ({hidden / total:.0%})")
+    if args.keep:
+        print(f"  files in {tmp}")
+    else:
+        subprocess.run(["rm", "-rf", tmp], check=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
