@@ -3,6 +3,7 @@ steps, through piper-launch or on rank 0 alone, and checking a run against the s
 run of the same model and global batch."""
 import json
 import os
+import tempfile
 
 import numpy as np
 
@@ -36,12 +37,39 @@ def train(work, plans, data, steps, launch):
 
 
 class SplitModels:
-    """A test class's plumbing: `tmp` (a TemporaryDirectory), `data`, `references` ({}) and
-    `model_path(model)` set by the class; plans of its strategies and their runs."""
+    """A test class's plumbing: a temporary folder of token data and models, the single-process
+    references, plans of its strategies and their runs. setUpClass calls `set_up`; a model the
+    class names is a sample (`samples` lists them) or exported by the class's `export(model,
+    path)` on first use."""
     steps = 10
     global_batch = 8
     optimizer = {"type": "adamw", "lr": 0.01, "weight_decay": 0.01}
     frozen = ["*mask*"]  # the causal-mask buffers
+    samples = ()
+
+    @classmethod
+    def set_up(cls, prefix, rows, vocab, positions, seed):
+        """`tmp`, `data` (token rows and their shifted targets, see harness) and `idx`."""
+        import torch
+
+        torch.set_num_threads(1)
+        cls.tmp = tempfile.TemporaryDirectory(prefix=prefix)
+        cls.data = os.path.join(cls.tmp.name, "data")
+        cls.idx = harness.save_token_sequences(cls.data, rows, vocab, positions, seed=seed)
+        cls.model_paths = {name: Tools.sample(name, "model.onnx") for name in cls.samples}
+        cls.references = {}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    @classmethod
+    def model_path(cls, model):
+        if model not in cls.model_paths:
+            path = os.path.join(cls.tmp.name, f"{model}.onnx")
+            cls.export(model, path)
+            cls.model_paths[model] = path
+        return cls.model_paths[model]
 
     @classmethod
     def plan(cls, model, name, extra):

@@ -25,7 +25,6 @@ One strategy per test method:
 import importlib.util
 import json
 import os
-import tempfile
 import unittest
 
 import numpy as np
@@ -89,28 +88,16 @@ def one_f_one_b(model, devices=None, replicas=None):
 class DualPipe(one_process.SplitModels, unittest.TestCase):
     steps, global_batch, optimizer, frozen = STEPS, GLOBAL_BATCH, OPTIMIZER, FROZEN
 
+    samples = ("gpt", "moe")
+
     @classmethod
     def setUpClass(cls):
-        torch.set_num_threads(1)
-        cls.tmp = tempfile.TemporaryDirectory(prefix="piper_dualpipe_")
-        cls.data = os.path.join(cls.tmp.name, "data")
         gpt = gpt_sample()
-        cls.idx = harness.save_token_sequences(cls.data, SAMPLES, gpt.VOCAB, gpt.BLOCK, seed=16)
-        cls.model_paths = {"gpt": Tools.sample("gpt", "model.onnx"),
-                           "moe": Tools.sample("moe", "model.onnx")}
-        cls.references = {}
+        cls.set_up("piper_dualpipe_", SAMPLES, gpt.VOCAB, gpt.BLOCK, seed=16)
 
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
-
-    @classmethod
-    def model_path(cls, model):
-        if model not in cls.model_paths:
-            path = os.path.join(cls.tmp.name, f"{model}.onnx")
-            gpt_sample().export_model(build_model(model), path)
-            cls.model_paths[model] = path
-        return cls.model_paths[model]
+    @staticmethod
+    def export(model, path):
+        gpt_sample().export_model(build_model(model), path)
 
     def check_training(self, model, name, value):
         work, plans = self.plan(model, name, value)

@@ -21,7 +21,6 @@ One strategy per test method, so each runs alone:
 import fnmatch
 import importlib.util
 import os
-import tempfile
 import unittest
 
 import numpy as np
@@ -140,31 +139,16 @@ def is_expert(name):
 class ExpertParallel(one_process.SplitModels, unittest.TestCase):
     steps, global_batch, optimizer, frozen = STEPS, GLOBAL_BATCH, OPTIMIZER, FROZEN
 
+    samples = ("moe",)
+
     @classmethod
     def setUpClass(cls):
-        torch.set_num_threads(1)
-        cls.tmp = tempfile.TemporaryDirectory(prefix="piper_ep_")
-        cls.data = os.path.join(cls.tmp.name, "data")
-        moe = moe_sample()
-        cls.idx = harness.save_token_sequences(cls.data, SAMPLES, moe.gpt.VOCAB, moe.gpt.BLOCK,
-                                               seed=15)
-        cls.model_paths = {}
-        cls.references = {}
+        gpt = moe_sample().gpt
+        cls.set_up("piper_ep_", SAMPLES, gpt.VOCAB, gpt.BLOCK, seed=15)
 
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
-
-    @classmethod
-    def model_path(cls, model):
-        if model not in cls.model_paths:
-            if model == "moe":
-                cls.model_paths[model] = Tools.sample("moe", "model.onnx")
-            else:
-                path = os.path.join(cls.tmp.name, f"{model}.onnx")
-                moe_sample().gpt.export_model(build_model(model), path)
-                cls.model_paths[model] = path
-        return cls.model_paths[model]
+    @staticmethod
+    def export(model, path):
+        moe_sample().gpt.export_model(build_model(model), path)
 
     def check_case(self, case):
         options, models = CASES[case]

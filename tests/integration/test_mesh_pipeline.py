@@ -18,10 +18,7 @@ One strategy per test method, so each runs alone:
 import json
 import os
 import re
-import tempfile
 import unittest
-
-import torch
 
 import harness
 import one_process
@@ -93,22 +90,11 @@ PLAN_ID = re.compile(r"plan[ _]id[^\n]*", re.IGNORECASE)
 class MeshPipeline(one_process.SplitModels, unittest.TestCase):
     steps, global_batch, optimizer, frozen = STEPS, GLOBAL_BATCH, OPTIMIZER, FROZEN
 
+    samples = ("gpt",)
+
     @classmethod
     def setUpClass(cls):
-        torch.set_num_threads(1)
-        cls.tmp = tempfile.TemporaryDirectory(prefix="piper_meshpp_")
-        cls.data = os.path.join(cls.tmp.name, "data")
-        harness.save_token_sequences(cls.data, SAMPLES, tp_models.VOCAB, tp_models.BLOCK,
-                                     seed=15)
-        cls.references = {}
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
-
-    @classmethod
-    def model_path(cls, model):
-        return Tools.sample(model, "model.onnx")
+        cls.set_up("piper_meshpp_", SAMPLES, tp_models.VOCAB, tp_models.BLOCK, seed=15)
 
     def check_training(self, name, extra):
         work, plans = self.plan("gpt", name, extra)

@@ -22,7 +22,6 @@ One strategy per test method, so each runs alone:
 import fnmatch
 import os
 import re
-import tempfile
 import unittest
 
 import numpy as np
@@ -32,7 +31,6 @@ import torch
 import harness
 import one_process
 import tp_models
-from harness import Tools
 
 STEPS = 10
 GLOBAL_BATCH = 8
@@ -139,29 +137,15 @@ CASES = {
 class TensorParallel(one_process.SplitModels, unittest.TestCase):
     steps, global_batch, optimizer, frozen = STEPS, GLOBAL_BATCH, OPTIMIZER, FROZEN
 
+    samples = ("gpt",)
+
     @classmethod
     def setUpClass(cls):
-        torch.set_num_threads(1)
-        cls.tmp = tempfile.TemporaryDirectory(prefix="piper_tp_")
-        cls.data = os.path.join(cls.tmp.name, "data")
-        cls.idx = harness.save_token_sequences(cls.data, SAMPLES, tp_models.VOCAB,
-                                               tp_models.BLOCK, seed=15)
-        cls.model_paths = {}
-        cls.references = {}
+        cls.set_up("piper_tp_", SAMPLES, tp_models.VOCAB, tp_models.BLOCK, seed=15)
 
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
-
-    @classmethod
-    def model_path(cls, model):
-        if model not in cls.model_paths:
-            if model == "gpt":
-                cls.model_paths[model] = Tools.sample("gpt", "model.onnx")
-            else:
-                path = os.path.join(cls.tmp.name, f"{model}.onnx")
-                cls.model_paths[model] = tp_models.export(model, path)
-        return cls.model_paths[model]
+    @staticmethod
+    def export(model, path):
+        tp_models.export(model, path)
 
     @classmethod
     def torch_model(cls, model):

@@ -76,47 +76,21 @@ def step(ranks, num_chunks, rank):
     half_num_chunks = num_chunks // 2
     is_middle_rank = rank in (num_half_ranks - 1, num_half_ranks)
 
-    for _ in range((num_half_ranks - half_rank - 1) * 2):  # Step 1: nF0
-        r.forward_chunk(0)
-    for _ in range(half_rank + 1):  # Step 2: nF0F1
-        r.forward_chunk(0)
-        r.forward_chunk(1)
-    for _ in range(num_half_ranks - half_rank - 1):  # Step 3: nB1W1F1
-        r.backward_chunk(1, enable_zb=True)
-        r.weight_chunk()
-        r.forward_chunk(1)
-    for i in range(half_num_chunks - ranks + half_rank + 1):  # Step 4: nF0B1F1B0
-        if i == 0 and is_middle_rank:
-            r.forward_chunk(0)
-            r.backward_chunk(1)
-        else:
-            r.forward_backward_chunk(0, 1)
-        r.forward_backward_chunk(1, 0)
-    for _ in range(num_half_ranks - half_rank - 1):  # Step 5: nB1F1B0
-        r.backward_chunk(1)
-        r.forward_backward_chunk(1, 0)
-    step_6 = half_rank + 1  # Step 6: nB1B0
-    enable_zb = False
-    for i in range(step_6):
-        if i == step_6 // 2 and half_rank % 2 == 1:
-            enable_zb = True
-        r.backward_chunk(1, enable_zb=enable_zb)
-        if i == step_6 // 2 and half_rank % 2 == 0:
-            enable_zb = True
-        r.backward_chunk(0, enable_zb=enable_zb)
-    for _ in range(num_half_ranks - half_rank - 1):  # Step 7: nWB0
-        r.weight_chunk()
-        r.backward_chunk(0, enable_zb=True)
-    for _ in range(half_rank + 1):  # Step 8: nW
-        r.weight_chunk()
-    assert not r.weight_queue
-    return r.calls
+    return phases(r, num_half_ranks, half_rank, half_num_chunks - ranks + half_rank + 1,
+                  is_middle_rank)
 
 
 def step_v(ranks, num_chunks, rank):
     """DualPipeV.step: the same phases over every rank of the V, all chunks per phase."""
     r = Rank(ranks, rank, v_shape=True)
-    is_last_rank = rank == ranks - 1
+    return phases(r, ranks, rank, num_chunks - ranks * 2 + rank + 1, rank == ranks - 1)
+
+
+def phases(r, ranks, rank, step_4, unpaired_first):
+    """The eight steps both upstream step() functions run, with DualPipe's half ranks (or
+    DualPipeV's ranks) as `ranks`, the rank's place among them as `rank`, the main step's
+    length as each computes it, and whether the main step's first pair is not overlapped (its
+    middle ranks, DualPipeV's last)."""
     for _ in range((ranks - rank - 1) * 2):  # Step 1: nF0
         r.forward_chunk(0)
     for _ in range(rank + 1):  # Step 2: nF0F1
@@ -126,8 +100,8 @@ def step_v(ranks, num_chunks, rank):
         r.backward_chunk(1, enable_zb=True)
         r.weight_chunk()
         r.forward_chunk(1)
-    for i in range(num_chunks - ranks * 2 + rank + 1):  # Step 4: nF0B1F1B0
-        if i == 0 and is_last_rank:
+    for i in range(step_4):  # Step 4: nF0B1F1B0
+        if i == 0 and unpaired_first:
             r.forward_chunk(0)
             r.backward_chunk(1)
         else:
