@@ -5,7 +5,9 @@ step) on one process, over 2 replicas with ZeRO-2 and 2 microbatches, and in a 2
 pipeline, where the clipped norm spans shards and stages: every step's loss within 1e-5
 relative, the final weights within 1e-4, and the metrics' lr and grad_norm are PyTorch's. The
 bound is chosen so that PyTorch clips on some steps and not on others (the test checks it, with
-a margin no rounding crosses). SGD with momentum and a linear schedule matches too."""
+a margin no rounding crosses). SGD with momentum and a linear schedule matches too, and so does
+the issue's recipe over 50 steps (warm-up 5, cosine to 50, clipped at 1.0) on one process,
+under ZeRO-2 and in the pipeline."""
 import math
 import os
 import tempfile
@@ -31,6 +33,11 @@ FROZEN = ["*mask*"]  # the causal-mask buffers
 ADAMW = {"type": "adamw", "lr": 0.01, "weight_decay": 0.01, "clip_grad_norm": 0.57,
          "lr_schedule": {"type": "cosine", "warmup_steps": 3, "total_steps": 10,
                          "min_lr_ratio": 0.1}}
+# The issue's recipe: warm-up and cosine over 50 steps, clipped at 1.0.
+ADAMW_50 = {"type": "adamw", "lr": 0.03, "weight_decay": 0.01, "clip_grad_norm": 1.0,
+            "lr_schedule": {"type": "cosine", "warmup_steps": 5, "total_steps": 50,
+                            "min_lr_ratio": 0.1}}
+LONG_STEPS = 50
 SGD = {"type": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 0.001,
        "clip_grad_norm": 0.585,
        "lr_schedule": {"type": "linear", "warmup_steps": 2, "total_steps": 12,
@@ -74,14 +81,15 @@ class OptimizerRecipeMatchesPyTorch(unittest.TestCase):
         cls.idx = harness.save_token_sequences(cls.data, SAMPLES, cls.export.VOCAB,
                                                cls.export.BLOCK, seed=9)
         cls.targets = np.roll(cls.idx, -1, axis=1)
-        cls.expected = {"adamw": cls.pytorch(ADAMW), "sgd": cls.pytorch(SGD)}
+        cls.expected = {"adamw": cls.pytorch(ADAMW), "sgd": cls.pytorch(SGD),
+                        "adamw_50": cls.pytorch(ADAMW_50, LONG_STEPS)}
 
     @classmethod
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
     @classmethod
-    def pytorch(cls, recipe):
+    def pytorch(cls, recipe, steps=STEPS):
         """PyTorch's run on Piper's rows (step s: rows (s*G + i) mod N): each step's loss, lr
         and total norm before clipping, and the final weights."""
         model = cls.export.load_initializers(cls.export.build_model(), cls.model_path)
@@ -89,7 +97,7 @@ class OptimizerRecipeMatchesPyTorch(unittest.TestCase):
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer,
                                                       schedule_factor(recipe["lr_schedule"]))
         losses, lrs, norms = [], [], []
-        for step in range(STEPS):
+        for step in range(steps):
             rows = (step * GLOBAL_BATCH + np.arange(GLOBAL_BATCH)) % SAMPLES
             loss = model(torch.from_numpy(cls.idx[rows]), torch.from_numpy(cls.targets[rows]))
             losses.append(loss.item())
@@ -103,7 +111,7 @@ class OptimizerRecipeMatchesPyTorch(unittest.TestCase):
         weights = {name: value.detach().numpy() for name, value in model.named_parameters()}
         return {"loss": losses, "lr": lrs, "grad_norm": norms, "weights": weights}
 
-    def train(self, name, recipe, directives=(), annotations=(), launch=False):
+    def train(self, name, recipe, directives=(), annotations=(), launch=False, steps=STEPS):
         work = os.path.join(self.tmp.name, name)
         os.makedirs(work)
         strategy = harness.write_json(
@@ -112,26 +120,27 @@ class OptimizerRecipeMatchesPyTorch(unittest.TestCase):
                              annotations=list(annotations), frozen=FROZEN))
         plans = os.path.join(work, "plans")
         harness.run_ok([Tools.plan, self.model_path, strategy, "-o", plans])
-        return dp.train_plans_metrics(work, plans, self.data, launch, STEPS)
+        return dp.train_plans_metrics(work, plans, self.data, launch, steps)
 
     def test_the_bound_clips_some_steps_and_not_others(self):
         """Guards the test's power: PyTorch clips on some steps and leaves others, each norm
         clear of the bound, and the schedule warms up, peaks and decays within the run."""
-        for recipe in (ADAMW, SGD):
+        for key, recipe in (("adamw", ADAMW), ("sgd", SGD), ("adamw_50", ADAMW_50)):
             bound = recipe["clip_grad_norm"]
-            norms = np.array(self.expected[recipe["type"]]["grad_norm"])
-            print(f"[{recipe['type']}] norms {np.round(norms, 4).tolist()}, bound {bound}")
+            norms = np.array(self.expected[key]["grad_norm"])
+            print(f"[{key}] norms {np.round(norms, 4).tolist()}, bound {bound}")
             self.assertTrue((norms > bound).any() and (norms < bound).any(), norms)
             self.assertGreater(np.abs(norms - bound).min() / bound, CLIP_MARGIN, norms)
-            lrs = self.expected[recipe["type"]]["lr"]
+            lrs = self.expected[key]["lr"]
             self.assertEqual(lrs[0], 0.0)
             self.assertAlmostEqual(max(lrs), recipe["lr"])
             self.assertLess(lrs[-1], 0.5 * recipe["lr"])
 
-    def check(self, name, recipe, directives=(), annotations=(), launch=False):
-        records, weights = self.train(name, recipe, directives, annotations, launch)
-        expected = self.expected[recipe["type"]]
-        self.assertEqual(len(records), STEPS, f"[{name}] {records}")
+    def check(self, name, recipe, directives=(), annotations=(), launch=False, expected="",
+              steps=STEPS):
+        records, weights = self.train(name, recipe, directives, annotations, launch, steps)
+        expected = self.expected[expected or recipe["type"]]
+        self.assertEqual(len(records), steps, f"[{name}] {records}")
         for step, record in enumerate(records):
             label = f"[{name}] step {step + 1}"
             want = expected["loss"][step]
@@ -146,7 +155,7 @@ class OptimizerRecipeMatchesPyTorch(unittest.TestCase):
             error = relative_error(weights[param], want)
             worst = max(worst, error)
             self.assertLessEqual(error, WEIGHT_RTOL, f"[{name}] final {param}: {error:.2e}")
-        print(f"[{name}] {STEPS} losses match PyTorch to {LOSS_RTOL}, weights to {WEIGHT_RTOL} "
+        print(f"[{name}] {steps} losses match PyTorch to {LOSS_RTOL}, weights to {WEIGHT_RTOL} "
               f"(worst {worst:.1e})")
 
     def test_adamw_cosine_clipped_one_process(self):
@@ -157,6 +166,15 @@ class OptimizerRecipeMatchesPyTorch(unittest.TestCase):
 
     def test_adamw_cosine_clipped_two_stage_pipeline(self):
         self.check("adamw_pp2", ADAMW, PIPELINE, TWO_STAGES, launch=True)
+
+    def test_adamw_warmup_cosine_clipped_at_1_over_50_steps(self):
+        """The issue's recipe on one rank, over 2 replicas with ZeRO-2 and in a pipeline."""
+        for name, directives, annotations, launch in [
+                ("adamw50_single", (), (), False), ("adamw50_zero2", ZERO2, (), True),
+                ("adamw50_pp2", PIPELINE, TWO_STAGES, True)]:
+            with self.subTest(name=name):
+                self.check(name, ADAMW_50, directives, annotations, launch, "adamw_50",
+                           LONG_STEPS)
 
     def test_sgd_linear_clipped_one_process(self):
         self.check("sgd_single", SGD)
