@@ -156,8 +156,8 @@ int main(int argc, char** argv) {
                "patterns into fused ops");
   app.add_flag("--no-verify", no_verify,
                "verify the task DAG once, before lowering it, instead of after every directive "
-               "as well: faster for large plans (hundreds of ranks); an error then names no "
-               "directive");
+               "as well, which skips a full pass over the DAG per directive; the plans are the "
+               "same, but an error then names no directive");
   piper::planner::PlanningOptions options;
   piper::planner::sim::DeviceRates rates;
   std::string cluster_path;
