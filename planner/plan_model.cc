@@ -248,7 +248,7 @@ PlanningResult plan_model(const std::string& model_path, const strategy::Strateg
   check_replica_counts(graph, strategy.source);
   check_every_device_computes(graph, strategy.source);
   add_gradient_norm(graph);
-  if (options.verify) ir::verify_or_throw(graph, "after adding the gradient norm");
+  ir::verify_or_throw(graph, "after adding the gradient norm");
   LowerContext lower_context;
   lower_context.plan_id = new_plan_id();
   lower_context.model_path = std::filesystem::absolute(model_path).lexically_normal().string();

@@ -14,7 +14,9 @@
 namespace piper::planner {
 
 struct PlanningOptions {
-  // Run the IR verifier after every directive (cheap; on by default).
+  // Run the IR verifier after building the task DAG and after every directive, which names
+  // the pass that broke it; off (piper-plan --no-verify, for large plans: the verifier is a
+  // full pass over the DAG each time), only the final DAG, the one lowered, is verified.
   bool verify = true;
   // Rewrite attention, LayerNorm and GELU patterns into fused ops before autodiff
   // (planner/fusion); off: train the ops as exported.

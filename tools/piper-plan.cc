@@ -131,6 +131,7 @@ int main(int argc, char** argv) {
   std::string model_path, strategy_path, output_dir;
   bool expand = false;
   bool no_fuse = false;
+  bool no_verify = false;
   bool force = false;
   bool list = false;
   app.add_option("model", model_path, "ONNX model exported with its loss as the first output")
@@ -153,6 +154,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-fuse", no_fuse,
                "train the model's ops as exported: do not rewrite attention, LayerNorm and GELU "
                "patterns into fused ops");
+  app.add_flag("--no-verify", no_verify,
+               "verify the task DAG once, before lowering it, instead of after every directive "
+               "as well, which skips a full pass over the DAG per directive; the plans are the "
+               "same, but an error then names no directive");
   piper::planner::PlanningOptions options;
   piper::planner::sim::DeviceRates rates;
   std::string cluster_path;
@@ -205,6 +210,7 @@ int main(int argc, char** argv) {
     }
     if (output_dir.empty()) throw piper::Error("no output directory: pass -o DIR");
     options.fuse = !no_fuse;
+    options.verify = !no_verify;
     rates.inter_node = rates.intra_node;
     options.rates = cost_rates(app, cluster_path, rates);
     const auto result = piper::planner::plan_model(model_path, strategy, options);

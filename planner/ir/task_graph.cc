@@ -1,6 +1,7 @@
 #include "planner/ir/task_graph.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <queue>
 #include <stdexcept>
@@ -40,11 +41,20 @@ TaskId TaskGraph::add_task(Task task) {
   return num_tasks() - 1;
 }
 
+size_t TaskGraph::EdgeHash::operator()(const Edge& edge) const {
+  const auto from = static_cast<uint64_t>(static_cast<uint32_t>(edge.from));
+  const auto to = static_cast<uint64_t>(static_cast<uint32_t>(edge.to));
+  return std::hash<uint64_t>()((from << 32 | to) * 3 + static_cast<uint64_t>(edge.kind));
+}
+
+void TaskGraph::index_edges() {
+  edge_set_.clear();
+  edge_set_.insert(edges_.begin(), edges_.end());
+}
+
 void TaskGraph::add_edge(TaskId from, TaskId to, EdgeKind kind) {
-  for (const Edge& edge : edges_) {
-    if (edge.from == from && edge.to == to && edge.kind == kind) return;
-  }
-  edges_.push_back({from, to, kind});
+  const Edge edge{from, to, kind};
+  if (edge_set_.insert(edge).second) edges_.push_back(edge);
 }
 
 void TaskGraph::remove_tasks(const std::vector<bool>& drop) {
@@ -63,6 +73,7 @@ void TaskGraph::remove_tasks(const std::vector<bool>& drop) {
   }
   tasks_ = std::move(kept);
   edges_ = std::move(kept_edges);
+  index_edges();
 }
 
 void TaskGraph::remove_edges(const std::vector<bool>& drop) {
@@ -71,6 +82,7 @@ void TaskGraph::remove_edges(const std::vector<bool>& drop) {
     if (!drop.at(i)) kept.push_back(edges_[i]);
   }
   edges_ = std::move(kept);
+  index_edges();
 }
 
 std::vector<TaskId> TaskGraph::topological_order() const {

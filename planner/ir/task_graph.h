@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "planner/ir/op_graph.h"
@@ -55,6 +56,9 @@ struct Edge {
   TaskId from = -1;
   TaskId to = -1;
   EdgeKind kind = EdgeKind::kData;
+  bool operator==(const Edge& other) const {
+    return from == other.from && to == other.to && kind == other.kind;
+  }
 };
 
 class TaskGraph {
@@ -100,9 +104,16 @@ class TaskGraph {
   std::vector<std::vector<int>> shard_groups;
 
  private:
+  // Hashes an edge for the set that keeps add_edge from scanning every edge.
+  struct EdgeHash {
+    size_t operator()(const Edge& edge) const;
+  };
+  void index_edges();
+
   OpGraph ops_;
   std::vector<Task> tasks_;
-  std::vector<Edge> edges_;
+  std::vector<Edge> edges_;                      // in insertion order, which plans follow
+  std::unordered_set<Edge, EdgeHash> edge_set_;  // the edges of edges_
 };
 
 // One compute task per (tags, pass) on device 0, stream "compute", microbatch 0,

@@ -5,6 +5,7 @@
 #include <set>
 #include <stdexcept>
 #include <tuple>
+#include <unordered_map>
 
 #include "planner/ir/placement.h"
 
@@ -31,6 +32,40 @@ bool is_always_available(Role role) {
 bool contains(const std::vector<int>& items, int item) {
   return std::find(items.begin(), items.end(), item) != items.end();
 }
+
+// What a send and its recv share: sender and receiver device, microbatch, replica, tensors.
+struct TransferKey {
+  int sender = -1;
+  int receiver = -1;
+  int microbatch = 0;
+  int replica = 0;
+  std::vector<TensorId> tensors;
+  bool operator==(const TransferKey& other) const {
+    return sender == other.sender && receiver == other.receiver && microbatch == other.microbatch &&
+           replica == other.replica && tensors == other.tensors;
+  }
+};
+
+struct TransferKeyHash {
+  size_t operator()(const TransferKey& key) const {
+    size_t hash = 0;
+    const auto mix = [&](int64_t value) {
+      hash ^= std::hash<int64_t>()(value) + 0x9e3779b97f4a7c15ULL + (hash << 6) + (hash >> 2);
+    };
+    mix(key.sender);
+    mix(key.receiver);
+    mix(key.microbatch);
+    mix(key.replica);
+    for (TensorId tensor : key.tensors) mix(tensor);
+    return hash;
+  }
+};
+
+// The sends and recvs of one transfer key, in task order.
+struct Matches {
+  std::vector<TaskId> sends;
+  std::vector<TaskId> recvs;
+};
 
 // Checks one task graph; each check appends its messages. Later checks skip
 // what earlier ones reported (edges to missing tasks, unknown ops and
@@ -329,9 +364,11 @@ class Verifier {
     report(reads + " that no task joined to it by a data edge writes or receives there" + where);
   }
 
-  // Send on device a to peer b of tensors T in mb m <=> exactly one recv on
-  // b from peer a of T in m, joined to it by a data edge.
+  // Send on device a to peer b of tensors T in mb m for replica r <=> exactly one recv on
+  // b from peer a of T in m for r, joined to it by a data edge. Transfers meet through a
+  // hash of that key, so the check is linear in the number of transfers.
   void check_sends_and_recvs() {
+    std::unordered_map<TransferKey, Matches, TransferKeyHash> transfers;
     std::vector<TaskId> sends;
     std::vector<TaskId> recvs;
     for (TaskId id = 0; id < graph_.num_tasks(); ++id) {
@@ -342,31 +379,27 @@ class Verifier {
                devices_text(device_set(id)) + " and peer " + std::to_string(task.peer));
         continue;
       }
-      (task.kind == TaskKind::kSend ? sends : recvs).push_back(id);
+      const bool send = task.kind == TaskKind::kSend;
+      TransferKey key{send ? task.devices[0] : task.peer, send ? task.peer : task.devices[0],
+                      task.microbatch, task.replica, task.tensors};
+      Matches& matches = transfers[std::move(key)];
+      (send ? matches.sends : matches.recvs).push_back(id);
+      (send ? sends : recvs).push_back(id);
     }
-    const auto matches = [&](TaskId send, TaskId recv) {
-      const Task& s = graph_.task(send);
-      const Task& r = graph_.task(recv);
-      return r.devices[0] == s.peer && r.peer == s.devices[0] && r.tensors == s.tensors &&
-             r.microbatch == s.microbatch;
-    };
+    // Reported in task order, sends first, as each names the other side's matches.
+    std::vector<const Matches*> of_task(static_cast<size_t>(graph_.num_tasks()), nullptr);
+    for (const auto& [key, matches] : transfers) {
+      for (TaskId id : matches.sends) of_task[id] = &matches;
+      for (TaskId id : matches.recvs) of_task[id] = &matches;
+    }
     for (TaskId send : sends) {
-      std::vector<TaskId> found;
-      for (TaskId recv : recvs) {
-        if (matches(send, recv)) found.push_back(recv);
-      }
+      const std::vector<TaskId>& found = of_task[send]->recvs;
       report_matches(send, found, "recv");
       if (found.size() == 1 && !contains(data_predecessors_[found[0]], send)) {
         report("no data edge joins " + describe(send) + " to its recv " + describe(found[0]));
       }
     }
-    for (TaskId recv : recvs) {
-      std::vector<TaskId> found;
-      for (TaskId send : sends) {
-        if (matches(send, recv)) found.push_back(send);
-      }
-      report_matches(recv, found, "send");
-    }
+    for (TaskId recv : recvs) report_matches(recv, of_task[recv]->sends, "send");
   }
 
   void report_matches(TaskId id, const std::vector<TaskId>& found, const std::string& other) {

@@ -211,6 +211,22 @@ TEST(VerifyTest, SendWithTwoRecvs) {
        "task 2 (recv F mb=0 {PP:1}), task 5 (recv F mb=0 {})"});
 }
 
+TEST(VerifyTest, DuplicateSend) {
+  expect_messages(kPipeline +
+                      "task 5 send F mb=0 devices=[0] stream=p2p tensors=[h] peer=1\n"
+                      "edge 0 -> 5 data\nedge 5 -> 2 data\n",
+                  {"task 2 (recv F mb=0 {PP:1}) of ['h'] on device 1 with peer 0 has 2 matching "
+                   "sends: task 1 (send F mb=0 {PP:0}), task 5 (send F mb=0 {})"});
+}
+
+// Replica i of the writer feeds replica i of the reader: transfers of other replicas differ.
+TEST(VerifyTest, SendAndRecvOfDifferentReplicas) {
+  expect_messages(
+      replace(kPipeline, "tensors=[h] peer=0", "tensors=[h] peer=0 replica=1"),
+      {"task 1 (send F mb=0 {PP:0}) of ['h'] on device 0 with peer 1 has no matching recv",
+       "task 2 (recv F mb=0 {PP:1}) of ['h'] on device 1 with peer 0 has no matching send"});
+}
+
 TEST(VerifyTest, SendWithoutDataEdgeToItsRecv) {
   expect_messages(replace(kPipeline, "edge 1 -> 2 data\n", ""),
                   {"no data edge joins task 1 (send F mb=0 {PP:0}) to its recv task 2 (recv F "
