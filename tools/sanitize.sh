@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-tools/sanitizer-build.sh piper_unit_tests piper-plan piper-run piper-dump piper-launch
+tools/sanitizer-build.sh piper_unit_tests piper-plan piper-run piper-dump piper-launch piper-export
 export UBSAN_OPTIONS=print_stacktrace=1
 ctest --test-dir build-asan --output-on-failure -j2 -L unit
 ctest --test-dir build-asan --output-on-failure -j2 \
