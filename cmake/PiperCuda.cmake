@@ -6,6 +6,17 @@
 # Sets PIPER_HAVE_CUDA, and when it is true the imported targets piper::nccl and
 # piper::cudnn beside CUDAToolkit's CUDA::cudart and CUDA::cublasLt, and piper::cudnn_frontend
 # when its headers are there.
+# An executable that may load the CUDA plugin (engine/CMakeLists.txt): it exports its symbols,
+# which the plugin resolves the engine's from, finds the plugin through its run path, and
+# builds it. Without CUDA, nothing.
+function(piper_loads_cuda_plugin target)
+  if(TARGET piper_cuda)
+    set_target_properties(${target} PROPERTIES ENABLE_EXPORTS ON
+                                               BUILD_RPATH "$<TARGET_FILE_DIR:piper_cuda>")
+    add_dependencies(${target} piper_cuda)
+  endif()
+endfunction()
+
 set(PIPER_CUDA AUTO CACHE STRING "Build the CUDA backend and NCCL communicator: AUTO, ON or OFF")
 set_property(CACHE PIPER_CUDA PROPERTY STRINGS AUTO ON OFF)
 set(PIPER_HAVE_CUDA OFF)

@@ -46,6 +46,8 @@ bundle() {
       *) cp -L "$lib" "$BUNDLE/stage/lib/" ;;
     esac
   done
+  # The CUDA backend, which the binaries load for --device cuda (through LD_LIBRARY_PATH there).
+  cp "$build/lib/libpiper_cuda.so" "$BUNDLE/stage/lib/"
   cp -r /usr/share/libonnx-testdata/data/node "$BUNDLE/stage/node"
   /usr/bin/python3 tools/gpu-benchmark.py skeleton "$BUNDLE/stage/gpt-skeleton.onnx"
   tar -C "$BUNDLE/stage" -cJf "$BUNDLE/bundle.tar.xz" .

@@ -1,16 +1,15 @@
 // The registry of compute backends behind --device, and the defaults of Backend's optional
 // methods.
+#include <dlfcn.h>
+
 #include <cstring>
 
 #include "engine/comm/communicator.h"
 #include "engine/comm/store.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/runtime/backend.h"
+#include "engine/runtime/cuda_plugin.h"
 #include "formats/error.h"
-#ifdef PIPER_HAVE_CUDA
-#include "engine/comm/nccl/nccl_communicator.h"
-#include "engine/cuda/cuda_backend.h"
-#endif
 
 namespace piper::engine {
 
@@ -20,18 +19,47 @@ void Backend::copy(void* device_dst, const void* device_src, size_t bytes) {
 
 std::unique_ptr<DeviceStreams> Backend::make_device_streams(size_t, int) { return nullptr; }
 
+#ifdef PIPER_HAVE_CUDA
+namespace {
+
+const CudaPlugin* load_cuda_plugin(std::string& why) {
+  // RTLD_NOW: a symbol the executable does not export fails here, not mid-run.
+  void* library = dlopen(kCudaPluginFile, RTLD_NOW | RTLD_LOCAL);
+  if (library == nullptr) {
+    why = dlerror();
+    return nullptr;
+  }
+  auto* entry = reinterpret_cast<const CudaPlugin* (*)()>(dlsym(library, kCudaPluginEntry));
+  if (entry == nullptr) {
+    why = std::string(kCudaPluginFile) + " has no " + kCudaPluginEntry;
+    return nullptr;
+  }
+  return entry();
+}
+
+}  // namespace
+
+const CudaPlugin& cuda_plugin(const std::string& flag, const std::string& instead) {
+  static std::string why;
+  static const CudaPlugin* const plugin = load_cuda_plugin(why);
+  if (plugin == nullptr) {
+    throw Error(flag + ": cannot load the CUDA backend: " + why + "; " + instead);
+  }
+  return *plugin;
+}
+#else
+const CudaPlugin& cuda_plugin(const std::string& flag, const std::string& instead) {
+  throw Error(flag + ": this build has no CUDA (configured without nvcc or with " +
+              "-DPIPER_CUDA=OFF); " + instead);
+}
+#endif
+
 std::unique_ptr<Backend> make_backend(const std::string& name) {
   if (name == "cpu") {
     return std::make_unique<cpu::CpuBackend>();
   }
   if (name == "cuda") {
-#ifdef PIPER_HAVE_CUDA
-    return std::make_unique<cuda::CudaBackend>();
-#else
-    throw Error(
-        "--device cuda: this build has no CUDA backend (configured without nvcc or with "
-        "-DPIPER_CUDA=OFF); run with --device cpu");
-#endif
+    return cuda_plugin("--device cuda", "run with --device cpu").make_backend();
   }
   throw Error("unknown device '" + name + "'; available devices: cpu, cuda");
 }
@@ -40,26 +68,12 @@ std::string default_communicator(const std::string& device) {
   return device == "cuda" ? "nccl" : "gloo";
 }
 
-// Without CUDA the parameters go unused.
-std::unique_ptr<CommunicatorFactory> make_nccl_communicators(
-    [[maybe_unused]] Backend& backend, [[maybe_unused]] Store& store, [[maybe_unused]] int rank,
-    [[maybe_unused]] const std::string& key_prefix,
-    [[maybe_unused]] std::chrono::milliseconds timeout) {
-#ifdef PIPER_HAVE_CUDA
-  auto* cuda = dynamic_cast<cuda::CudaBackend*>(&backend);
-  if (cuda == nullptr) {
-    throw Error("--comm nccl works on GPU memory: it needs --device cuda, not --device " +
-                backend.name() + " (use --comm gloo)");
-  }
-  NcclOptions options;
-  options.timeout = timeout;
-  options.key_prefix = key_prefix;
-  return std::make_unique<NcclCommunicatorFactory>(store, rank, cuda->context(), options);
-#else
-  throw Error(
-      "--comm nccl: this build has no CUDA (configured without nvcc or with "
-      "-DPIPER_CUDA=OFF); use --comm gloo");
-#endif
+std::unique_ptr<CommunicatorFactory> make_nccl_communicators(Backend& backend, Store& store,
+                                                             int rank,
+                                                             const std::string& key_prefix,
+                                                             std::chrono::milliseconds timeout) {
+  return cuda_plugin("--comm nccl", "use --comm gloo")
+      .make_nccl_communicators(backend, store, rank, key_prefix, timeout);
 }
 
 }  // namespace piper::engine

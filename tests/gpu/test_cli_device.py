@@ -1,8 +1,10 @@
 """piper-run --device cuda where no GPU is usable (as on CI machines) fails in one
 line that suggests --device cpu; --comm nccl without --device cuda fails likewise.
-Where a GPU is usable, the first check is skipped (tests/gpu covers that case)."""
+Where a GPU is usable, the first check is skipped (tests/gpu covers that case). A CPU rank
+maps no CUDA library: the CUDA backend is a plugin loaded only for --device cuda."""
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -39,6 +41,27 @@ class DeviceErrors(unittest.TestCase):
         if result.returncode == 0:
             self.skipTest("a GPU is usable here")
         self.assert_one_line_error(result, "--device cuda", "--device cpu")
+        # The plugin loaded (every symbol it needs resolved from piper-run) and found no GPU.
+        self.assertNotIn("cannot load the CUDA backend", result.stderr, result.describe())
+
+    def test_a_cpu_rank_maps_no_cuda_library(self):
+        process = subprocess.Popen(
+            [Tools.run, "--plan", self.plan, "--steps", "1000000000", "--log-every", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            # Once the first step has run, everything the run needs is loaded.
+            lines = iter(process.stdout.readline, "")
+            self.assertTrue(any(line.startswith("step 1 ") for line in lines), "no step ran")
+            with open(f"/proc/{process.pid}/maps") as maps:
+                mapped = {line.split()[-1] for line in maps if "/" in line}
+        finally:
+            process.kill()
+            process.wait()
+            process.stdout.close()
+        cuda = sorted(path for path in mapped if any(
+            name in os.path.basename(path)
+            for name in ("libcuda", "libcublas", "libnccl", "libcudnn", "libpiper_cuda")))
+        self.assertEqual(cuda, [], "a CPU rank mapped CUDA libraries")
 
     def test_nccl_needs_cuda(self):
         result = harness.run([Tools.run, "--plan", self.plan, "--steps", "1", "--comm", "nccl"])
