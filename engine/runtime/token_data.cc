@@ -5,6 +5,7 @@
 
 #include "engine/runtime/data_inputs.h"
 #include "formats/error.h"
+#include "formats/flag_list.h"
 #include "formats/mapped_file.h"
 
 namespace piper::engine {
@@ -171,17 +172,11 @@ TokenDType parse_token_dtype(const std::string& text) {
 
 std::vector<TokenInput> parse_token_inputs(const std::string& text) {
   std::vector<TokenInput> inputs;
-  size_t at = 0;
-  while (at <= text.size()) {
-    const size_t end = std::min(text.find(',', at), text.size());
-    const std::string entry = text.substr(at, end - at);
+  for (const std::string& entry : formats::split_commas(text)) {
     const size_t equals = entry.find('=');
     const std::string name = entry.substr(0, equals);
     const std::string offset = equals == std::string::npos ? "" : entry.substr(equals + 1);
-    const bool digits =
-        !offset.empty() && offset.size() <= 18 &&
-        std::all_of(offset.begin(), offset.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (name.empty() || !digits) {
+    if (name.empty() || !formats::is_count(offset, 18)) {
       throw Error("--token-inputs " + text + ": '" + entry +
                   "' is not NAME=OFFSET with OFFSET a count of tokens of 0 or more (e.g. "
                   "idx=0,tgt=1, or input_ids=0,labels=0 for HuggingFace models)");
@@ -193,7 +188,6 @@ std::vector<TokenInput> parse_token_inputs(const std::string& text) {
       }
     }
     inputs.push_back({name, std::stoll(offset)});
-    at = end + 1;
   }
   return inputs;
 }

@@ -1,10 +1,10 @@
 #include "engine/runtime/trace.h"
 
 #include <algorithm>
-#include <cctype>
 #include <set>
 
 #include "formats/error.h"
+#include "formats/flag_list.h"
 #include "formats/plan_text.h"
 
 namespace piper::engine {
@@ -130,10 +130,7 @@ void add_stream(const plan::Plan& plan, const TracedStep& traced, size_t s, doub
 }
 
 int64_t parse_step(const std::string& text, const std::string& part) {
-  const bool digits =
-      !text.empty() && text.size() <= 12 &&
-      std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
-  const int64_t step = digits ? std::stoll(text) : 0;
+  const int64_t step = formats::is_count(text, 12) ? std::stoll(text) : 0;
   if (step < 1) {
     throw Error("--trace-steps: '" + part +
                 "' is not a step (from 1) or a range of them (\"10-12\"); e.g. 5,10-12");
@@ -156,10 +153,7 @@ uint64_t transfer_flow_id(int64_t step, int sender, int receiver, int tag) {
 
 std::vector<int64_t> parse_step_list(const std::string& text) {
   std::set<int64_t> steps;
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    const size_t comma = std::min(text.find(',', begin), text.size());
-    const std::string part = text.substr(begin, comma - begin);
+  for (const std::string& part : formats::split_commas(text)) {
     const size_t dash = part.find('-');
     const int64_t first = parse_step(part.substr(0, dash), part);
     const int64_t last =
@@ -167,7 +161,6 @@ std::vector<int64_t> parse_step_list(const std::string& text) {
     if (last < first) throw Error("--trace-steps: '" + part + "' runs backwards");
     if (last - first > 1000000) throw Error("--trace-steps: '" + part + "' spans too many steps");
     for (int64_t step = first; step <= last; ++step) steps.insert(step);
-    begin = comma + 1;
   }
   return {steps.begin(), steps.end()};
 }
