@@ -111,6 +111,28 @@ def write_json(path, value):
     return path
 
 
+def sample_module(*parts):
+    """A sample's Python file as a module: samples/NAME/export.py for `sample_module(NAME)`, or
+    samples/PARTS... (`sample_module("hf", "export.py")`)."""
+    import importlib.util
+
+    parts = parts if len(parts) > 1 else (parts[0], "export.py")
+    name = "piper_sample_" + "_".join(part.replace(".py", "") for part in parts)
+    spec = importlib.util.spec_from_file_location(name, Tools.sample(*parts))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def plan_strategy(work, model_path, strategy_value):
+    """Writes `strategy_value` to WORK/strategy.json (WORK made if missing), plans `model_path`
+    with it into WORK/plans and returns that folder and piper-plan's result."""
+    os.makedirs(work, exist_ok=True)
+    path = write_json(os.path.join(work, "strategy.json"), strategy_value)
+    plans = os.path.join(work, "plans")
+    return plans, run_ok([Tools.plan, model_path, path, "-o", plans])
+
+
 def strategy(global_batch, optimizer, **extra):
     """A single-device strategy: no directives."""
     value = {"batch": {"global": global_batch}, "optimizer": optimizer}

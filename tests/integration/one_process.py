@@ -74,12 +74,9 @@ class SplitModels:
     @classmethod
     def plan(cls, model, name, extra):
         work = os.path.join(cls.tmp.name, f"{model}_{name}")
-        os.makedirs(work, exist_ok=True)
-        path = harness.write_json(
-            os.path.join(work, "strategy.json"),
+        plans, printed = harness.plan_strategy(
+            work, cls.model_path(model),
             harness.strategy(cls.global_batch, cls.optimizer, frozen=cls.frozen, **extra))
-        plans = os.path.join(work, "plans")
-        printed = harness.run_ok([Tools.plan, cls.model_path(model), path, "-o", plans])
         with open(os.path.join(work, "piper-plan.txt"), "w") as f:
             f.write(printed.stdout)
         return work, plans

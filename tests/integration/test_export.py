@@ -18,7 +18,6 @@ from harness import run_under_hf_python
 
 run_under_hf_python(("transformers", "safetensors", "onnxruntime"))
 
-import importlib.util  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
@@ -46,14 +45,6 @@ LOGITS_TOL = 1e-5
 
 def export_tool():
     return os.path.join(os.path.dirname(Tools.run), "piper-export")
-
-
-def load_sample(*parts):
-    path = Tools.sample(*parts)
-    spec = importlib.util.spec_from_file_location("piper_" + "_".join(parts[:-1]), path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def rows_of_step(step):
@@ -116,7 +107,7 @@ class GptExport(unittest.TestCase):
         cls.data = os.path.join(cls.tmp.name, "data")
         idx = harness.save_token_sequences(cls.data, ROWS, 64, 16, seed=9)
         cls.idx, cls.targets = idx, np.roll(idx, -1, axis=1)
-        cls.gpt = load_sample("gpt", "export.py")
+        cls.gpt = harness.sample_module("gpt", "export.py")
         cls.trained = Trained(os.path.join(cls.tmp.name, "gpt"), Tools.sample("gpt", "model.onnx"),
                               cls.data)
 
@@ -325,7 +316,7 @@ class Gpt2Export(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="piper_export_gpt2_")
-        cls.hf = load_sample("hf", "export.py")
+        cls.hf = harness.sample_module("hf", "export.py")
         folder = os.path.join(cls.tmp.name, "model")
         path, _, (cls.input_ids, cls.labels) = cls.hf.export("gpt2", folder)
         cls.trained = Trained(os.path.join(cls.tmp.name, "gpt2"), path,

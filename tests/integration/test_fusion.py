@@ -12,7 +12,6 @@
   lower with fusion than without (no [B, H, T, T] probabilities kept for the
   backward); the numbers are printed.
 PyTorch runs here; no reference numbers are stored."""
-import importlib.util
 import json
 import math
 import os
@@ -36,14 +35,6 @@ SAMPLES = 16
 DIFF_RTOL = 1e-5
 OPTIMIZER = {"type": "adamw", "lr": 1e-3, "weight_decay": 0.01}
 FROZEN = ["*mask*"]
-
-
-def gpt_export_module():
-    path = Tools.sample("gpt", "export.py")
-    spec = importlib.util.spec_from_file_location("piper_sample_gpt_export", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def tokens(vocab, block):
@@ -185,7 +176,7 @@ class Fusion(unittest.TestCase):
         print(f"[{name}] fused vs unfused: worst final weight rel {worst:.2e} ({worst_name})")
 
     def test_gpt_sample_fused_trains_like_unfused(self):
-        gpt = gpt_export_module()
+        gpt = harness.sample_module("gpt")
         work = os.path.join(self.tmp.name, "gpt")
         data = os.path.join(work, "data")
         os.makedirs(data)
@@ -223,7 +214,7 @@ class Fusion(unittest.TestCase):
                                   train(work, unfused_plans, data, "unfused"))
 
     def test_fusion_cuts_planned_activation_memory_at_long_sequences(self):
-        gpt = gpt_export_module()
+        gpt = harness.sample_module("gpt")
         block = 256
         work = os.path.join(self.tmp.name, "long")
         os.makedirs(work)

@@ -63,12 +63,8 @@ class Metrics(unittest.TestCase):
 
     def plan(self, name, model, directives, global_batch=8):
         work = os.path.join(self.tmp, name)
-        os.makedirs(work)
-        strategy = harness.write_json(os.path.join(work, "strategy.json"),
-                                      harness.strategy(global_batch, ADAMW,
-                                                       directives=directives))
-        plans = os.path.join(work, "plans")
-        harness.run_ok([Tools.plan, model, strategy, "-o", plans])
+        plans, _ = harness.plan_strategy(
+            work, model, harness.strategy(global_batch, ADAMW, directives=directives))
         return work, plans
 
     def planned_flops(self, plan):

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 import harness
+import one_process
 import test_data_parallel as dp
 from harness import Tools
-from test_token_mean import gpt_module, relative_error
 
 STEPS = 10
 GLOBAL_BATCH = 8
@@ -75,7 +75,7 @@ class OptimizerRecipeMatchesPyTorch(unittest.TestCase):
     def setUpClass(cls):
         torch.set_num_threads(1)
         cls.tmp = tempfile.TemporaryDirectory(prefix="piper_optimizer_recipe_")
-        cls.export = gpt_module()
+        cls.export = harness.sample_module("gpt")
         cls.model_path = Tools.sample("gpt", "model.onnx")
         cls.data = os.path.join(cls.tmp.name, "data")
         cls.idx = harness.save_token_sequences(cls.data, SAMPLES, cls.export.VOCAB,
@@ -113,13 +113,10 @@ class OptimizerRecipeMatchesPyTorch(unittest.TestCase):
 
     def train(self, name, recipe, directives=(), annotations=(), launch=False, steps=STEPS):
         work = os.path.join(self.tmp.name, name)
-        os.makedirs(work)
-        strategy = harness.write_json(
-            os.path.join(work, "strategy.json"),
+        plans, _ = harness.plan_strategy(
+            work, self.model_path,
             harness.strategy(GLOBAL_BATCH, recipe, directives=list(directives),
                              annotations=list(annotations), frozen=FROZEN))
-        plans = os.path.join(work, "plans")
-        harness.run_ok([Tools.plan, self.model_path, strategy, "-o", plans])
         return dp.train_plans_metrics(work, plans, self.data, launch, steps)
 
     def test_the_bound_clips_some_steps_and_not_others(self):
@@ -152,7 +149,7 @@ class OptimizerRecipeMatchesPyTorch(unittest.TestCase):
                                  f"{label}: grad_norm {record['grad_norm']!r}, pytorch {want!r}")
         worst = 0.0
         for param, want in expected["weights"].items():
-            error = relative_error(weights[param], want)
+            error = one_process.relative_error(weights[param], want)
             worst = max(worst, error)
             self.assertLessEqual(error, WEIGHT_RTOL, f"[{name}] final {param}: {error:.2e}")
         print(f"[{name}] {steps} losses match PyTorch to {LOSS_RTOL}, weights to {WEIGHT_RTOL} "

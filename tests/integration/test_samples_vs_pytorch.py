@@ -5,7 +5,6 @@ sample's own module) on the same data: 50 AdamW steps, every step's loss within
 within 1e-3 relative (norm of the difference over norm of the reference); the
 frozen causal masks do not change.
 PyTorch runs here; no reference numbers are stored."""
-import importlib.util
 import math
 import os
 import tempfile
@@ -31,14 +30,6 @@ FROZEN = ["*mask*"]   # the causal-mask buffers
 
 def make_optimizer(params):
     return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01)
-
-
-def sample_module(name):
-    path = Tools.sample(name, "export.py")
-    spec = importlib.util.spec_from_file_location(f"piper_sample_{name}_export", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def relative_error(actual, expected):
@@ -73,7 +64,7 @@ class SamplesMatchPyTorch(unittest.TestCase):
 
     def check(self, name):
         started = time.monotonic()
-        export = sample_module(name)
+        export = harness.sample_module(name)
         model_path = Tools.sample(name, "model.onnx")
         model = export.load_initializers(export.build_model(), model_path)
         gpt = getattr(export, "gpt", export)

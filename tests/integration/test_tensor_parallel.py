@@ -150,7 +150,7 @@ class TensorParallel(one_process.SplitModels, unittest.TestCase):
     @classmethod
     def torch_model(cls, model):
         """The PyTorch module of `model` holding the weights of its ONNX file."""
-        gpt = tp_models.gpt_sample()
+        gpt = harness.sample_module("gpt")
         module = gpt.build_model() if model == "gpt" else tp_models.build_model(model)
         return gpt.load_initializers(module, cls.model_path(model))
 

@@ -6,7 +6,6 @@ within 1e-5 relative, final weights within 1e-4), where the mean of each part's 
 DDP trains) does not: the test checks that it differs on this data. Split along the vocabulary
 over 2 tensor-parallel members (the embedding and the head), alone and with 2 replicas x 2
 microbatches, the blockwise cross-entropy keeps ignore_index and the global token mean exact."""
-import importlib.util
 import os
 import tempfile
 import unittest
@@ -15,6 +14,7 @@ import numpy as np
 import torch
 
 import harness
+import one_process
 import test_data_parallel as dp
 from harness import Tools
 
@@ -22,21 +22,11 @@ STEPS = dp.STEPS  # what dp.train_plans trains
 GLOBAL_BATCH = 8
 SAMPLES = 32
 IGNORE = -100
-LOSS_RTOL = 1e-5
-WEIGHT_RTOL = 1e-4
 PYTORCH_LOSS_RTOL = 1e-4
 PYTORCH_WEIGHT_RTOL = 1e-3
 OPTIMIZER = {"type": "adamw", "lr": 0.01, "weight_decay": 0.01}
 FROZEN = ["*mask*"]  # the causal-mask buffers
 VOCAB_SHARD = {"op": "shard", "axis": "tp", "params": {"tok.weight": 0, "head.*": 0}}
-
-
-def gpt_module():
-    spec = importlib.util.spec_from_file_location("piper_sample_gpt_export",
-                                                  Tools.sample("gpt", "export.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def masked_data(directory, vocab, block):
@@ -51,16 +41,12 @@ def masked_data(directory, vocab, block):
     return idx, targets
 
 
-def relative_error(got, want):
-    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
-
-
 class TokenMeansMatchOneProcess(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         torch.set_num_threads(1)
         cls.tmp = tempfile.TemporaryDirectory(prefix="piper_token_mean_")
-        cls.export = gpt_module()
+        cls.export = harness.sample_module("gpt")
         cls.model_path = Tools.sample("gpt", "model.onnx")
         cls.data = os.path.join(cls.tmp.name, "data")
         cls.idx, cls.targets = masked_data(cls.data, cls.export.VOCAB, cls.export.BLOCK)
@@ -73,13 +59,10 @@ class TokenMeansMatchOneProcess(unittest.TestCase):
     @classmethod
     def train(cls, name, strategy_directives, launch=True, **extra):
         work = os.path.join(cls.tmp.name, name)
-        os.makedirs(work)
-        strategy = harness.write_json(
-            os.path.join(work, "strategy.json"),
+        plans, _ = harness.plan_strategy(
+            work, cls.model_path,
             harness.strategy(GLOBAL_BATCH, OPTIMIZER, directives=strategy_directives,
                              frozen=FROZEN, **extra))
-        plans = os.path.join(work, "plans")
-        harness.run_ok([Tools.plan, cls.model_path, strategy, "-o", plans])
         return dp.train_plans(work, plans, cls.data, launch)
 
     def model(self):
@@ -103,7 +86,7 @@ class TokenMeansMatchOneProcess(unittest.TestCase):
         gap = abs(float(sum(halves)) / 2 - float(whole)) / float(whole)
         print(f"[token mean] labelled tokens per half {labelled}; mean of the halves' means is "
               f"{gap:.2e} off the token mean")
-        self.assertGreater(gap, 10 * LOSS_RTOL)
+        self.assertGreater(gap, 10 * one_process.LOSS_RTOL)
 
     def test_one_process_matches_pytorch(self):
         model = self.model()
@@ -121,7 +104,7 @@ class TokenMeansMatchOneProcess(unittest.TestCase):
             self.assertLessEqual(abs(got - want) / abs(want), PYTORCH_LOSS_RTOL,
                                  f"step {step}: piper {got!r}, pytorch {want!r}")
         for param, value in model.named_parameters():
-            error = relative_error(weights[param], value.detach().numpy())
+            error = one_process.relative_error(weights[param], value.detach().numpy())
             self.assertLessEqual(error, PYTORCH_WEIGHT_RTOL, f"final {param}: {error:.2e}")
 
     def check(self, replicas, stage, microbatches):
@@ -130,7 +113,7 @@ class TokenMeansMatchOneProcess(unittest.TestCase):
         if replicas == 1:
             strategy_directives = strategy_directives[:1]  # the split alone
         losses, weights = self.train(name, strategy_directives, launch=replicas > 1)
-        self.check_against_one_process(name, losses, weights)
+        one_process.assert_matches(self, name, (losses, weights), self.reference, STEPS)
 
     def check_vocab_parallel(self, replicas, microbatches):
         name = f"tp2_vocab_dp{replicas}_mb{microbatches}"
@@ -142,18 +125,7 @@ class TokenMeansMatchOneProcess(unittest.TestCase):
                 {"op": "zero", "stage": 1, "axis": "dp"}, VOCAB_SHARD]
             mesh = [["dp", replicas], ["tp", 2]]
         losses, weights = self.train(name, strategy_directives, mesh=mesh)
-        self.check_against_one_process(name, losses, weights)
-
-    def check_against_one_process(self, name, losses, weights):
-        want_losses, want_weights = self.reference
-        self.assertEqual(len(losses), STEPS, name)
-        for step, (got, want) in enumerate(zip(losses, want_losses)):
-            self.assertLessEqual(abs(got - want) / abs(want), LOSS_RTOL,
-                                 f"[{name}] step {step}: {got!r} vs one process {want!r}")
-        for param, want in want_weights.items():
-            error = relative_error(weights[param], want)
-            self.assertLessEqual(error, WEIGHT_RTOL, f"[{name}] final {param}: {error:.2e}")
-        print(f"[{name}] losses match one process to {LOSS_RTOL}, weights to {WEIGHT_RTOL}")
+        one_process.assert_matches(self, name, (losses, weights), self.reference, STEPS)
 
     def test_two_replicas_zero2(self):
         self.check(2, 2, 1)

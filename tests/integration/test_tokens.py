@@ -6,7 +6,6 @@ continues the stream bitwise (the index records the stream; another file's is re
 (RssAnon, read from /proc while it runs) trains, its windows drawn from all over the file; and
 the memory of a --data run does not grow with the size of its .npy files (they are mapped).
 HuggingFace GPT-2 from a token file is test_tokens_hf.py."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -37,14 +36,6 @@ PIPELINE_TAGS = [{"match": "/blocks.0/*", "tags": {"PP": 0}},
 
 def launch_path():
     return os.path.join(os.path.dirname(Tools.run), "piper-launch")
-
-
-def gpt_module():
-    spec = importlib.util.spec_from_file_location("piper_sample_gpt_export",
-                                                  Tools.sample("gpt", "export.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def write_tokens(path, count, vocab, seed, chunk=1 << 25):
@@ -96,7 +87,7 @@ class TokenFilesMatchPyTorch(unittest.TestCase):
     def setUpClass(cls):
         torch.set_num_threads(1)
         cls.tmp = tempfile.TemporaryDirectory(prefix="piper_tokens_")
-        cls.gpt = gpt_module()
+        cls.gpt = harness.sample_module("gpt")
         cls.model_path = Tools.sample("gpt", "model.onnx")
         cls.token_path = os.path.join(cls.tmp.name, "train.bin")
         cls.tokens = write_tokens(cls.token_path, 200_000, cls.gpt.VOCAB, seed=11)
@@ -110,15 +101,10 @@ class TokenFilesMatchPyTorch(unittest.TestCase):
 
     @classmethod
     def plan(cls, name, directives, annotations=()):
-        work = os.path.join(cls.tmp.name, name)
-        os.makedirs(work)
-        strategy = harness.write_json(
-            os.path.join(work, "strategy.json"),
+        return harness.plan_strategy(
+            os.path.join(cls.tmp.name, name), cls.model_path,
             harness.strategy(GLOBAL_BATCH, OPTIMIZER, directives=directives, frozen=FROZEN,
-                             annotations=list(annotations)))
-        plans = os.path.join(work, "plans")
-        harness.run_ok([Tools.plan, cls.model_path, strategy, "-o", plans])
-        return plans
+                             annotations=list(annotations)))[0]
 
     def command(self, plans, work, steps, *flags, token_path=None):
         os.makedirs(work, exist_ok=True)

@@ -22,13 +22,14 @@ weights, `export(name, path)` writes it, `megatron_params(model)` gives the
 """
 import argparse
 import dataclasses
-import importlib.util
 import math
 import os
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import harness
 
 VOCAB = 64
 BLOCK = 16  # sequence length
@@ -183,19 +184,9 @@ def build_model(name):
     return Decoder(VARIANTS[name])
 
 
-def gpt_sample():
-    """samples/gpt/export.py as a module: its export, and its GPT for the reference."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "samples", "gpt",
-                        "export.py")
-    spec = importlib.util.spec_from_file_location("piper_sample_gpt_export", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def export(name, path):
     """Writes variant `name` to `path` exactly as samples/gpt/export.py writes the sample."""
-    gpt_sample().export_model(build_model(name), path, vocab=VOCAB, block=BLOCK)
+    harness.sample_module("gpt").export_model(build_model(name), path, vocab=VOCAB, block=BLOCK)
     return path
 
 
