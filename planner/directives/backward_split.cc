@@ -121,7 +121,52 @@ void split_one(ir::TaskGraph& graph, ir::TaskId id) {
   }
 }
 
+// An edge from part `from` to part `to` of one task: data where `to` reads what `from` writes,
+// else the order alone.
+void chain(ir::TaskGraph& graph, ir::TaskId from, ir::TaskId to) {
+  const bool data = intersects(tensors_of(graph, from, true), tensors_of(graph, to, false));
+  graph.add_edge(from, to, data ? ir::EdgeKind::kData : ir::EdgeKind::kTemporal);
+}
+
 }  // namespace
+
+std::vector<ir::TaskId> cut_task(ir::TaskGraph& graph, ir::TaskId id,
+                                 const std::vector<size_t>& ends) {
+  const ir::Task original = graph.task(id);
+  const std::vector<ir::Edge> edges = graph.edges();
+  std::vector<ir::TaskId> parts = {id};
+  size_t begin = ends.front() + 1;
+  graph.task(id).ops.assign(original.ops.begin(), original.ops.begin() + begin);
+  for (size_t k = 1; k <= ends.size(); ++k) {
+    const size_t end = k < ends.size() ? ends[k] + 1 : original.ops.size();
+    ir::Task part = original;
+    part.ops.assign(original.ops.begin() + begin, original.ops.begin() + end);
+    parts.push_back(graph.add_task(std::move(part)));
+    chain(graph, parts[k - 1], parts[k]);
+    begin = end;
+  }
+  for (const ir::Edge& edge : edges) {
+    if (edge.to == id && edge.kind == ir::EdgeKind::kData) {
+      // Each part that reads what the edge carries is joined to its writer.
+      const TensorSet carried = tensors_of(graph, edge.from, true);
+      for (size_t k = 1; k < parts.size(); ++k) {
+        if (intersects(tensors_of(graph, parts[k], false), carried)) {
+          graph.add_edge(edge.from, parts[k], edge.kind);
+        }
+      }
+    }
+    if (edge.from != id) continue;
+    const TensorSet carried = tensors_of(graph, edge.to, false);
+    bool sent = false;  // by a part that writes what the edge carries (`id`'s edge is there)
+    for (size_t k = 0; k < parts.size() && edge.kind == ir::EdgeKind::kData; ++k) {
+      if (!intersects(tensors_of(graph, parts[k], true), carried)) continue;
+      if (k > 0) graph.add_edge(parts[k], edge.to, edge.kind);
+      sent = true;
+    }
+    if (!sent) graph.add_edge(parts.back(), edge.to, edge.kind);
+  }
+  return parts;
+}
 
 void split_backward(ir::TaskGraph& graph, const std::vector<ir::TaskId>& ids) {
   std::vector<bool> drop(graph.num_tasks());

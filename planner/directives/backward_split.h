@@ -2,7 +2,9 @@
 // layers wait for) and its weight-gradient part (BW: parameter gradients,
 // which nothing else in backward needs), as zero-bubble schedules do. The
 // `order` directive applies it to the backward tasks its filters name with
-// BI or BW.
+// BI or BW. `replicate` cuts a backward task into consecutive parts where a
+// gradient bucket becomes ready, so that its all-reduce starts while the rest
+// of the backward runs (as PyTorch DDP overlaps).
 #pragma once
 
 #include <vector>
@@ -16,5 +18,14 @@ namespace piper::planner {
 // (either may be absent when empty); edges follow the tensors each part
 // reads and writes. Task ids change (TaskGraph::remove_tasks).
 void split_backward(ir::TaskGraph& graph, const std::vector<ir::TaskId>& ids);
+
+// Cuts task `id` after each of its op positions `ends` (ascending, each < its last): `id`
+// keeps the ops up to the first cut and new tasks, appended in order, take the rest; each part
+// runs after the one before. Edges out of `id` also leave every part that writes what they
+// carry (the last part for edges that carry nothing); data edges into `id` also reach every
+// part that reads what they carry.
+// Task ids do not change. Returns the parts, `id` first.
+std::vector<ir::TaskId> cut_task(ir::TaskGraph& graph, ir::TaskId id,
+                                 const std::vector<size_t>& ends);
 
 }  // namespace piper::planner

@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "formats/error.h"
+#include "planner/directives/backward_split.h"
 #include "planner/directives/directive.h"
 #include "planner/directives/transfers.h"
 
@@ -17,6 +19,9 @@ namespace piper::planner {
 namespace {
 
 using strategy::ReplicateDirective;
+
+// DDP's first bucket: small, so that communication starts soon after the backward does.
+constexpr int64_t kFirstBucketBytes = int64_t{1} << 20;
 
 struct Replication {
   ir::TaskGraph& graph;
@@ -68,32 +73,44 @@ struct Replication {
     }
   }
 
-  // Trained parameters in the order their gradients become final.
+  // Where op `op` runs in task `id`.
+  size_t op_position(ir::TaskId id, ir::OpId op) const {
+    const auto& task_ops = graph.task(id).ops;
+    return static_cast<size_t>(std::find(task_ops.begin(), task_ops.end(), op) - task_ops.begin());
+  }
+
+  // Trained parameters in the order their gradients become final: by the last task that writes
+  // each, then by where in that task.
   std::vector<size_t> by_readiness() {
     const std::vector<ir::TaskId> order = graph.topological_order();
     std::vector<int> position(graph.num_tasks());
     for (size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int>(i);
-    std::vector<std::pair<int, size_t>> ready;
+    std::vector<std::tuple<int, size_t, size_t>> ready;
     for (size_t p : parameters) {
-      int last = 0;
-      for (ir::TaskId id : tasks_running(ops().producer(ops().trained[p].gradient))) {
-        last = std::max(last, position[id]);
+      const ir::OpId producer = ops().producer(ops().trained[p].gradient);
+      std::pair<int, size_t> last{0, 0};
+      for (ir::TaskId id : tasks_running(producer)) {
+        last = std::max(last, {position[id], op_position(id, producer)});
       }
-      ready.emplace_back(last, p);
+      ready.emplace_back(last.first, last.second, p);
     }
     std::stable_sort(ready.begin(), ready.end());
     std::vector<size_t> result;
-    for (const auto& entry : ready) result.push_back(entry.second);
+    for (const auto& entry : ready) result.push_back(std::get<2>(entry));
     return result;
   }
 
+  // Gradients in the order they become final, cut into buckets of at most the bucket size (or
+  // one gradient); the first holds at most 1 MiB, as DDP's, so that its all-reduce starts early.
   std::vector<std::vector<size_t>> buckets() {
     std::vector<std::vector<size_t>> result(1);
     int64_t bytes = 0;
     for (size_t p : by_readiness()) {
       const ir::Tensor& gradient = ops().tensor(ops().trained[p].gradient);
       const int64_t size = ir::num_elements(gradient.shape) * 4;
-      if (!result.back().empty() && bytes + size > spec.bucket_size) {
+      const int64_t limit =
+          result.size() == 1 ? std::min(kFirstBucketBytes, spec.bucket_size) : spec.bucket_size;
+      if (!result.back().empty() && bytes + size > limit) {
         result.emplace_back();
         bytes = 0;
       }
@@ -102,6 +119,33 @@ struct Replication {
     }
     if (result.back().empty()) result.pop_back();  // nothing to reduce (only expert weights)
     return result;
+  }
+
+  // A bucket's all-reduce waits for the tasks that write its gradients. Where one backward task
+  // writes several buckets' gradients (a model without per-layer tags is one backward task), it
+  // is cut after each bucket's last gradient, so that the bucket's all-reduce overlaps the rest
+  // of the backward, as DDP's gradient hooks do. Every microbatch's task is cut alike.
+  void cut_backward_at_buckets(const std::vector<std::vector<size_t>>& buckets) {
+    std::map<ir::TaskId, std::set<size_t>> cuts;  // task -> op positions to cut after
+    for (const auto& bucket : buckets) {
+      std::map<ir::TaskId, size_t> ends;  // task -> the position of the bucket's last gradient
+      for (size_t p : bucket) {
+        const ir::OpId producer = ops().producer(ops().trained[p].gradient);
+        for (ir::TaskId id : tasks_running(producer)) {
+          const ir::Pass pass = graph.task(id).pass;
+          if (pass != ir::Pass::kBackward && pass != ir::Pass::kBackwardWeight) continue;
+          size_t& end = ends[id];
+          end = std::max(end, op_position(id, producer));
+        }
+      }
+      for (const auto& [id, end] : ends) {
+        if (end + 1 < graph.task(id).ops.size()) cuts[id].insert(end);
+      }
+    }
+    for (const auto& [id, ends] : cuts) {
+      cut_task(graph, id, {ends.begin(), ends.end()});
+      selected.resize(graph.num_tasks(), true);
+    }
   }
 
   ir::OpId update_op(size_t p) {
@@ -123,7 +167,9 @@ struct Replication {
   }
 
   void all_reduce_gradients() {
-    for (const auto& bucket : buckets()) {
+    const std::vector<std::vector<size_t>> gradient_buckets = buckets();
+    cut_backward_at_buckets(gradient_buckets);
+    for (const auto& bucket : gradient_buckets) {
       std::vector<ir::TensorId> gradients;
       std::vector<ir::TaskId> producers;
       for (size_t p : bucket) {
@@ -132,7 +178,8 @@ struct Replication {
           producers.push_back(id);
         }
       }
-      const int last_mb = graph.task(producers.back()).microbatch;
+      int last_mb = 0;
+      for (ir::TaskId id : producers) last_mb = std::max(last_mb, graph.task(id).microbatch);
       const ir::TaskId reduce = add_comm(ir::TaskKind::kAllReduce, gradients, ir::Pass::kBackward,
                                          last_mb, spec.reduce_stream);
       connect(producers, reduce);

@@ -65,7 +65,7 @@ class PrecisionMatchesPyTorch(unittest.TestCase):
         return plans, [r["loss"] for r in harness.read_metrics(metrics)], dp.weights_of(trained)
 
     def train_pytorch_autocast(self, name, idx, targets):
-        export = samples.sample_module(name)
+        export = harness.sample_module(name)
         model = export.load_initializers(export.build_model(), Tools.sample(name, "model.onnx"))
         return harness.train_like_piper(model, (idx, targets), samples.make_optimizer, STEPS,
                                         samples.GLOBAL_BATCH, autocast=True)
@@ -74,7 +74,7 @@ class PrecisionMatchesPyTorch(unittest.TestCase):
         work = os.path.join(self.tmp.name, name)
         data = os.path.join(work, "data")
         os.makedirs(data)
-        gpt = getattr(samples.sample_module(name), "gpt", samples.sample_module(name))
+        gpt = getattr(harness.sample_module(name), "gpt", harness.sample_module(name))
         idx, targets = samples.make_data(data, gpt.VOCAB, gpt.BLOCK)
 
         plans, bf16, weights = self.train_piper(work, name, "bf16", data)

@@ -5,6 +5,7 @@
 
 #include "directive_fixture.h"
 #include "formats/error.h"
+#include "planner/ir/text.h"
 #include "planner/lower/lower.h"
 
 namespace piper {
@@ -35,6 +36,46 @@ TEST(ReplicateDirective, ZeroZeroAllReducesGradientsInBucketsAndTheLoss) {
     }
   }
   EXPECT_EQ(graph.world_size(), 2);
+}
+
+// The task and edge lines of the graph's text form.
+std::string tasks_and_edges(const ir::TaskGraph& graph) {
+  std::string lines;
+  size_t begin = 0;
+  const std::string text = ir::print(graph);
+  while (begin < text.size()) {
+    const size_t end = text.find('\n', begin);
+    const std::string line = text.substr(begin, end - begin + 1);
+    if (line.starts_with("task ") || line.starts_with("edge ")) lines += line;
+    begin = end + 1;
+  }
+  return lines;
+}
+
+TEST(ReplicateDirective, AllReducesABucketWhileTheRestOfTheBackwardRuns) {
+  // One backward task (no per-layer tags) writes grad/w2 (op 6), then grad/w1 (op 8): with a
+  // bucket each it is cut after op 6, and grad/w2's all-reduce waits for that part alone.
+  ir::TaskGraph graph = two_layer_task_graph(4, R"({"type": "adamw"})");
+  apply_directives(graph, R"([{"op": "replicate", "devices": [0, 1], "bucket_size": 128}])");
+  EXPECT_EQ(tasks_and_edges(graph),
+            R"(task 0 compute F mb=0 tags={} devices=[0,1] stream=compute ops=[0,1,2,3]
+task 1 compute B mb=0 tags={} devices=[0,1] stream=compute ops=[4,5,6]
+task 2 compute U mb=0 tags={} devices=[0,1] stream=compute ops=[9,10]
+task 3 all_reduce F mb=0 tags={} devices=[0,1] stream=dp_reduce tensors=[loss] average=1
+task 4 compute B mb=0 tags={} devices=[0,1] stream=compute ops=[7,8]
+task 5 all_reduce B mb=0 tags={} devices=[0,1] stream=dp_reduce tensors=[grad/w2] average=1
+task 6 all_reduce B mb=0 tags={} devices=[0,1] stream=dp_reduce tensors=[grad/w1] average=1
+edge 0 -> 1 data
+edge 1 -> 2 data
+edge 0 -> 3 data
+edge 1 -> 4 data
+edge 0 -> 4 data
+edge 4 -> 2 data
+edge 1 -> 5 data
+edge 5 -> 2 data
+edge 4 -> 6 data
+edge 6 -> 2 data
+)");
 }
 
 TEST(ReplicateDirective, ZeroOneShardsOptimizerStateAndGathersParameters) {
