@@ -99,7 +99,7 @@ class Graph:
             entry.key, entry.value = key, str(value)
         tensor.data_location = TensorProto.EXTERNAL
         self.inits.append(tensor)
-        self.weights.append((self.offset, dims, init))
+        self.weights.append((self.offset, dims, init, name))
         self.offset += length
         return name
 
@@ -108,7 +108,7 @@ class Graph:
             if self.rng is None:
                 os.truncate(f.fileno(), self.offset)  # sparse: no data written
                 return
-            for offset, dims, init in self.weights:
+            for offset, dims, init, _ in self.weights:
                 if init == "ones":
                     values = np.ones(dims, np.float32)
                 else:
@@ -281,7 +281,15 @@ def build(cfg, seq, rng=None):
 
 def parameter_count(cfg):
     model, g = build(cfg, 8)
-    return sum(int(np.prod(dims)) for _, dims, _ in g.weights)
+    return sum(int(np.prod(dims)) for _, dims, _, _ in g.weights)
+
+
+def read_weights(config, seq, path):
+    """{name: array} of a model that write() wrote with --weights random."""
+    _, g = build(CONFIGS[config], seq)
+    data = os.path.join(os.path.dirname(os.path.abspath(path)), "weights.bin")
+    return {name: np.fromfile(data, np.float32, int(np.prod(dims)), offset=offset).reshape(dims)
+            for offset, dims, _, name in g.weights}
 
 
 def write(config, seq, path, weights="none", seed=SEED, overrides=None):
@@ -294,7 +302,7 @@ def write(config, seq, path, weights="none", seed=SEED, overrides=None):
     g.write_weights(os.path.join(folder, "weights.bin"))
     with open(path, "wb") as f:
         f.write(model.SerializeToString())
-    return sum(int(np.prod(dims)) for _, dims, _ in g.weights)
+    return sum(int(np.prod(dims)) for _, dims, _, _ in g.weights)
 
 
 def main():

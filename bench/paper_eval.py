@@ -110,6 +110,9 @@ def strategy(p, layers, precision="bf16", lr=1e-4):
 RANK_LINE = re.compile(r"rank (\d+): planned step ([\d.]+) (s|ms|us), compute busy [\d.]+ \w+, "
                        r"bubble ([\d.]+)%, peak activations [\d.]+ \w+, arena ([\d.]+) (\w+) "
                        r"(exceeds|of) the device")
+ARENA_LINE = re.compile(r"rank (\d+): \d+ instructions, arena [\d.]+ \w+ \(parameters ([\d.]+) (\w+), "
+                        r"gradients ([\d.]+) (\w+), optimizer ([\d.]+) (\w+), activations peak "
+                        r"([\d.]+) (\w+)\)")
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30,
          "TiB": 2**40}
 
@@ -120,10 +123,16 @@ def parse_plan_output(text):
     ranks = RANK_LINE.findall(text)
     if not ranks:
         raise RuntimeError(f"no per-rank cost lines in piper-plan's output:\n{text}")
+    arenas = [float(r[4]) * UNITS[r[5]] for r in ranks]
+    largest = ranks[arenas.index(max(arenas))][0]
+    parts = next(a for a in ARENA_LINE.findall(text) if a[0] == largest)
     return {
+        "largest_rank": int(largest),
+        # parameters, gradients, optimizer state, peak activations of the largest rank
+        "parts": [float(parts[i]) * UNITS[parts[i + 1]] for i in (1, 3, 5, 7)],
         "step_s": max(float(r[1]) * UNITS[r[2]] for r in ranks),
         "bubble": max(float(r[3]) for r in ranks) / 100,
-        "peak_bytes": max(float(r[4]) * UNITS[r[5]] for r in ranks),
+        "peak_bytes": max(arenas),
         "fits": all(r[6] == "of" for r in ranks),
         "ranks": len(ranks),
     }
@@ -169,6 +178,14 @@ def gb(n):
     return f"{n / 1e9:.1f}"
 
 
+def parts(r):
+    """The largest rank and its parameters / gradients / optimizer state / activations, GB."""
+    return f"{r['largest_rank']}: " + " / ".join(gb(x) for x in r["parts"])
+
+
+PARTS_HEADER = "largest rank: parameters / gradients / optimizer / activations GB"
+
+
 def largest_fit(planner, base, a, b):
     """The largest mb whose plan fits, from arena(mb) = a.mb0 + slope (two planned points a, b
     of (mb, result)), confirmed by planning it and mb + 1."""
@@ -203,19 +220,23 @@ def zero_sweep(planner, jobs):
                                   (ZERO_MBS[1], results[1]))
         fits.append((zero, best, tried.get(best)))
     print("### ZeRO sweep: Qwen3-0.6B, PP 8 x DP 2, 1F1B, 16 microbatches, sequence 4096\n")
-    print("| ZeRO | mb | global batch | step s | tokens/s per GPU | peak memory GB | fits 80 GB |")
-    print("|---|---|---|---|---|---|---|")
+    print("| ZeRO | mb | global batch | step s | tokens/s per GPU | peak memory GB | fits 80 GB | "
+          f"{PARTS_HEADER} |")
+    print("|---|---|---|---|---|---|---|---|")
     for zero, mb, r in rows:
         print(f"| {zero} | {mb} | {2 * 16 * mb} | {r['step_s']:.3f} | "
               f"{2 * 16 * mb * SEQ / r['step_s'] / 16:.0f} | {gb(r['peak_bytes'])} | "
-              f"{'yes' if r['fits'] else 'no'} |")
-    print("\n| ZeRO | largest mb that fits | step s | peak memory GB |")
-    print("|---|---|---|---|")
+              f"{'yes' if r['fits'] else 'no'} | {parts(r)} |")
+    print(f"\n| ZeRO | largest mb that fits | step s | tokens/s per GPU | peak memory GB | "
+          f"{PARTS_HEADER} |")
+    print("|---|---|---|---|---|---|")
     for zero, best, r in fits:
         if best is None:
-            print(f"| {zero} | none (mb 1 does not fit) | | |")
+            print(f"| {zero} | none (mb 1 does not fit) | | | | |")
         else:
-            print(f"| {zero} | {best} | {r['step_s']:.3f} | {gb(r['peak_bytes'])} |")
+            print(f"| {zero} | {best} | {r['step_s']:.3f} | "
+                  f"{2 * 16 * best * SEQ / r['step_s'] / 16:.0f} | {gb(r['peak_bytes'])} | "
+                  f"{parts(r)} |")
     print()
 
 
@@ -226,12 +247,13 @@ def schedule_sweep(planner, jobs):
     base = results[0]["step_s"]
     print("### Schedule sweep: qwen3_9b MoE (8 experts, top 2), PP 2 x DP 2, EP 2 over DP, "
           "ZeRO-1, mb 4, 4 microbatches, sequence 4096\n")
-    print("| schedule | stages | step s | vs 1F1B | largest bubble | peak memory GB | fits 80 GB |")
-    print("|---|---|---|---|---|---|---|")
+    print("| schedule | stages | step s | speed-up over 1F1B | largest bubble | peak memory GB | "
+          f"fits 80 GB | {PARTS_HEADER} |")
+    print("|---|---|---|---|---|---|---|---|")
     for (label, _), p, r in zip(SCHEDULES, points, results):
         print(f"| {label} | {stages_of(p)} | {r['step_s']:.3f} | {base / r['step_s']:.3f}x | "
               f"{100 * r['bubble']:.1f}% | {gb(r['peak_bytes'])} | "
-              f"{'yes' if r['fits'] else 'no'} |")
+              f"{'yes' if r['fits'] else 'no'} | {parts(r)} |")
     print()
 
 
@@ -241,14 +263,14 @@ def scalability_sweep(planner, jobs):
     print("### Scalability sweep: Qwen3-8B, 1F1B, ZeRO-0, mb 4, 2·PP microbatches, "
           "sequence 4096\n")
     print("| PP | DP | GPUs | global batch | step s | tokens/s per GPU | largest bubble | "
-          "peak memory GB | fits 80 GB |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"peak memory GB | fits 80 GB | {PARTS_HEADER} |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for p, r in zip(points, results):
         n = p["pp"] * p["dp"]
         batch = p["dp"] * 2 * p["pp"] * p["mb"]
         print(f"| {p['pp']} | {p['dp']} | {n} | {batch} | {r['step_s']:.3f} | "
               f"{batch * SEQ / r['step_s'] / n:.0f} | {100 * r['bubble']:.1f}% | "
-              f"{gb(r['peak_bytes'])} | {'yes' if r['fits'] else 'no'} |")
+              f"{gb(r['peak_bytes'])} | {'yes' if r['fits'] else 'no'} | {parts(r)} |")
     print()
 
 
@@ -310,6 +332,21 @@ def toy(args, planner):
             singles[key] = losses(out, 1, f"single_{key[0]}_{key[1]}")
         return singles[key]
 
+    # The graph itself: one process's first loss (before any update) against PyTorch's
+    # forward of the same layers on the same rows.
+    import decoder_reference
+    ids, labels = (np.load(os.path.join(data, n + ".npy")) for n in ("input_ids", "labels"))
+    for config in ("tiny", "tiny_moe"):
+        weights = decoder_graph.read_weights(config, TOY_SEQ,
+                                             planner.models[(config, TOY_SEQ, "none")])
+        first = single(point(config, 2, 2, mb=1, seq=TOY_SEQ))[0]
+        expected = decoder_reference.loss(config, weights, ids[:8], labels[:8])
+        err = abs(first - expected) / abs(expected)
+        print(f"{config}: Piper's first loss {first:.6f}, PyTorch's {expected:.6f} "
+              f"(relative error {err:.1e})")
+        if err > args.toy_tolerance:
+            sys.exit(f"{config}: the graph does not compute what PyTorch's layers compute")
+    print()
     worst = 0.0
     print("| sweep | layout | processes | planned | trained | worst relative loss error "
           "vs one process |")
