@@ -34,7 +34,6 @@ import math
 import os
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 # Public configs (config.json of Qwen/Qwen3-0.6B and Qwen/Qwen3-8B on the HF hub); qwen3_9b_moe
@@ -266,9 +265,8 @@ def build(cfg, seq, rng=None):
     logits = g.op("MatMul", [x, head], "/head")
     flat = g.op("Reshape", [logits, g.const([-1, vocab])], "/loss")
     labels = g.op("Reshape", ["labels", g.const([-1])], "/loss")
-    loss = g.op("SoftmaxCrossEntropyLoss", [flat, labels], "/loss", reduction="mean")
-    g.nodes[-1].output[0] = "loss"
-    del loss
+    g.op("SoftmaxCrossEntropyLoss", [flat, labels], "/loss", reduction="mean")
+    g.nodes[-1].output[0] = "loss"  # the graph's output
     ids = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", seq])
            for n in ("input_ids", "labels")]
     graph = helper.make_graph(g.nodes, "decoder", ids,
@@ -277,11 +275,6 @@ def build(cfg, seq, rng=None):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
                               producer_name="piper bench/decoder_graph.py")
     return model, g
-
-
-def parameter_count(cfg):
-    model, g = build(cfg, 8)
-    return sum(int(np.prod(dims)) for _, dims, _, _ in g.weights)
 
 
 def read_weights(config, seq, path):
