@@ -217,7 +217,8 @@ void make_global(ir::OpGraph& graph, ir::OpId loss_op, int64_t parts, const std:
                 ", so each part's mean divides by the step's count of labelled entries; but "
                 "the loss reads '" +
                 graph.tensor(output).name +
-                "' other than through sums and products with constants, so the parts' mean "
+                "' other than through sums and products with constants or parameters, so the "
+                "parts' mean "
                 "would be another objective: train without split and replicate, or add the "
                 "mean to the loss as it is");
   }

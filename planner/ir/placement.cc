@@ -338,9 +338,7 @@ int reshaped_dim(const Shape& from, int dim, const Shape& to, int64_t parts) {
   for (int d = 0; d < dim; ++d) before *= from[d];
   int64_t prefix = 1;
   for (size_t j = 0; j < to.size(); ++j) {
-    // A size-1 dimension carries no blocks of more rows (an Unsqueeze before them).
-    const bool carries = to[j] > 1 || from[dim] == 1;
-    if (prefix == before && to[j] % parts == 0 && to[j] >= parts && carries) {
+    if (prefix == before && to[j] % parts == 0 && to[j] >= parts) {
       // The blocks of `from` along `dim` hold from[dim] / parts rows of what follows; those of
       // `to` along j hold to[j] / parts: equal when both cover the same trailing elements.
       int64_t after_from = 1, after_to = 1;
@@ -361,6 +359,18 @@ OpPlacement place_reshape(const Site& site) {
   const Placement& x = site.in(0);
   if (x.is_partial()) return site.first(x, x);
   if (!x.is_sharded()) return site.replicated();
+  // Unsqueeze's new dimensions hold nothing of the split one, even where a size-1 dimension
+  // before it could hold its blocks (a group of one: ir::replica_placements).
+  const auto axes = site.op.type != "Unsqueeze" ? std::nullopt
+                    : site.has_input(1)         ? constant_ints(site.graph, site.op.inputs[1])
+                                                : attr_ints(site.op.attributes, "axes");
+  if (axes) {
+    std::set<int> inserted;
+    for (int64_t axis : *axes) inserted.insert(normalize_axis(axis, site.output_rank(0)));
+    for (int j = 0, seen = 0; j < site.output_rank(0); ++j) {
+      if (!inserted.count(j) && seen++ == x.dim) return site.first(x, Placement::sharded(j));
+    }
+  }
   const int dim = reshaped_dim(site.input_shape(0), x.dim, site.output_shape(0), site.group_size);
   return dim >= 0 ? site.first(x, Placement::sharded(dim)) : site.replicated();
 }
