@@ -21,14 +21,17 @@ struct Rows {
   // picks they are). Tensors of two orders pair other rows than one process pairs.
   int order = 0;
   bool picked = false;
-  // int64 values indexing the rows: where replica r holds v, one process holds v + r * step.
+  // Non-negative int64 indices (NonZero's coordinates, values made from them): where replica r
+  // holds v, one process holds v + r * step, so with `step` the replica's rows' extent they
+  // index its rows in one process's (a negative one would count from another end).
+  bool index = false;
   int64_t step = 0;
   // NonZero's coordinates: the dimension of their components, and the component of the rows
   // (whose step is `step`); the others are coordinates every replica shares the meaning of.
   int components = -1;
   int row_component = -1;
 
-  bool shifted() const { return step != 0 || components >= 0; }
+  bool shifted() const { return index || components >= 0; }
 };
 
 class Follower {
@@ -142,7 +145,11 @@ class Follower {
     if (!held(x).is_sharded() || rows_[x].order != 0 || rows_[x].picked) return;
     const TensorId out = op.outputs[0];
     result_.held[out] = Placement::sharded(1);
-    rows_[out] = {id + 1, true, shape(x)[held(x).dim], 0, held(x).dim};
+    rows_[out].order = id + 1;
+    rows_[out].picked = true;
+    rows_[out].step = shape(x)[held(x).dim];
+    rows_[out].components = 0;
+    rows_[out].row_component = held(x).dim;
   }
 
   // An op reading indices of rows (or NonZero's coordinates): what follows them.
@@ -157,7 +164,7 @@ class Follower {
     const bool keeps = op.type == "Squeeze" || op.type == "Unsqueeze" || op.type == "Reshape" ||
                        op.type == "Expand" || op.type == "Identity" ||
                        (op.type == "Cast" && is_index_type(op.outputs[0]));
-    if (keeps && !reads_shifted(op, 1)) follow_index(id, op, in.step);
+    if (keeps && in.index && !reads_shifted(op, 1)) follow_index(id, op, in.step);
   }
 
   bool is_index_type(TensorId id) const { return graph_.tensor(id).dtype == DType::kInt64; }
@@ -176,6 +183,7 @@ class Follower {
     place(id, op);
     const TensorId out = op.outputs[0];
     if (!held(out).is_sharded()) return;
+    rows_[out].index = true;
     rows_[out].step = step;
   }
 
@@ -206,8 +214,10 @@ class Follower {
       const int64_t end = start + (*sizes)[j];
       const bool rows = start <= in.row_component && in.row_component < end;
       if (out >= 0 && held(out).is_sharded()) {
-        if (rows && end - start != 1) result_.held[out] = {};
-        rows_[out].step = rows ? in.step : 0;
+        const bool alone = !rows || end - start == 1;
+        if (!alone) result_.held[out] = {};
+        rows_[out].index = alone;
+        rows_[out].step = rows && alone ? in.step : 0;
       }
       start = end;
     }
@@ -221,25 +231,24 @@ class Follower {
     return std::vector<int64_t>(op.outputs.size(), extent / parts);
   }
 
-  // Indices times a constant scalar c: one process's are c * (v + r * step).
+  // Indices times a positive constant scalar c: one process's are c * (v + r * step).
   void scaled(OpId id, const Op& op) {
-    const size_t index = rows_[op.inputs[0]].shifted() ? 0 : 1;
+    const size_t index = rows_[op.inputs[0]].index ? 0 : 1;
     const TensorId other = op.inputs[1 - index];
     const auto factor = constant_ints(graph_, other);
-    if (rows_[op.inputs[index]].components >= 0 || rows_[other].shifted() || !factor ||
-        factor->size() != 1) {
+    if (!rows_[op.inputs[index]].index || rows_[other].shifted() || !factor ||
+        factor->size() != 1 || factor->front() <= 0) {
       return;
     }
     follow_index(id, op, rows_[op.inputs[index]].step * factor->front());
   }
 
-  // Indices plus values no replica shifts (the other coordinates of the same picks).
+  // The sum of two indices (a row's start in a flat index and another coordinate of the same
+  // picks): one process's shifts by both steps.
   void offset(OpId id, const Op& op) {
-    const bool first = rows_[op.inputs[0]].shifted();
-    const TensorId index = op.inputs[first ? 0 : 1];
-    const TensorId other = op.inputs[first ? 1 : 0];
-    if (rows_[index].components >= 0 || rows_[other].shifted() || !is_index_type(other)) return;
-    follow_index(id, op, rows_[index].step);
+    const TensorId a = op.inputs[0], b = op.inputs[1];
+    if (!rows_[a].index || !rows_[b].index) return;
+    follow_index(id, op, rows_[a].step + rows_[b].step);
   }
 
   // Gather (data, indices) along data's rows, held in blocks of `step`: the rows it picks.
@@ -262,8 +271,8 @@ class Follower {
     const bool blank = held(data).is_replicated() && !is_data(data);
     const bool rows = held(data) == Placement::sharded(axis) && rows_[data].order == 0;
     if (rows_[data].shifted() || rows_[updates].shifted() || !(blank || rows)) return;
-    if (shape(data)[axis] != rows_[indices].step || !aligned_picks(indices, updates) ||
-        held(indices).dim != axis) {
+    if (!rows_[indices].index || shape(data)[axis] != rows_[indices].step ||
+        !aligned_picks(indices, updates) || held(indices).dim != axis) {
       return;
     }
     result_.held[op.outputs[0]] = Placement::sharded(axis);
@@ -273,7 +282,7 @@ class Follower {
   bool indexes_rows(TensorId data, int axis, TensorId indices) const {
     const Rows& index = rows_[indices];
     return held(data) == Placement::sharded(axis) && rows_[data].order == 0 &&
-           !rows_[data].picked && index.components < 0 && index.step == shape(data)[axis] &&
+           !rows_[data].picked && index.index && index.step == shape(data)[axis] &&
            held(indices).is_sharded();
   }
 

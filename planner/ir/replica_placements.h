@@ -33,7 +33,7 @@ struct ReplicaRows {
 // Concat along the rows' dimension holds every replica's rows of each input; NonZero's
 // coordinates of a tensor held in blocks index the replica's own rows, and so do int64 values
 // computed from them by Squeeze, Unsqueeze, Reshape, Expand, Transpose, Split, a product with a
-// constant and a sum with values no replica shifts; a Gather along the rows by such indices
+// positive constant and a sum of two such; a Gather along the rows by such indices
 // picks the replica's rows, and a ScatterElements by them writes back into its rows, as the
 // dropless MoE dispatch of HF Mixtral does (torch.where, index_add_). Tensors of rows in
 // different orders meet in no op.

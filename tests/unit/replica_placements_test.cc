@@ -110,6 +110,12 @@ TEST(ReplicaPlacements, FollowsNoIndexItCannotTellIsARow) {
   other.replace(other.find("(flat_logits, flat_index)"), 25, "(rows, flat_index)");
   other.replace(other.find("tensor weights f32[8,1]"), 23, "tensor weights f32[8,3]");
   EXPECT_EQ(Follows(other).held("weights"), "R");
+  // A negative index counts from the end of the replica's rows, not of one process's.
+  std::string negative = kDispatch;
+  negative.replace(negative.find("two i64[] constant data=[2]"), 27,
+                   "two i64[] constant data=[-2]");
+  EXPECT_EQ(Follows(negative).held("weights"), "R");
+  EXPECT_EQ(Follows(kDispatch).held("weights"), "S(0)");
 }
 
 std::string with_mean(const std::string& of) {
