@@ -4,7 +4,7 @@
 #include <map>
 
 #include "formats/error.h"
-#include "planner/ir/placement.h"
+#include "planner/ir/replica_placements.h"
 
 namespace piper::planner {
 namespace {
@@ -34,6 +34,13 @@ std::vector<ir::OpId> batch_means(const ir::OpGraph& graph, const std::string& m
     const auto rank = static_cast<int>(graph.tensor(input).shape.size());
     const std::vector<int64_t> axes = reduced_axes(op, rank);
     const auto reduces = [&](int64_t dim) { return std::count(axes.begin(), axes.end(), dim) > 0; };
+    if (x.is_sharded() && reduces(x.dim) && rows.picked.at(input)) {
+      throw Error(model_path + ": the node '" + op.name + "' takes a mean over the rows of '" +
+                  graph.tensor(input).name +
+                  "' that each replica picks from its own at run time, as many as it picks; "
+                  "their mean over replicas is no mean over the whole batch. Train it on one "
+                  "replica, or take the mean over every row");
+    }
     if (x.is_sharded() && reduces(x.dim)) found.push_back(id);
     if (x.is_replicated() && rows.data.at(input) && reduces(0)) {
       throw Error(model_path + ": the node '" + op.name + "' takes a mean over the first " +

@@ -1,5 +1,6 @@
 #include "planner/token_mean.h"
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <optional>
@@ -112,43 +113,81 @@ ir::TensorId add_constant(ir::OpGraph& graph, std::string name, float value) {
   return id;
 }
 
-void add_op(ir::OpGraph& graph, const std::string& type, std::string name,
-            std::vector<ir::TensorId> inputs, ir::TensorId output) {
+void insert_op(ir::OpGraph& graph, ir::OpId position, const std::string& type, std::string name,
+               std::vector<ir::TensorId> inputs, ir::TensorId output) {
   ir::Op op;
   op.type = type;
   op.name = std::move(name);
   op.inputs = std::move(inputs);
   op.outputs = {output};
-  graph.add_op(std::move(op));
+  graph.insert_op(position, std::move(op));
 }
 
-// loss = Sum-reduced loss x parts / N; the new ops come after every forward op, so the op
-// list stays in dataflow order (nothing reads the loss).
+// The class loss's output = its Sum-reduced loss x parts / N, computed right after it, so the
+// op list stays in dataflow order.
 void rewrite(ir::OpGraph& graph, ir::OpId loss_op, ir::LabelCount labels, int64_t parts) {
   ir::Op& op = graph.op(loss_op);
   const std::string name = op.name;
+  const ir::TensorId mean = op.outputs[0];
   labels.ignore_index = ir::attr_int(op.attributes, "ignore_index", 0);
   op.attributes["reduction"] = std::string("sum");
   const ir::TensorId sum =
-      add_scalar(graph, graph.tensor(graph.loss).name + "/sum", ir::Role::kActivation);
-  graph.op(loss_op).outputs[0] = sum;
+      add_scalar(graph, graph.tensor(mean).name + "/sum", ir::Role::kActivation);
+  op.outputs[0] = sum;
   const ir::TensorId count = add_scalar(graph, name + "/labelled_entries", ir::Role::kInput);
   graph.tensor(count).label_count = std::move(labels);
   const ir::TensorId scaled =
-      add_scalar(graph, graph.tensor(graph.loss).name + "/scaled", ir::Role::kActivation);
-  add_op(graph, "Mul", name + "/times_parts",
-         {sum, add_constant(graph, name + "/parts", static_cast<float>(parts))}, scaled);
-  add_op(graph, "Div", name + "/over_labelled_entries", {scaled, count}, graph.loss);
+      add_scalar(graph, graph.tensor(mean).name + "/scaled", ir::Role::kActivation);
+  insert_op(graph, loss_op + 1, "Mul", name + "/times_parts",
+            {sum, add_constant(graph, name + "/parts", static_cast<float>(parts))}, scaled);
+  insert_op(graph, loss_op + 2, "Div", name + "/over_labelled_entries", {scaled, count}, mean);
 }
 
-}  // namespace
+// How a class loss's output reaches the step's loss: not at all, only through sums and
+// products with what no part computes (constants, parameters), so that the mean of the parts'
+// losses is as linear in each part's class loss as one process's loss is, or otherwise.
+enum class Reach { kNone, kLinear, kOther };
 
-void make_token_means_global(ir::OpGraph& graph, int64_t parts, const std::string& model_path,
-                             const std::string& strategy_source) {
-  if (parts == 1) return;
-  const ir::OpId loss_op = graph.producer(graph.loss);
-  if (loss_op < 0 || !is_class_loss(graph.op(loss_op))) return;
+bool same_on_every_part(const ir::OpGraph& graph, ir::TensorId tensor) {
+  return graph.producer(tensor) < 0 &&
+         std::find(graph.inputs.begin(), graph.inputs.end(), tensor) == graph.inputs.end();
+}
+
+bool linear_in(const ir::OpGraph& graph, const ir::Op& op, ir::TensorId input) {
+  static const std::set<std::string> kSums = {"Add", "Sub", "Sum", "Neg", "Identity"};
+  if (kSums.count(op.type) > 0) return true;
+  if (op.type == "Cast") return is_float(graph.tensor(op.outputs.at(0)).dtype);
+  if (op.type == "Mul") {
+    const ir::TensorId other = op.inputs.at(op.inputs.at(0) == input ? 1 : 0);
+    return other != input && same_on_every_part(graph, other);
+  }
+  return op.type == "Div" && op.inputs.at(0) == input && op.inputs.at(1) != input &&
+         same_on_every_part(graph, op.inputs.at(1));
+}
+
+Reach reach_of(const ir::OpGraph& graph, ir::TensorId tensor) {
+  if (tensor == graph.loss) return Reach::kLinear;
+  Reach reach = Reach::kNone;
+  for (ir::OpId reader : graph.consumers(tensor)) {
+    const ir::Op& op = graph.op(reader);
+    for (ir::TensorId out : op.outputs) {
+      const Reach next = out < 0 ? Reach::kNone : reach_of(graph, out);
+      if (next == Reach::kNone) continue;
+      if (next == Reach::kOther || !linear_in(graph, op, tensor)) return Reach::kOther;
+      reach = Reach::kLinear;
+    }
+  }
+  return reach;
+}
+
+// One class loss: rewritten when it is a token mean (reduction mean, an ignore_index) the loss
+// reads linearly; refused where its parts' mean would be another objective.
+void make_global(ir::OpGraph& graph, ir::OpId loss_op, int64_t parts, const std::string& model_path,
+                 const std::string& strategy_source) {
   const ir::Op& op = graph.op(loss_op);
+  const ir::TensorId output = op.outputs.at(0);
+  const Reach reach = reach_of(graph, output);
+  if (reach == Reach::kNone) return;
   const std::string where = model_path + ": the loss node '" + op.name + "'";
   const std::string divided = strategy_source +
                               " divides the batch into microbatches or replicas, whose "
@@ -169,9 +208,19 @@ void make_token_means_global(ir::OpGraph& graph, int64_t parts, const std::strin
                 "without split and replicate");
   }
   if (!op.attributes.count("ignore_index")) return;  // every part has as many entries
-  if (!graph.consumers(graph.loss).empty()) {
+  if (output == graph.loss && !graph.consumers(graph.loss).empty()) {
     throw Error(where + ": its output '" + graph.tensor(graph.loss).name +
                 "' is the loss and is read by other nodes; Piper cannot rescale it");
+  }
+  if (reach == Reach::kOther) {
+    throw Error(where + " has an ignore_index, and " + divided +
+                ", so each part's mean divides by the step's count of labelled entries; but "
+                "the loss reads '" +
+                graph.tensor(output).name +
+                "' other than through sums and products with constants or parameters, so the "
+                "parts' mean "
+                "would be another objective: train without split and replicate, or add the "
+                "mean to the loss as it is");
   }
   std::optional<ir::LabelCount> labels = label_source(graph, op.inputs.at(1));
   if (!labels) {
@@ -184,6 +233,17 @@ void make_token_means_global(ir::OpGraph& graph, int64_t parts, const std::strin
                 "input");
   }
   rewrite(graph, loss_op, std::move(*labels), parts);
+}
+
+}  // namespace
+
+void make_token_means_global(ir::OpGraph& graph, int64_t parts, const std::string& model_path,
+                             const std::string& strategy_source) {
+  if (parts == 1) return;
+  // From the last: a rewrite inserts ops after its class loss, moving those after it.
+  for (ir::OpId id = graph.num_ops() - 1; id >= 0; --id) {
+    if (is_class_loss(graph.op(id))) make_global(graph, id, parts, model_path, strategy_source);
+  }
 }
 
 }  // namespace piper::planner

@@ -28,6 +28,7 @@
 #include "planner/directives/directive.h"
 #include "planner/directives/vocab_parallel.h"
 #include "planner/ir/placement.h"
+#include "planner/ir/replica_placements.h"
 
 namespace piper::planner {
 namespace {

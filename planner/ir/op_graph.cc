@@ -38,6 +38,11 @@ OpId OpGraph::add_op(Op op) {
   return num_ops() - 1;
 }
 
+OpId OpGraph::insert_op(OpId position, Op op) {
+  ops_.insert(ops_.begin() + position, std::move(op));
+  return position;
+}
+
 std::optional<TensorId> OpGraph::find_tensor(const std::string& name) const {
   for (TensorId id = 0; id < num_tensors(); ++id) {
     if (tensors_[id].name == name) return id;

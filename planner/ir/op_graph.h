@@ -118,6 +118,8 @@ class OpGraph {
  public:
   TensorId add_tensor(Tensor tensor);
   OpId add_op(Op op);
+  // Inserts `op` before the op at `position` (ops from there on move one on).
+  OpId insert_op(OpId position, Op op);
 
   const Tensor& tensor(TensorId id) const { return tensors_.at(id); }
   Tensor& tensor(TensorId id) { return tensors_.at(id); }

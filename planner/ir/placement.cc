@@ -61,18 +61,6 @@ int normalize_axis(int64_t axis, int rank) {
   return static_cast<int>(axis < 0 ? axis + rank : axis);
 }
 
-// The int64 values of a planner constant, or nullopt for a tensor computed at run time.
-std::optional<std::vector<int64_t>> constant_ints(const OpGraph& graph, TensorId id) {
-  if (id < 0) return std::nullopt;
-  const Tensor& tensor = graph.tensor(id);
-  if (tensor.dtype != DType::kInt64 || tensor.data.empty() || !tensor.initializer.empty()) {
-    return std::nullopt;
-  }
-  std::vector<int64_t> values(tensor.data.size() / sizeof(int64_t));
-  std::memcpy(values.data(), tensor.data.data(), values.size() * sizeof(int64_t));
-  return values;
-}
-
 // ---- element-wise ops -------------------------------------------------------------------
 
 // How an element-wise op treats partial sums: linear in all inputs jointly (a sum of partial
@@ -371,6 +359,18 @@ OpPlacement place_reshape(const Site& site) {
   const Placement& x = site.in(0);
   if (x.is_partial()) return site.first(x, x);
   if (!x.is_sharded()) return site.replicated();
+  // Unsqueeze's new dimensions hold nothing of the split one, even where a size-1 dimension
+  // before it could hold its blocks (a group of one: ir::replica_placements).
+  const auto axes = site.op.type != "Unsqueeze" ? std::nullopt
+                    : site.has_input(1)         ? constant_ints(site.graph, site.op.inputs[1])
+                                                : attr_ints(site.op.attributes, "axes");
+  if (axes) {
+    std::set<int> inserted;
+    for (int64_t axis : *axes) inserted.insert(normalize_axis(axis, site.output_rank(0)));
+    for (int j = 0, seen = 0; j < site.output_rank(0); ++j) {
+      if (!inserted.count(j) && seen++ == x.dim) return site.first(x, Placement::sharded(j));
+    }
+  }
   const int dim = reshaped_dim(site.input_shape(0), x.dim, site.output_shape(0), site.group_size);
   return dim >= 0 ? site.first(x, Placement::sharded(dim)) : site.replicated();
 }
@@ -863,57 +863,15 @@ OpPlacement place_op(const OpGraph& graph, const Op& op, const std::vector<Place
   return site.replicated();
 }
 
-namespace {
-
-bool concatenates_rows(const Op& op, const Placements& given, const std::vector<Shape>& rows) {
-  if (op.type != "Concat" || given.empty() || !given[0].is_sharded()) return false;
-  const auto same = [&](const Placement& p) { return p == given[0]; };
-  const int axis = normalize_axis(attr_int(op.attributes, "axis", 0),
-                                  static_cast<int>(rows[op.outputs[0]].size()));
-  return std::all_of(given.begin(), given.end(), same) && given[0].dim == axis;
-}
-
-}  // namespace
-
-ReplicaRows replica_placements(const OpGraph& graph, bool rows_in_any_order) {
-  ReplicaRows result;
-  result.held.assign(static_cast<size_t>(graph.num_tensors()), Placement{});
-  result.data.assign(static_cast<size_t>(graph.num_tensors()), false);
-  std::vector<Shape> rows;  // a replica's rows are its whole (a group of one)
-  for (const Tensor& tensor : graph.tensors()) rows.push_back(tensor.shape);
-  for (TensorId input : graph.inputs) {
-    result.data[input] = true;
-    if (!graph.tensor(input).shape.empty()) result.held[input] = Placement::sharded(0);
+std::optional<std::vector<int64_t>> constant_ints(const OpGraph& graph, TensorId id) {
+  if (id < 0) return std::nullopt;
+  const Tensor& tensor = graph.tensor(id);
+  if (tensor.dtype != DType::kInt64 || tensor.data.empty() || !tensor.initializer.empty()) {
+    return std::nullopt;
   }
-  for (const Op& op : graph.ops()) {
-    Placements given;
-    bool data = false;
-    for (TensorId in : op.inputs) {
-      given.push_back(in >= 0 ? result.held[in] : Placement{});
-      data = data || (in >= 0 && result.data[in]);
-    }
-    // A shape, or an average over every replica (planner/batch_means.h), is alike on all.
-    const bool alike = op.type == "Shape" || attr_string(op.attributes, "group", "") == "replicas";
-    for (TensorId out : op.outputs) {
-      if (out >= 0) result.data[out] = data && !alike;
-    }
-    OpPlacement decision = place_op(graph, op, given, rows, 1);
-    if (rows_in_any_order && concatenates_rows(op, given, rows)) decision = {given, {given[0]}};
-    // A tensor computed from no data (a mask expanded to the rows) is every row's alike: it
-    // is read as the replica's rows where the op needs it so.
-    bool as_held = true;
-    for (size_t i = 0; i < given.size(); ++i) {
-      const TensorId in = op.inputs[i];
-      if (in < 0 || given[i] == decision.inputs[i]) continue;
-      as_held = as_held && given[i].is_replicated() && decision.inputs[i].is_sharded() &&
-                !result.data[in];
-    }
-    if (!as_held) continue;
-    for (size_t j = 0; j < op.outputs.size(); ++j) {
-      if (op.outputs[j] >= 0) result.held[op.outputs[j]] = decision.outputs[j];
-    }
-  }
-  return result;
+  std::vector<int64_t> values(tensor.data.size() / sizeof(int64_t));
+  std::memcpy(values.data(), tensor.data.data(), values.size() * sizeof(int64_t));
+  return values;
 }
 
 const Placement& held_placement(const OpGraph& graph, TensorId tensor) {

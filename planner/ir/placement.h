@@ -3,6 +3,7 @@
 // them. The op graph is the program one member runs: a tensor's shape is one member's block.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,16 +29,8 @@ OpPlacement place_op(const OpGraph& graph, const Op& op, const std::vector<Place
                      const std::vector<Shape>& whole, int64_t group_size,
                      const std::vector<Placement>* preferred_outputs = nullptr);
 
-// How the data-parallel replicas of `graph` hold each tensor (indexed by id) when every
-// replica runs it on its own rows of the batch, the graph inputs' first dimension: their rows
-// along a dimension (Sharded), a partial sum over their rows, or Replicated (not data, or an
-// op no rule places). With `rows_in_any_order`, a Concat along the rows' dimension keeps them
-// there though each replica's rows are no longer one block (what a mean over them needs).
-struct ReplicaRows {
-  std::vector<Placement> held;  // per tensor
-  std::vector<bool> data;       // per tensor: computed from the batch inputs
-};
-ReplicaRows replica_placements(const OpGraph& graph, bool rows_in_any_order = false);
+// The int64 values of a planner constant, or nullopt for a tensor computed at run time.
+std::optional<std::vector<int64_t>> constant_ints(const OpGraph& graph, TensorId id);
 
 // What `tensor` holds is placed as this: a ZeRO slice (Tensor::shard_of) is a slice of its
 // whole tensor's block.

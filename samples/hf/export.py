@@ -35,6 +35,7 @@ MASK_TOKEN = 1   # BERT's [MASK] in these tiny vocabularies
 _DECODER = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64,
                 num_hidden_layers=LAYERS, num_attention_heads=4, num_key_value_heads=2,
                 max_position_embeddings=SEQ, attention_dropout=0.0)
+_MIXTRAL = dict(_DECODER, num_local_experts=4, num_experts_per_tok=2)
 
 # Architecture name -> (model class, config class, config arguments).
 ARCHITECTURES = {
@@ -46,8 +47,14 @@ ARCHITECTURES = {
     "mistral": (transformers.MistralForCausalLM, transformers.MistralConfig,
                 dict(_DECODER, sliding_window=SEQ // 2)),
     "qwen2": (transformers.Qwen2ForCausalLM, transformers.Qwen2Config, _DECODER),
-    "mixtral": (transformers.MixtralForCausalLM, transformers.MixtralConfig,
-                dict(_DECODER, num_local_experts=4, num_experts_per_tok=2)),
+    "mixtral": (transformers.MixtralForCausalLM, transformers.MixtralConfig, _MIXTRAL),
+    # The load-balancing loss in the model's loss (HF adds router_aux_loss_coef times it): a
+    # product of means over every token of every layer, which replicas must take over the
+    # whole batch (docs/strategy.md). The coefficient is 5x HF's default, so that the mean of
+    # each replica's own term (DDP's objective) differs from the whole batch's by several
+    # times the tests' tolerance.
+    "mixtral_aux": (transformers.MixtralForCausalLM, transformers.MixtralConfig,
+                    dict(_MIXTRAL, output_router_logits=True, router_aux_loss_coef=0.1)),
     "bert": (transformers.BertForMaskedLM, transformers.BertConfig,
              dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
                   num_attention_heads=2, intermediate_size=64, max_position_embeddings=SEQ,

@@ -138,6 +138,46 @@ TEST(TokenMeanTest, RefusesSumsWeightsAndComputedLabels) {
                                               "by the sum of the labelled entries' weights"));
 }
 
+// The class loss as a term of the loss (HF Mixtral adds its load-balancing term): `combine`
+// reads the token mean `ce` and the term `extra` (or `ce` twice).
+std::string term_graph(const std::string& combine) {
+  return R"(tensor scores f32[20,3] input
+tensor labels i64[4,5] input high=3
+tensor shape i64[1] constant data=[20]
+tensor extra f32[] parameter
+tensor flat i64[20] activation
+tensor ce f32[] activation
+tensor loss f32[] loss
+op 0 Reshape "/Reshape" (labels, shape) -> (flat)
+op 1 SoftmaxCrossEntropyLoss "/ce" (scores, flat) -> (ce) {ignore_index=-100}
+op 2 )" + combine +
+         R"( -> (loss)
+inputs scores labels
+loss loss
+)";
+}
+
+TEST(TokenMeanTest, RewritesAClassLossTheLossReadsLinearly) {
+  const std::string text = rewritten(term_graph(R"(Add "/Add" (ce, extra))"), 2);
+  EXPECT_THAT(text, HasSubstr(R"(op 1 SoftmaxCrossEntropyLoss "/ce" (scores, flat) -> (ce/sum) )"
+                              R"({ignore_index=-100, reduction="sum"} pass=F tags={}
+op 2 Mul "/ce/times_parts" (ce/sum, /ce/parts) -> (ce/scaled) pass=F tags={}
+op 3 Div "/ce/over_labelled_entries" (ce/scaled, /ce/labelled_entries) -> (ce) pass=F tags={}
+op 4 Add "/Add" (ce, extra) -> (loss) pass=F tags={})"));
+  // Times a parameter (the same on every part) is as linear.
+  EXPECT_THAT(rewritten(term_graph(R"(Mul "/Mul" (extra, ce))"), 2),
+              HasSubstr(R"(Div "/ce/over_labelled_entries")"));
+}
+
+TEST(TokenMeanTest, RefusesAClassLossTheLossReadsOtherwise) {
+  EXPECT_THAT(refusal(term_graph(R"(Mul "/Mul" (ce, ce))"), 2),
+              HasSubstr("m.onnx: the loss node '/ce' has an ignore_index, and s.json divides "
+                        "the batch into microbatches or replicas, whose losses Piper averages, "
+                        "so each part's mean divides by the step's count of labelled entries; "
+                        "but the loss reads 'ce' other than through sums and products with "
+                        "constants"));
+}
+
 // samples/mlp's loss is F.cross_entropy, which PyTorch exports with ignore_index -100.
 std::vector<plan::Plan> mlp_plans(const std::string& directives) {
   const strategy::Strategy strategy = strategy::parse_strategy(
