@@ -7,7 +7,8 @@ under EP=2, EP=4, EP=2 with ZeRO-2 and 2 microbatches, EP=2 x PP=2 (1F1B;
 in flat device lists, and in mesh form with the pipeline's replicates at
 ZeRO-2), EP=2 in bf16, and EP=2 over the dp axis composed with Megatron's
 tensor parallelism over a tp axis (EP=2 x TP=2 on 4 processes, the two shard
-directives in either order, plain and with ZeRO-1 over dp), launched with
+directives in either order, plain, with ZeRO-1 over dp, and with ZeRO-2 and 2
+microbatches), launched with
 piper-launch (Gloo over localhost), give
 every step's loss within 1e-5 relative of the single-process run and final
 weights within 1e-4 (bf16: 1e-3 and 1e-2 over the whole model, as for tensor
@@ -96,10 +97,11 @@ def tensor_params():
     return tp_models.megatron_params(build_model("moe"))
 
 
-def strategy(ep, precision="fp32", zero=0, microbatches=1, pipeline=False, tp=0):
+def strategy(ep, precision="fp32", zero=0, microbatches=1, pipeline=False, tp=0,
+             sequence_parallel=False):
     """EP over the dp axis, with replicate (or zero) over the same axis; with `tp`, Megatron's
     attention split over a tp axis too (its shard first for tp > 0, after the experts' for
-    tp < 0)."""
+    tp < 0), with sequence parallelism if asked."""
     directives = []
     annotations = [{"match": f"/blocks.{layer}/*", "tags": {"PP": layer}}
                    for layer in range(LAYERS)]
@@ -131,7 +133,8 @@ def strategy(ep, precision="fp32", zero=0, microbatches=1, pipeline=False, tp=0)
     if not tp:
         return {"mesh": [["dp", ep]], "directives": directives + [experts],
                 "precision": precision}
-    tensor = {"op": "shard", "axis": "tp", "params": tensor_params()}
+    tensor = {"op": "shard", "axis": "tp", "params": tensor_params(),
+              "sequence_parallel": sequence_parallel}
     shards = [tensor, experts] if tp > 0 else [experts, tensor]
     return {"mesh": [["dp", ep], ["tp", abs(tp)]], "directives": directives + shards,
             "precision": precision}
@@ -149,6 +152,8 @@ CASES = {
     "ep2_zero2": (dict(ep=2, zero=2), ["moe_aux"]),
     "ep2_tp2": (dict(ep=2, tp=2), ["moe"]),
     "ep2_tp2_zero1": (dict(ep=2, tp=-2, zero=1), ["moe"]),
+    "ep2_tp2_zero2_mb2": (dict(ep=2, tp=2, zero=2, microbatches=MICROBATCHES), ["moe"]),
+    "ep2_tp2_sp": (dict(ep=2, tp=2, sequence_parallel=True), ["moe"]),
 }
 
 
@@ -278,11 +283,31 @@ class ExpertParallel(one_process.SplitModels, unittest.TestCase):
         """The same with ZeRO-1 over dp, the experts' shard written first."""
         self.check_case("ep2_tp2_zero1")
 
+    def test_ep2_tp2_zero2_microbatches(self):
+        """With ZeRO-2 over dp and 2 microbatches."""
+        self.check_case("ep2_tp2_zero2_mb2")
+
+    def test_ep2_tp2_sequence_parallel(self):
+        """With Megatron's sequence parallelism over tp."""
+        self.check_case("ep2_tp2_sp")
+
     def check_tensor_parallel_blocks(self, model, case):
         """Rank 0 holds the first half of every Megatron-split weight along its dimension,
-        split over its tp group."""
-        loaded = {load["initializer"]: load for load in
-                  self.dump(os.path.join(self.tmp.name, f"{model}_{case}", "plans"))["parameters"]}
+        split over its tp group; its tokens' all-to-alls run over its dp group [0, 2] and its
+        attention's all-reduces over its tp group [0, 1]."""
+        plan = self.dump(os.path.join(self.tmp.name, f"{model}_{case}", "plans"))
+        groups = {int(group.get("id", 0)): [int(r) for r in group["ranks"]]
+                  for group in plan["groups"]}
+        kinds = {}
+        for stream in plan["streams"]:
+            for inst in stream.get("instructions", []):
+                collective = inst.get("collective")
+                if collective and (collective.get("kind") == "ALL_TO_ALL" or
+                                   inst.get("label", "").endswith("tp_all_reduce")):
+                    kinds.setdefault(collective.get("kind", "ALL_REDUCE"), set()).add(
+                        tuple(groups[int(collective.get("group", 0))]))
+        self.assertEqual(kinds, {"ALL_TO_ALL": {(0, 2)}, "ALL_REDUCE": {(0, 1)}}, case)
+        loaded = {load["initializer"]: load for load in plan["parameters"]}
         for glob, dim in tensor_params().items():
             names = [name for name in loaded if fnmatch.fnmatchcase(name, glob)]
             self.assertTrue(names, glob)

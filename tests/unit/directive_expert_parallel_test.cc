@@ -199,6 +199,27 @@ TEST(ExpertAndTensorParallel, EachAxisGetsItsCollectives) {
   EXPECT_TRUE(ir::verify(graph).empty());
 }
 
+// An expert weight read as split over the tensor-parallel group (its mark over the replicas
+// lost) breaks the tp group's placements at its einsum, and one left whole over the replicas
+// breaks the replicas' at its update, which reads the gradient's block.
+TEST(ExpertAndTensorParallel, VerifyChecksEachAxisApart) {
+  for (const bool over_replicas : {false, true}) {
+    ir::TaskGraph graph = composed_graph({kReplicate, kTensorParallel, kExperts});
+    ir::Tensor& w1 = graph.op_graph().tensor(*graph.op_graph().find_tensor("w1"));
+    if (over_replicas) {
+      w1.placement = ir::Placement{};
+    } else {
+      w1.placed_over_replicas = false;
+    }
+    const std::vector<std::string> messages = ir::verify(graph);
+    const std::string expected = over_replicas ? "(piper.SGD \"optim/w1\") reads 'grad/w1'"
+                                               : "(Einsum \"/experts/fc1\") writes 'h'";
+    EXPECT_TRUE(std::any_of(messages.begin(), messages.end(), [&](const std::string& message) {
+      return message.find(expected) != std::string::npos;
+    })) << (messages.empty() ? "verified" : messages.front());
+  }
+}
+
 TEST(ExpertAndTensorParallel, PlansTheSameInEitherOrder) {
   EXPECT_EQ(ir::print(composed_graph({kReplicate, kTensorParallel, kExperts})),
             ir::print(composed_graph({kExperts, kReplicate, kTensorParallel})));
