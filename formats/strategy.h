@@ -123,6 +123,9 @@ struct ShardDirective {
   // Set by the planner, never parsed: the groups are the device sets data parallelism
   // replicates over (expert parallelism), not tensor-parallel groups.
   bool over_replicas = false;
+  // Set by the planner: the path of the shard directive over the replicas that splits its
+  // parameters before this tensor-parallel one ("" when there is none).
+  std::string after_expert_split;
   bool operator==(const ShardDirective&) const = default;
 };
 

@@ -131,8 +131,8 @@ class GradientNorm {
   void add_shares(const std::vector<int>& devices, ir::TensorId gradient) {
     const int64_t n = ir::num_elements(ops_.tensor(gradient).shape);
     // A ZeRO shard or an expert block (split over the replicas) is the replica's own.
-    const bool sharded = ops_.tensor(gradient).shard_of >= 0 ||
-                         (ops_.replica_group > 0 && ops_.tensor(gradient).placement.is_sharded());
+    const bool sharded =
+        ops_.tensor(gradient).shard_of >= 0 || ops_.tensor(gradient).placed_over_replicas;
     const auto replicas = static_cast<int64_t>(devices.size());
     const int64_t slice = sharded ? n : (n + replicas - 1) / replicas;
     for (int64_t k = 0; k < replicas; ++k) {

@@ -446,8 +446,8 @@ struct Replication {
     // Parameters split over the replicas (expert parallelism) are each replica's own: their
     // gradients already sum every replica's rows.
     for (size_t p = 0; p < ops().trained.size(); ++p) {
-      const bool split = ops().tensor(ops().trained[p].parameter).placement.is_sharded();
-      if (selected[update_task_any(p)] && !(split && ops().replica_group > 0)) {
+      const bool split = ops().tensor(ops().trained[p].parameter).placed_over_replicas;
+      if (selected[update_task_any(p)] && !split) {
         parameters.push_back(p);
       }
     }

@@ -18,10 +18,16 @@
 // each replica's program on its own rows and only the ops that meet the split experts are
 // placed (Partitioner::track_replica_placements): the tokens' dispatch buffer goes from rows
 // to experts by an all-to-all and back by another, as GShard's.
+//
+// Expert and tensor parallelism compose (a shard over the data-parallel axis and one over a
+// tensor-parallel axis, in either order): the split over the replicas runs first, marking what
+// it places (Tensor::placed_over_replicas) and its reshards (attribute "over"), and the
+// tensor-parallel split then reads those tensors as whole over its group, so each tensor is
+// split along one mesh axis and whole along the other, and each reshard's collective runs over
+// its own axis' groups.
 #include <algorithm>
 #include <cstring>
 #include <map>
-#include <set>
 #include <tuple>
 
 #include "formats/error.h"
@@ -44,7 +50,11 @@ class Partitioner final : public PlacingGraph {
         parts_(parts),
         over_replicas_(shard.over_replicas),
         context_(context) {
-    for (const ir::Tensor& tensor : in_.tensors()) add_tensor(tensor);
+    for (const ir::Tensor& tensor : in_.tensors()) {
+      const ir::TensorId id = add_tensor(tensor);
+      // Split over the replicas already: whole over this group.
+      if (tensor.placed_over_replicas) placement(id) = Placement{};
+    }
     produced_.assign(static_cast<size_t>(in_.num_tensors()), false);
     for (const ir::Op& op : in_.ops()) {
       for (ir::TensorId out : op.outputs) {
@@ -62,12 +72,13 @@ class Partitioner final : public PlacingGraph {
     for (ir::OpId id = 0; id < in_.num_ops(); ++id) place(in_.op(id));
     if (over_replicas_) keep_replica_placements();
     localize();
+    keep_expert_placements();
     out_.inputs = in_.inputs;
     out_.loss = in_.loss;
     out_.loss_seed = in_.loss_seed;
     out_.trained = in_.trained;
     out_.grad_norm = in_.grad_norm;
-    out_.replica_group = over_replicas_ ? parts_ : 0;
+    out_.replica_group = over_replicas_ ? parts_ : in_.replica_group;
     return std::move(out_);
   }
 
@@ -189,6 +200,28 @@ class Partitioner final : public PlacingGraph {
         tensor.shape = whole_[id];
       }
     }
+    for (ir::TensorId id = 0; id < out_.num_tensors(); ++id) {
+      ir::Tensor& tensor = out_.tensor(id);
+      tensor.placed_over_replicas = !tensor.placement.is_replicated();
+    }
+  }
+
+  // The tensors an expert-parallel split placed before this tensor-parallel one get their
+  // placement over the replicas back; this split must have left them whole.
+  void keep_expert_placements() {
+    for (ir::TensorId id = 0; id < in_.num_tensors(); ++id) {
+      const ir::Tensor& expert = in_.tensor(id);
+      if (!expert.placed_over_replicas) continue;
+      ir::Tensor& tensor = out_.tensor(id);
+      if (!tensor.placement.is_replicated()) {
+        throw Error(where("params") + ": '" + tensor.name + "' is split over the replicas by " +
+                    shard_.after_expert_split + " and would be placed " +
+                    ir::to_string(tensor.placement) +
+                    " over this directive's groups; Piper splits a tensor along one mesh axis, "
+                    "so leave the parameters it is computed from out of one of the two");
+      }
+      tensor.placement = expert.placement;
+    }
   }
 
   // The parameters `params` names, split along their dimension.
@@ -206,6 +239,11 @@ class Partitioner final : public PlacingGraph {
         if (!added) {
           throw Error(where("params") + ": the parameter '" + name + "' matches both \"" +
                       previous->second + "\" and \"" + glob + "\"; make the globs disjoint");
+        }
+        if (parameter.placed_over_replicas) {
+          throw Error(where("params") + ": \"" + glob + "\" names '" + name + "', which " +
+                      shard_.after_expert_split + ".params splits over the replicas; a parameter " +
+                      "is split along one mesh axis, so name it in one of the two directives");
         }
         check_split(name, glob, parameter.shape, dim);
         placement(trained.parameter) = Placement::sharded(static_cast<int>(dim));
@@ -311,8 +349,10 @@ class Partitioner final : public PlacingGraph {
     }
     const std::vector<Placement> given = presented_placements(op);
     const std::vector<Placement> preferred = preferred_placements(op);
-    ir::OpPlacement decision = ir::place_op(out_, op, sequence_split(op, given), whole_, parts_,
-                                            over_replicas_ ? &preferred : nullptr);
+    ir::OpPlacement decision = meets_expert_split(op)
+                                   ? whole(op)
+                                   : ir::place_op(out_, op, sequence_split(op, given), whole_,
+                                                  parts_, over_replicas_ ? &preferred : nullptr);
     std::vector<std::pair<ir::TensorId, ir::TensorId>> redirected;  // (written, gradient)
     for (size_t j = 0; j < op.outputs.size(); ++j) {
       const ir::TensorId out = op.outputs[j];
@@ -354,6 +394,23 @@ class Partitioner final : public PlacingGraph {
     for (const auto& [written, gradient] : redirected) {
       reshard_into(written, effective(written), written_placement(gradient, {}), emitted, gradient);
     }
+  }
+
+  // Under a tensor-parallel split after an expert-parallel one: whether `op` is one of the
+  // experts' reshards or reads or writes a tensor split over the replicas, which are whole over
+  // this group, so that it reads its inputs whole (a partial sum is all-reduced first).
+  bool meets_expert_split(const ir::Op& op) const {
+    if (over_replicas_) return false;
+    const auto split = [&](ir::TensorId t) {
+      return t >= 0 && t < in_.num_tensors() && in_.tensor(t).placed_over_replicas;
+    };
+    return ir::reshards_over_replicas(op) ||
+           std::any_of(op.inputs.begin(), op.inputs.end(), split) ||
+           std::any_of(op.outputs.begin(), op.outputs.end(), split);
+  }
+
+  static ir::OpPlacement whole(const ir::Op& op) {
+    return {std::vector<Placement>(op.inputs.size()), std::vector<Placement>(op.outputs.size())};
   }
 
   // Sequence parallelism: a forward sum of whole or partial terms (the embeddings' sum, the
@@ -406,6 +463,9 @@ class Partitioner final : public PlacingGraph {
     tensor.dtype = out_.tensor(like).dtype;
     tensor.shape = whole_[like];
     tensor.role = ir::Role::kActivation;
+    // After an expert-parallel split, the rows the replicas hold of it: a reshard over this
+    // group keeps them (Transpose and Reshape move them).
+    if (!over_replicas_) tensor.replica_placement = out_.tensor(like).replica_placement;
     return tensor;
   }
 
@@ -504,6 +564,10 @@ class Partitioner final : public PlacingGraph {
     std::memcpy(constant.data.data(), shape.data(), constant.data.size());
     const ir::TensorId target = add_tensor(std::move(constant));
     ir::Tensor out = fresh(tensor, suffix);
+    const Placement rows = out.replica_placement;
+    if (rows.is_sharded() && (rows.dim != 0 || shape.at(0) != whole_[tensor].at(0))) {
+      out.replica_placement = Placement{};  // the rows no longer lead: unknown
+    }
     out.shape = shape;
     return emit("Reshape", suffix, {tensor, target}, std::move(out), result, consumer);
   }
@@ -537,6 +601,10 @@ class Partitioner final : public PlacingGraph {
     op.inputs = std::move(inputs);
     op.outputs = {out};
     op.attributes = std::move(attributes);
+    if (over_replicas_ &&
+        (type == "piper.Shard" || type.starts_with("piper.All") || type == "piper.ReduceScatter")) {
+      op.attributes["over"] = std::string("replicas");
+    }
     op.pass = consumer.pass;
     op.tags = consumer.tags;
     out_.add_op(std::move(op));
@@ -586,9 +654,13 @@ class Partitioner final : public PlacingGraph {
                          const ir::Op& consumer) {
     ir::Tensor out = fresh(tensor, "/moved");
     for (size_t j = 0; j < perm.size(); ++j) out.shape[j] = whole_[tensor][perm[j]];
-    if (placed.is_sharded()) {
-      placed.dim = static_cast<int>(std::find(perm.begin(), perm.end(), placed.dim) - perm.begin());
-    }
+    const auto moved = [&](Placement& p) {
+      if (p.is_sharded()) {
+        p.dim = static_cast<int>(std::find(perm.begin(), perm.end(), p.dim) - perm.begin());
+      }
+    };
+    moved(placed);
+    moved(out.replica_placement);
     return emit("Transpose", "/tp_transpose", {tensor}, std::move(out), placed, consumer,
                 {{"perm", perm}});
   }
@@ -688,91 +760,6 @@ void apply_shard(ir::TaskGraph& graph, const DirectiveContext& context) {
   for (const auto& group : shard.groups) {
     graph.shard_groups.emplace_back(group.begin(), group.end());
   }
-}
-
-}  // namespace piper::planner
-
-namespace piper::planner {
-namespace {
-
-// Device -> the index of the group it leads.
-using Leaders = std::map<int64_t, int64_t>;
-
-int64_t group_of(const Leaders& leaders, int64_t device, const std::string& where,
-                 const strategy::ShardDirective& shard) {
-  const auto found = leaders.find(device);
-  if (found != leaders.end()) return found->second;
-  for (const auto& group : shard.groups) {
-    if (std::find(group.begin(), group.end(), device) == group.end()) continue;
-    throw Error(where + ": device " + std::to_string(device) +
-                " is a member of a tensor-parallel group led by device " +
-                std::to_string(group.front()) +
-                "; other directives name a group by its first device (with a mesh, \"axis\" "
-                "does)");
-  }
-  throw Error(where + ": device " + std::to_string(device) +
-              " is in no group of the shard directive; every device must be in one");
-}
-
-// Expert parallelism: every group of the shard directive is the device set of a replicate
-// directive (the same mesh axis), so the groups split the batch as well as the parameters.
-bool splits_over_replicas(const strategy::Strategy& strategy,
-                          const strategy::ShardDirective& shard) {
-  std::set<std::set<int64_t>> replicated;
-  for (const strategy::Directive& directive : strategy.directives) {
-    if (const auto* replicate = std::get_if<strategy::ReplicateDirective>(&directive.spec)) {
-      replicated.emplace(replicate->devices.begin(), replicate->devices.end());
-    }
-  }
-  return std::all_of(shard.groups.begin(), shard.groups.end(), [&](const auto& group) {
-    return replicated.count(std::set<int64_t>(group.begin(), group.end())) > 0;
-  });
-}
-
-}  // namespace
-
-strategy::Strategy on_shard_groups(const strategy::Strategy& strategy) {
-  std::vector<strategy::Directive> shards, others;
-  for (const strategy::Directive& directive : strategy.directives) {
-    (std::holds_alternative<strategy::ShardDirective>(directive.spec) ? shards : others)
-        .push_back(directive);
-  }
-  if (shards.empty()) return strategy;
-  if (shards.size() > 1) {
-    throw Error(strategy.source + ": " + shards[1].path +
-                ": a second shard directive; Piper plans one tensor-parallel split per "
-                "strategy for now");
-  }
-  if (splits_over_replicas(strategy, std::get<strategy::ShardDirective>(shards[0].spec))) {
-    strategy::Strategy result = strategy;
-    std::get<strategy::ShardDirective>(shards[0].spec).over_replicas = true;
-    result.directives = shards;
-    result.directives.insert(result.directives.end(), others.begin(), others.end());
-    return result;
-  }
-  const auto& shard = std::get<strategy::ShardDirective>(shards[0].spec);
-  Leaders leaders;
-  for (size_t g = 0; g < shard.groups.size(); ++g) {
-    leaders[shard.groups[g].front()] = static_cast<int64_t>(g);
-  }
-  strategy::Strategy result = strategy;
-  result.directives = shards;
-  for (strategy::Directive directive : others) {
-    const std::string where = strategy.source + ": " + directive.path;
-    const auto rename = [&](std::vector<int64_t>& devices) {
-      for (int64_t& device : devices) device = group_of(leaders, device, where + ".devices", shard);
-    };
-    if (auto* place = std::get_if<strategy::PlaceDirective>(&directive.spec)) {
-      rename(place->devices);
-    } else if (auto* replicate = std::get_if<strategy::ReplicateDirective>(&directive.spec)) {
-      rename(replicate->devices);
-    } else if (auto* order = std::get_if<strategy::OrderDirective>(&directive.spec)) {
-      if (order->device)
-        order->device = group_of(leaders, *order->device, where + ".device", shard);
-    }
-    result.directives.push_back(std::move(directive));
-  }
-  return result;
 }
 
 }  // namespace piper::planner

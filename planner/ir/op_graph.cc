@@ -72,6 +72,14 @@ std::vector<OpId> OpGraph::consumers(TensorId tensor) const {
   return result;
 }
 
+bool reshards_over_replicas(const Op& op) {
+  return attr_string(op.attributes, "over", "") == "replicas";
+}
+
+bool runs_over_replicas(const Op& op) {
+  return reshards_over_replicas(op) || attr_string(op.attributes, "group", "") == "replicas";
+}
+
 bool is_per_microbatch(const OpGraph& graph, TensorId tensor) {
   switch (graph.tensor(tensor).role) {
     case Role::kParameter:

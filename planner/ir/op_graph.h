@@ -93,6 +93,10 @@ struct Tensor {
   // data-parallel replicas hold what each computes of it — their rows of the batch along a
   // dimension, a partial sum over their rows, or replicated (not data, or Piper cannot tell).
   Placement replica_placement{};
+  // `placement` is over the data-parallel replicas of the tasks computing it (a tensor that
+  // expert parallelism splits), not over their devices' tensor-parallel group: with both,
+  // each tensor is split along one of the two and whole along the other.
+  bool placed_over_replicas = false;
 
   LabelCount label_count{};
 };
@@ -153,6 +157,14 @@ class OpGraph {
   std::vector<Tensor> tensors_;
   std::vector<Op> ops_;
 };
+
+// Whether `op` is a reshard or block slice of expert parallelism (directives/shard.cc, attribute
+// "over" = "replicas"): over the data-parallel replicas of its task, whole on each member of a
+// tensor-parallel group.
+bool reshards_over_replicas(const Op& op);
+// Whether `op` runs over the replicas of its task rather than its devices' tensor-parallel
+// group: an expert-parallel reshard, or a batch mean's average (attribute "group" = "replicas").
+bool runs_over_replicas(const Op& op);
 
 // True for tensors that hold one value per microbatch (activations, inputs,
 // gradients flowing backward) rather than one per step (parameters, state).

@@ -1,8 +1,9 @@
 // The IR's text form. One item per line, in this order when printed:
 //
 //   tensor NAME DTYPE[DIMS] ROLE [init=NAME] [high=INT] [accumulated=1]
-//          [shard_of=NAME] [placement=S(DIM) | placement=P] [dynamic=[(DIM, NAME, SCALE), ...]]
-//          [counts=(NAME, IGNORE[, [(START, STEP, COUNT), ...]])] [data=0xHEX | data=[NUMBERS]]
+//          [shard_of=NAME] [placement=S(DIM) | placement=P] [over=replicas] [dynamic=[(DIM, NAME,
+//          SCALE), ...]] [counts=(NAME, IGNORE[, [(START, STEP, COUNT), ...]])] [data=0xHEX |
+//          data=[NUMBERS]]
 //   op INDEX TYPE "NAME" (IN, ...) -> (OUT, ...) [{KEY=VALUE, ...}] [pass=PASS] [tags={K:V, ...}]
 //   inputs NAME ...
 //   loss NAME [seed=NAME]
@@ -198,6 +199,7 @@ class Printer {
     if (tensor.accumulated) out_ += " accumulated=1";
     if (tensor.shard_of >= 0) out_ += " shard_of=" + tensor_ref(tensor.shard_of);
     if (!tensor.placement.is_replicated()) out_ += " placement=" + to_string(tensor.placement);
+    if (tensor.placed_over_replicas) out_ += " over=replicas";
     if (!tensor.dynamic.empty()) {
       out_ += " dynamic=" + list_text(tensor.dynamic, [this](const DynamicDim& dim) {
                 return "(" + std::to_string(dim.dim) + ", " + tensor_ref(dim.extent) + ", " +
@@ -643,13 +645,15 @@ class Parser {
     tensor.role = in.choice(
         "a role (input, activation, parameter, gradient, optimizer_state, loss, constant)",
         parse_role);
-    in.fields({"init", "high", "accumulated", "shard_of", "placement", "dynamic", "counts", "data"},
+    in.fields({"init", "high", "accumulated", "shard_of", "placement", "over", "dynamic", "counts",
+               "data"},
               [&](const std::string& key) {
                 if (key == "init") tensor.initializer = in.name("an initializer name");
                 if (key == "high") tensor.int_high = in.integer("an integer");
                 if (key == "accumulated") tensor.accumulated = in.integer("0 or 1") != 0;
                 if (key == "shard_of") tensor.shard_of = tensor_ref(in);
                 if (key == "placement") tensor.placement = placement(in);
+                if (key == "over") tensor.placed_over_replicas = over_replicas(in);
                 if (key == "dynamic") tensor.dynamic = dynamic_dims(in);
                 if (key == "counts") tensor.label_count = label_count(in);
                 if (key == "data") tensor.data = parse_data(in, tensor.dtype);
@@ -742,6 +746,13 @@ class Parser {
   }
 
   // R, P or S(DIM).
+  bool over_replicas(LineReader& in) {
+    return in.choice("the group a placement is over (replicas)", [](const std::string& word) {
+      if (word != "replicas") throw std::invalid_argument(word);
+      return true;
+    });
+  }
+
   Placement placement(LineReader& in) {
     if (in.peek_word() != "S") return in.choice("a placement (R, P or S(DIM))", parse_placement);
     in.skip();

@@ -428,17 +428,24 @@ class Verifier {
   // the norm's per-rank sum of squares have no block structure to check.
   //
   // Under expert parallelism (OpGraph::replica_group) the group is each task's replicas, an op
-  // that meets no placed tensor runs on its replica's own rows, and one that does reads a
-  // tensor of the replicas' own as the rows it is (Tensor::replica_placement).
+  // that meets no tensor placed over them runs on its replica's own rows, and one that does
+  // reads a tensor of the replicas' own as the rows it is (Tensor::replica_placement). With
+  // tensor parallelism too, each group is checked apart: over a tensor-parallel group the
+  // tensors split over the replicas are whole, and so are the expert-parallel reshards.
   void check_placements() {
-    const bool over_replicas = ops_.replica_group > 0;
-    if (graph_.shard_groups.empty() && !over_replicas) return;
-    const auto parts = over_replicas ? ops_.replica_group
-                                     : static_cast<int64_t>(graph_.shard_groups.front().size());
+    if (!graph_.shard_groups.empty()) {
+      check_placements_over(static_cast<int64_t>(graph_.shard_groups.front().size()), false);
+    }
+    if (ops_.replica_group > 0) check_placements_over(ops_.replica_group, true);
+  }
+
+  void check_placements_over(int64_t parts, bool over_replicas) {
     const auto placed = [&](TensorId t) {
       const Tensor& tensor = ops_.tensor(t);
-      return over_replicas && tensor.placement.is_replicated() ? tensor.replica_placement
-                                                               : tensor.placement;
+      if (over_replicas) {
+        return tensor.placed_over_replicas ? tensor.placement : tensor.replica_placement;
+      }
+      return tensor.placed_over_replicas ? Placement{} : tensor.placement;
     };
     std::vector<Shape> whole;
     for (TensorId t = 0; t < ops_.num_tensors(); ++t) {
@@ -453,7 +460,10 @@ class Verifier {
       if (over_replicas && runs_on_own_rows(op)) continue;
       std::vector<Placement> given;
       for (TensorId in : op.inputs) given.push_back(in >= 0 ? placed(in) : Placement{});
-      const OpPlacement needed = place_op(ops_, op, given, whole, parts);
+      const OpPlacement needed = !over_replicas && reshards_over_replicas(op)
+                                     ? OpPlacement{std::vector<Placement>(op.inputs.size()),
+                                                   std::vector<Placement>(op.outputs.size())}
+                                     : place_op(ops_, op, given, whole, parts);
       for (size_t i = 0; i < op.inputs.size(); ++i) {
         if (op.inputs[i] < 0 || given[i] == needed.inputs[i]) continue;
         report(describe_op(id) + " reads '" + ops_.tensor(op.inputs[i]).name + "' placed " +
@@ -471,7 +481,7 @@ class Verifier {
   }
 
   bool runs_on_own_rows(const Op& op) const {
-    const auto own = [&](TensorId t) { return t < 0 || ops_.tensor(t).placement.is_replicated(); };
+    const auto own = [&](TensorId t) { return t < 0 || !ops_.tensor(t).placed_over_replicas; };
     return std::all_of(op.inputs.begin(), op.inputs.end(), own) &&
            std::all_of(op.outputs.begin(), op.outputs.end(), own);
   }

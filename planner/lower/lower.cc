@@ -336,7 +336,8 @@ class Lowering {
     if (op.type == "piper.Shard") {
       // Which slice is this rank's: its place in its tensor-parallel group for a block, else its
       // place among the task's replicas.
-      const bool block = ir::attr_string(op.attributes, "group", "") == "tensor";
+      const bool block = ir::attr_string(op.attributes, "group", "") == "tensor" &&
+                         !ir::reshards_over_replicas(op);
       add_attribute(kernel, "shard_index",
                     static_cast<int64_t>(block ? member_ : replica_index(task)));
     }
@@ -394,21 +395,23 @@ class Lowering {
                         : op.type == "piper.AllGather" ? plan::Collective::ALL_GATHER
                         : op.type == "piper.AllToAll"  ? plan::Collective::ALL_TO_ALL
                                                        : plan::Collective::REDUCE_SCATTER);
-    collective.set_group(placement_group(
-        task, ops_.replica_group > 0 || ir::attr_string(op.attributes, "group", "") == "replicas"));
+    collective.set_group(placement_group(task, ir::runs_over_replicas(op)));
     collective.set_average(ir::attr_int(op.attributes, "average", 0) != 0);
     collective.add_inputs(use(op.inputs.at(0), task.microbatch));
     collective.add_outputs(use(op.outputs.at(0), task.microbatch));
   }
 
   // A gradient whole on every member of a tensor-parallel group is the same on each: only the
-  // first adds it to the norm. Blocks are each member's own.
+  // first adds it to the norm. Blocks are each member's own (an expert block is whole over the
+  // tensor-parallel group).
   void count_whole_gradients_once(plan::Kernel& kernel, const ir::Op& op) const {
     if (member_ == 0) return;
     for (plan::Attribute& attribute : *kernel.mutable_attributes()) {
       if (attribute.name() != "counts") continue;
       for (size_t i = 0; i < op.inputs.size(); ++i) {
-        if (!ir::held_placement(ops_, op.inputs[i]).is_sharded()) {
+        const ir::Tensor& held = ops_.tensor(op.inputs[i]);
+        const ir::Tensor& whole = held.shard_of >= 0 ? ops_.tensor(held.shard_of) : held;
+        if (!whole.placement.is_sharded() || whole.placed_over_replicas) {
           attribute.mutable_ints()->set_values(static_cast<int>(i), 0);
         }
       }
@@ -579,7 +582,7 @@ class Lowering {
   // replicas of the task that uses it (expert parallelism).
   void describe_block(plan::ParameterBlock& block, const ir::Tensor& tensor) const {
     const int dim = tensor.placement.dim;
-    const bool over_replicas = ops_.replica_group > 0;
+    const bool over_replicas = tensor.placed_over_replicas;
     block.set_dim(dim);
     block.set_size(tensor.shape.at(dim));
     block.set_start((over_replicas ? replica_index(*using_task_) : member_) * tensor.shape.at(dim));

@@ -205,8 +205,9 @@ std::vector<std::vector<int>> member_ranks(const ir::TaskGraph& graph,
 // expert parallelism over the task's replicas (as lowering groups them; each member of
 // their tensor-parallel groups over its own ranks, the slowest counting).
 double reshard_seconds(const ir::TaskGraph& graph, const ir::Task& task, int device,
-                       ir::TaskKind kind, double bytes, const DeviceRates& rates) {
-  if (graph.op_graph().replica_group <= 0) {
+                       const ir::Op& op, ir::TaskKind kind, double bytes,
+                       const DeviceRates& rates) {
+  if (!ir::runs_over_replicas(op)) {
     return collective_seconds(kind, ranks_of(graph, device), bytes, rates);
   }
   double slowest = 0;
@@ -318,7 +319,7 @@ double reshard_spans(const ir::TaskGraph& graph, const ir::Task& task, int devic
     const double moved = std::max(op.inputs.empty() ? 0.0 : bytes(ops, op.inputs[0]),
                                   op.outputs.empty() ? 0.0 : bytes(ops, op.outputs[0]));
     const double start = time;
-    time += reshard_seconds(graph, task, device, *kind, moved, rates);
+    time += reshard_seconds(graph, task, device, op, *kind, moved, rates);
     if (spans != nullptr) spans->push_back({op_id, *kind, start, time});
   }
   return time;

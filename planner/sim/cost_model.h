@@ -63,8 +63,8 @@ struct ReshardSpan {
 };
 
 // Walks the compute task's ops in order on DAG device `device`, kernels at the device's
-// rates and reshards as collectives over its tensor-parallel group (under expert
-// parallelism, OpGraph::replica_group, over the task's replicas): appends each reshard's
+// rates and reshards as collectives over its tensor-parallel group (those over the replicas,
+// ir::runs_over_replicas, over the task's replicas): appends each reshard's
 // span to `spans` when not null and returns the device's time for the task.
 double reshard_spans(const ir::TaskGraph& graph, const ir::Task& task, int device,
                      const DeviceRates& rates, std::vector<ReshardSpan>* spans);

@@ -106,7 +106,9 @@ def assert_matches(test, name, run, reference, steps, precision="fp32"):
     (losses, weights), (want_losses, want_weights) = run, reference
     loss_rtol, weight_rtol = tolerances(precision)
     test.assertEqual(len(losses), steps, name)
+    largest = {"loss": 0.0, "weight": 0.0}
     for step, (got, want) in enumerate(zip(losses, want_losses)):
+        largest["loss"] = max(largest["loss"], abs(got - want) / abs(want))
         test.assertLessEqual(abs(got - want) / abs(want), loss_rtol,
                              f"[{name}] step {step}: {got!r} vs one process {want!r}")
     test.assertEqual(sorted(weights), sorted(want_weights), name)
@@ -115,6 +117,7 @@ def assert_matches(test, name, run, reference, steps, precision="fp32"):
                          f"[{name}] {param}: --save-onnx must gather the whole tensor")
         if precision == "fp32":
             error = relative_error(weights[param], want)
+            largest["weight"] = max(largest["weight"], error)
             test.assertLessEqual(error, weight_rtol, f"[{name}] final {param}: {error:.2e}")
     if precision != "fp32":
         # AdamW moves a parameter near zero (a bias) by lr whatever its gradient's size, so
@@ -122,5 +125,7 @@ def assert_matches(test, name, run, reference, steps, precision="fp32"):
         names = sorted(want_weights)
         error = relative_error(np.concatenate([weights[n].ravel() for n in names]),
                                np.concatenate([want_weights[n].ravel() for n in names]))
+        largest["weight"] = error
         test.assertLessEqual(error, weight_rtol, f"[{name}] final weights: {error:.2e}")
-    print(f"[{name}] losses match one process to {loss_rtol}, weights to {weight_rtol}")
+    print(f"[{name}] losses match one process to {loss_rtol} (largest {largest['loss']:.1e}), "
+          f"weights to {weight_rtol} (largest {largest['weight']:.1e})")

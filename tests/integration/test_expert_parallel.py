@@ -5,7 +5,11 @@ capacity, and a variant with 8 experts, trained 10 AdamW steps with the
 ({"op": "shard", "axis": "dp", "params": {"blocks.*.mlp.w1": 0, ...}}),
 under EP=2, EP=4, EP=2 with ZeRO-2 and 2 microbatches, EP=2 x PP=2 (1F1B;
 in flat device lists, and in mesh form with the pipeline's replicates at
-ZeRO-2) and EP=2 in bf16, launched with piper-launch (Gloo over localhost), give
+ZeRO-2), EP=2 in bf16, and EP=2 over the dp axis composed with Megatron's
+tensor parallelism over a tp axis (EP=2 x TP=2 on 4 processes, the two shard
+directives in either order, plain, with ZeRO-1 over dp, and with ZeRO-2 and 2
+microbatches), launched with
+piper-launch (Gloo over localhost), give
 every step's loss within 1e-5 relative of the single-process run and final
 weights within 1e-4 (bf16: 1e-3 and 1e-2 over the whole model, as for tensor
 parallelism). The plans: every replica holds 1/EP of the experts, their
@@ -30,6 +34,7 @@ import torch.nn.functional as F
 
 import harness
 import one_process
+import tp_models
 from harness import Tools
 
 STEPS = 10
@@ -86,8 +91,17 @@ def build_model(name):
     return BalancedGPT(make_mlp=BalancedMoE)
 
 
-def strategy(ep, precision="fp32", zero=0, microbatches=1, pipeline=False):
-    """EP over the dp axis, with replicate (or zero) over the same axis."""
+def tensor_params():
+    """Megatron's plan for the sample's attention (q, k, v along their outputs, the output
+    projection along its inputs); its MLPs are the experts."""
+    return tp_models.megatron_params(build_model("moe"))
+
+
+def strategy(ep, precision="fp32", zero=0, microbatches=1, pipeline=False, tp=0,
+             sequence_parallel=False):
+    """EP over the dp axis, with replicate (or zero) over the same axis; with `tp`, Megatron's
+    attention split over a tp axis too (its shard first for tp > 0, after the experts' for
+    tp < 0), with sequence parallelism if asked."""
     directives = []
     annotations = [{"match": f"/blocks.{layer}/*", "tags": {"PP": layer}}
                    for layer in range(LAYERS)]
@@ -115,8 +129,15 @@ def strategy(ep, precision="fp32", zero=0, microbatches=1, pipeline=False):
                                "num_microbatches": microbatches})
         directives.append({"op": "zero", "stage": zero, "axis": "dp"} if zero
                           else {"op": "replicate", "axis": "dp"})
-    directives.append({"op": "shard", "axis": "dp", "params": EXPERT_PARAMS})
-    return {"mesh": [["dp", ep]], "directives": directives, "precision": precision}
+    experts = {"op": "shard", "axis": "dp", "params": EXPERT_PARAMS}
+    if not tp:
+        return {"mesh": [["dp", ep]], "directives": directives + [experts],
+                "precision": precision}
+    tensor = {"op": "shard", "axis": "tp", "params": tensor_params(),
+              "sequence_parallel": sequence_parallel}
+    shards = [tensor, experts] if tp > 0 else [experts, tensor]
+    return {"mesh": [["dp", ep], ["tp", abs(tp)]], "directives": directives + shards,
+            "precision": precision}
 
 
 CASES = {
@@ -129,6 +150,10 @@ CASES = {
                                 ["moe"]),
     "ep2_bf16": (dict(ep=2, precision="bf16"), ["moe"]),
     "ep2_zero2": (dict(ep=2, zero=2), ["moe_aux"]),
+    "ep2_tp2": (dict(ep=2, tp=2), ["moe"]),
+    "ep2_tp2_zero1": (dict(ep=2, tp=-2, zero=1), ["moe"]),
+    "ep2_tp2_zero2_mb2": (dict(ep=2, tp=2, zero=2, microbatches=MICROBATCHES), ["moe"]),
+    "ep2_tp2_sp": (dict(ep=2, tp=2, sequence_parallel=True), ["moe"]),
 }
 
 
@@ -247,6 +272,50 @@ class ExpertParallel(one_process.SplitModels, unittest.TestCase):
 
     def test_ep2_bf16(self):
         self.check_case("ep2_bf16")
+
+    def test_ep2_tp2(self):
+        """Experts over dp, attention over tp: rank 0 holds half the experts and half of
+        each attention weight."""
+        self.check_case("ep2_tp2")
+        self.check_tensor_parallel_blocks("moe", "ep2_tp2")
+
+    def test_ep2_tp2_zero1(self):
+        """The same with ZeRO-1 over dp, the experts' shard written first."""
+        self.check_case("ep2_tp2_zero1")
+
+    def test_ep2_tp2_zero2_microbatches(self):
+        """With ZeRO-2 over dp and 2 microbatches."""
+        self.check_case("ep2_tp2_zero2_mb2")
+
+    def test_ep2_tp2_sequence_parallel(self):
+        """With Megatron's sequence parallelism over tp."""
+        self.check_case("ep2_tp2_sp")
+
+    def check_tensor_parallel_blocks(self, model, case):
+        """Rank 0 holds the first half of every Megatron-split weight along its dimension,
+        split over its tp group; its tokens' all-to-alls run over its dp group [0, 2] and its
+        attention's all-reduces over its tp group [0, 1]."""
+        plan = self.dump(os.path.join(self.tmp.name, f"{model}_{case}", "plans"))
+        groups = {int(group.get("id", 0)): [int(r) for r in group["ranks"]]
+                  for group in plan["groups"]}
+        kinds = {}
+        for stream in plan["streams"]:
+            for inst in stream.get("instructions", []):
+                collective = inst.get("collective")
+                if collective and (collective.get("kind") == "ALL_TO_ALL" or
+                                   inst.get("label", "").endswith("tp_all_reduce")):
+                    kinds.setdefault(collective.get("kind", "ALL_REDUCE"), set()).add(
+                        tuple(groups[int(collective.get("group", 0))]))
+        self.assertEqual(kinds, {"ALL_TO_ALL": {(0, 2)}, "ALL_REDUCE": {(0, 1)}}, case)
+        loaded = {load["initializer"]: load for load in plan["parameters"]}
+        for glob, dim in tensor_params().items():
+            names = [name for name in loaded if fnmatch.fnmatchcase(name, glob)]
+            self.assertTrue(names, glob)
+            for name in names:
+                block = loaded[name].get("block")
+                self.assertIsNotNone(block, f"[{case}] {name} is not split")
+                self.assertEqual(int(block.get("dim", 0)), dim, f"[{case}] {name}: {block}")
+                self.assertEqual(int(block.get("start", 0)), 0, f"[{case}] {name}: {block}")
 
     def test_ep2_zero2_load_balancing_loss(self):
         """A product of batch means: each replica averages the means with the others'."""

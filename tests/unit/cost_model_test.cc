@@ -200,7 +200,7 @@ TEST(CostModel, PricesExpertParallelReshardsOverTheTasksReplicas) {
   ir::TaskGraph graph = ir::build_task_graph(ir::parse(R"(
 tensor x f32[32,16] input
 tensor y f32[32,16] activation
-op 0 piper.AllToAll "/moe/dispatch" (x) -> (y)
+op 0 piper.AllToAll "/moe/dispatch" (x) -> (y) {over="replicas"}
 )")
                                                  .op_graph());
   graph.op_graph().replica_group = 2;

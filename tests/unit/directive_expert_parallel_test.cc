@@ -12,8 +12,9 @@ namespace {
 
 // Tokens already dispatched to 2 experts with capacity 2, x [B, E, C, d], through two batched
 // expert weights w1 [E, d, f] and w2 [E, f, h] with a ReLU between, then summed into class
-// scores: GShard's expert layer.
-ir::TaskGraph expert_task_graph(int64_t batch) {
+// scores: GShard's expert layer. With `dense`, the scores then pass a dense MLP (wa [3, 6],
+// ReLU, wb [6, 3]) that tensor parallelism splits.
+ir::TaskGraph expert_task_graph(int64_t batch, bool dense = false) {
   testing::OnnxBuilder b;
   b.input("x", {-1, 2, 2, 4}).input("y", {-1}, onnx::TensorProto::INT64).output("loss", {});
   b.initializer("w1", {2, 4, 5}, std::vector<float>(40, 0.1f));
@@ -25,7 +26,14 @@ ir::TaskGraph expert_task_graph(int64_t batch) {
                              std::string("becf,efh->bech"));
   testing::OnnxBuilder::attr(b.node("Einsum", {"o"}, {"z"}, "/combine"), "equation",
                              std::string("bech->bh"));
-  b.node("SoftmaxCrossEntropyLoss", {"z", "y"}, {"loss"}, "/loss");
+  if (dense) {
+    b.initializer("wa", {3, 6}, std::vector<float>(18, 0.3f));
+    b.initializer("wb", {6, 3}, std::vector<float>(18, 0.4f));
+    b.node("MatMul", {"z", "wa"}, {"a"}, "/dense/fc1");
+    b.node("Relu", {"a"}, {"g"}, "/dense/relu");
+    b.node("MatMul", {"g", "wb"}, {"scores"}, "/dense/fc2");
+  }
+  b.node("SoftmaxCrossEntropyLoss", {dense ? "scores" : "z", "y"}, {"loss"}, "/loss");
   ir::OpGraph graph = planner::import_model(b.model(), {.batch = batch}, "experts.onnx");
   const auto strategy = strategy::parse_strategy(
       R"({"batch": {"global": 8}, "optimizer": {"type": "sgd"}})", "test.json");
@@ -35,10 +43,13 @@ ir::TaskGraph expert_task_graph(int64_t batch) {
 }
 
 // The directives as piper-plan applies them: shard first, its groups resolved.
-void apply_planned(ir::TaskGraph& graph, const std::string& directives) {
+void apply_planned(ir::TaskGraph& graph, const std::string& directives,
+                   const std::string& mesh = "") {
+  const std::string meshed = mesh.empty() ? "" : R"("mesh": )" + mesh + ", ";
   const auto strategy =
       planner::on_shard_groups(planner::expand_generators(strategy::parse_strategy(
-          R"({"batch": {"global": 8}, "directives": )" + directives + "}", "test.json")));
+          R"({"batch": {"global": 8}, )" + meshed + R"("directives": )" + directives + "}",
+          "test.json")));
   for (const auto& directive : strategy.directives) {
     const planner::DirectiveContext context{directive, strategy.source};
     planner::directive_pass(context)(graph, context);
@@ -65,8 +76,10 @@ TEST(ExpertParallel, TokensTravelToTheirExpertsAndBack) {
   apply_planned(graph, kExpertParallel);
   const std::string text = ir::print(graph);
   // Each replica keeps one expert; its rows of the batch stay its own.
-  EXPECT_TRUE(has_line(text, "tensor w1 f32[1,4,5] parameter init=w1 placement=S(0)")) << text;
-  EXPECT_TRUE(has_line(text, "tensor r f32[8,1,2,5] activation placement=S(1)")) << text;
+  EXPECT_TRUE(has_line(text, "tensor w1 f32[1,4,5] parameter init=w1 placement=S(0) over=replicas"))
+      << text;
+  EXPECT_TRUE(has_line(text, "tensor r f32[8,1,2,5] activation placement=S(1) over=replicas"))
+      << text;
   const ir::OpGraph& ops = graph.op_graph();
   EXPECT_EQ(ops.replica_group, 2);
   // Rows to experts before the experts, experts to rows after; the backward sends the scores'
@@ -131,6 +144,167 @@ TEST(ExpertParallel, RefusesAReplicateOverOtherGroups) {
               std::string::npos)
         << error.what();
   }
+}
+
+// Expert parallelism over dp with tensor parallelism over tp: the dense MLP split Megatron's
+// way over each tp group, the experts over each dp group.
+const char* kMesh = R"([["dp", 2], ["tp", 2]])";
+const char* kReplicate = R"({"op": "replicate", "axis": "dp"})";
+const char* kTensorParallel = R"({"op": "shard", "axis": "tp", "params": {"wa": 1, "wb": 0}})";
+const char* kExperts = R"({"op": "shard", "axis": "dp", "params": {"w1": 0, "w2": 0}})";
+
+std::string directives(const std::vector<std::string>& list) {
+  std::string text = "[";
+  for (const std::string& directive : list) text += (text.size() > 1 ? ", " : "") + directive;
+  return text + "]";
+}
+
+ir::TaskGraph composed_graph(const std::vector<std::string>& list) {
+  ir::TaskGraph graph = expert_task_graph(4, true);
+  apply_planned(graph, directives(list), kMesh);
+  return graph;
+}
+
+// The op lines of `text` that name `type`, split by whether they run over the replicas.
+std::pair<int, int> count_lines(const std::string& text, const std::string& type) {
+  std::pair<int, int> counts;  // (over the replicas, over the tensor-parallel group)
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = std::min(text.find('\n', start), text.size());
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    if (line.rfind("op ", 0) != 0 || line.find(" " + type + " ") == std::string::npos) continue;
+    ++(line.find("over=\"replicas\"") != std::string::npos ? counts.first : counts.second);
+  }
+  return counts;
+}
+
+TEST(ExpertAndTensorParallel, EachAxisGetsItsCollectives) {
+  const ir::TaskGraph graph = composed_graph({kReplicate, kTensorParallel, kExperts});
+  const std::string text = ir::print(graph);
+  // The experts are split over the replicas, the dense weights over the tensor-parallel group;
+  // each is whole along the other axis.
+  EXPECT_TRUE(has_line(text, "tensor w1 f32[1,4,5] parameter init=w1 placement=S(0) over=replicas"))
+      << text;
+  EXPECT_TRUE(has_line(text, "tensor wa f32[3,3] parameter init=wa placement=S(1)")) << text;
+  EXPECT_TRUE(has_line(text, "tensor wb f32[3,3] parameter init=wb placement=S(0)")) << text;
+  EXPECT_TRUE(has_line(text, "tensor g f32[4,3] activation placement=S(1)")) << text;
+  EXPECT_TRUE(has_line(text, "shard_groups [0,1] [2,3]")) << text;
+  EXPECT_EQ(graph.op_graph().replica_group, 2);
+  // Tokens travel to their experts and back by all-to-all over the replicas (two forward,
+  // one backward); the dense MLP's partial product and its input's gradient are all-reduced
+  // over the tp group.
+  EXPECT_EQ(count_lines(text, "piper.AllToAll"), std::make_pair(3, 0)) << text;
+  EXPECT_EQ(count_lines(text, "piper.AllReduce"), std::make_pair(0, 2)) << text;
+  EXPECT_TRUE(ir::verify(graph).empty());
+}
+
+// An expert weight read as split over the tensor-parallel group (its mark over the replicas
+// lost) breaks the tp group's placements at its einsum, and one left whole over the replicas
+// breaks the replicas' at its update, which reads the gradient's block.
+TEST(ExpertAndTensorParallel, VerifyChecksEachAxisApart) {
+  for (const bool over_replicas : {false, true}) {
+    ir::TaskGraph graph = composed_graph({kReplicate, kTensorParallel, kExperts});
+    ir::Tensor& w1 = graph.op_graph().tensor(*graph.op_graph().find_tensor("w1"));
+    if (over_replicas) {
+      w1.placement = ir::Placement{};
+    } else {
+      w1.placed_over_replicas = false;
+    }
+    const std::vector<std::string> messages = ir::verify(graph);
+    const std::string expected = over_replicas ? "(piper.SGD \"optim/w1\") reads 'grad/w1'"
+                                               : "(Einsum \"/experts/fc1\") writes 'h'";
+    EXPECT_TRUE(std::any_of(messages.begin(), messages.end(), [&](const std::string& message) {
+      return message.find(expected) != std::string::npos;
+    })) << (messages.empty() ? "verified" : messages.front());
+  }
+}
+
+TEST(ExpertAndTensorParallel, PlansTheSameInEitherOrder) {
+  EXPECT_EQ(ir::print(composed_graph({kReplicate, kTensorParallel, kExperts})),
+            ir::print(composed_graph({kExperts, kReplicate, kTensorParallel})));
+}
+
+std::vector<int> group_ranks(const plan::Plan& plan, int id) {
+  const auto group = std::find_if(plan.groups().begin(), plan.groups().end(),
+                                  [&](const plan::CommGroup& g) { return g.id() == id; });
+  if (group == plan.groups().end()) return {};
+  return {group->ranks().begin(), group->ranks().end()};
+}
+
+TEST(ExpertAndTensorParallel, LowersEachAxisOverItsGroups) {
+  const ir::TaskGraph graph = composed_graph({kReplicate, kTensorParallel, kExperts});
+  EXPECT_EQ(graph.num_ranks(), 4);
+  for (int rank = 0; rank < 4; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const int replica = rank / 2, member = rank % 2;  // dp and tp coordinates, tp fastest
+    const std::vector<int> tensor_group = {2 * replica, 2 * replica + 1};
+    const std::vector<int> replica_group = {member, member + 2};
+    const plan::Plan plan = planner::lower(graph, rank, {});
+    std::map<std::string, plan::ParameterBlock> blocks;
+    for (const plan::ParameterLoad& load : plan.parameters())
+      blocks[load.initializer()] = load.block();
+    for (const char* expert : {"w1", "w2"}) {
+      EXPECT_EQ(blocks.at(expert).dim(), 0) << expert;
+      EXPECT_EQ(blocks.at(expert).start(), replica) << expert;
+      EXPECT_EQ(group_ranks(plan, blocks.at(expert).group()), replica_group) << expert;
+    }
+    EXPECT_EQ(blocks.at("wa").start(), 3 * member);
+    EXPECT_EQ(blocks.at("wb").start(), 3 * member);
+    EXPECT_EQ(group_ranks(plan, blocks.at("wa").group()), tensor_group);
+    int exchanges = 0, tensor_parallel = 0, data_parallel = 0;
+    for (const plan::Stream& stream : plan.streams()) {
+      for (const plan::Instruction& instruction : stream.instructions()) {
+        if (!instruction.has_collective()) continue;
+        const plan::Collective& collective = instruction.collective();
+        const std::vector<int> ranks = group_ranks(plan, collective.group());
+        if (collective.kind() == plan::Collective::ALL_TO_ALL) {
+          ++exchanges;
+          EXPECT_EQ(ranks, replica_group) << instruction.label();
+        } else if (instruction.label().ends_with("tp_all_reduce")) {
+          ++tensor_parallel;
+          EXPECT_EQ(ranks, tensor_group) << instruction.label();
+        } else {
+          // The dense weights' gradients, averaged over the replicas (the experts' are their
+          // own).
+          ++data_parallel;
+          EXPECT_EQ(ranks, replica_group) << instruction.label();
+          for (int tensor : collective.inputs()) {
+            const std::string& name = plan.tensors(tensor).name();
+            EXPECT_EQ(name.find("grad/w1"), std::string::npos) << name;
+            EXPECT_EQ(name.find("grad/w2"), std::string::npos) << name;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(exchanges, 3);
+    EXPECT_EQ(tensor_parallel, 2);
+    EXPECT_GE(data_parallel, 1);
+  }
+}
+
+std::string planning_error(const std::vector<std::string>& list) {
+  try {
+    composed_graph(list);
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "planned";
+}
+
+TEST(ExpertAndTensorParallel, RefusesAParameterBothSplit) {
+  const std::string message = planning_error(
+      {kReplicate, R"({"op": "shard", "axis": "tp", "params": {"wa": 1, "wb": 0, "w2": 1}})",
+       kExperts});
+  EXPECT_NE(message.find("$.directives[1].params"), std::string::npos) << message;
+  EXPECT_NE(message.find("$.directives[2].params"), std::string::npos) << message;
+  EXPECT_NE(message.find("'w2'"), std::string::npos) << message;
+}
+
+TEST(ExpertAndTensorParallel, RefusesTwoShardsWithoutReplicas) {
+  const std::string message = planning_error({kTensorParallel, kExperts});
+  EXPECT_NE(message.find("$.directives[1]"), std::string::npos) << message;
+  EXPECT_NE(message.find("second shard directive composes only"), std::string::npos) << message;
 }
 
 }  // namespace
