@@ -124,8 +124,8 @@ class StageLayout {
 
 std::string task_label(const ir::TaskGraph& graph, const ir::Task& task) {
   const std::string microbatch = std::to_string(task.microbatch);
-  const bool loss = std::find(task.tensors.begin(), task.tensors.end(),
-                              graph.op_graph().loss) != task.tensors.end();
+  const bool loss = std::find(task.tensors.begin(), task.tensors.end(), graph.op_graph().loss) !=
+                    task.tensors.end();
   switch (task.kind) {
     case ir::TaskKind::kCompute:
       return task.pass == ir::Pass::kUpdate ? "U" : ir::to_string(task.pass) + microbatch;
