@@ -7,7 +7,8 @@ computation, measured from Piper's CPU traces (issue 16).
 Exports samples/moe's GPT with batched experts at the given width (2 blocks, 4 experts), plans
 it under `dualpipe` on 2 devices (4 microbatches, ZeRO-2) with the experts split over each
 stage's mirror pair (expert parallelism: tokens reach their experts by all-to-all), trains it
-with piper-launch and records the last step's trace on every rank. A device's two stages
+with piper-launch and records the last step's trace on every rank (read by trace_overlap.py,
+which tests/integration/test_dualpipe.py shares). A device's two stages
 compute on streams `compute` and `compute2`, so an overlapped pair's forward and backward run
 at once; the figure is, per rank, the share of the all-to-all kernels' time (on either compute
 stream) during which the other compute stream runs a kernel that is not a collective.
@@ -24,8 +25,9 @@ import tempfile
 import numpy as np
 import torch
 
+from trace_overlap import hidden_share
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COLLECTIVES = {"ALL_TO_ALL", "ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER"}
 EXPERTS = {"blocks.*.mlp.w1": 0, "blocks.*.mlp.b1": 0, "blocks.*.mlp.w2": 0,
            "blocks.*.mlp.b2": 0}
 
@@ -38,36 +40,44 @@ def moe_sample():
     return module
 
 
-def covered(span, others):
-    """Microseconds of `span` (start, end) that the union of `others` covers."""
-    start, end = span
-    total, reached = 0.0, start
-    for a, b in sorted((max(start, a), min(end, b)) for a, b in others):
-        a = max(a, reached)
-        if b > a:
-            total += b - a
-            reached = b
-    return total
-
-
-def hidden_share(trace_path):
-    """(all-to-all microseconds, of them under the other compute stream's kernels)."""
-    with open(trace_path) as f:
-        trace = json.load(f)
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    streams = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
-    compute = {tid for tid, name in streams.items() if name.startswith("compute")}
-    kernels = [e for e in events
-               if e.get("ph") == "X" and e.get("cat") == "kernel" and e["tid"] in compute]
-    exchanges = [e for e in kernels if e["name"] == "ALL_TO_ALL"]
-    work = [e for e in kernels if e["name"] not in COLLECTIVES]
-    total = hidden = 0.0
-    for exchange in exchanges:
-        span = (exchange["ts"], exchange["ts"] + exchange["dur"])
-        others = [(w["ts"], w["ts"] + w["dur"]) for w in work if w["tid"] != exchange["tid"]]
-        total += exchange["dur"]
-        hidden += covered(span, others)
-    return total, hidden
+def measure(tools, work, d, seq, batch, steps):
+    """Plans and trains the experiment in `work` with the binaries in `tools`: (the median
+    step's seconds after the first, [(all-to-all us, of it hidden us) per rank])."""
+    moe = moe_sample()
+    torch.manual_seed(moe.SEED)
+    model = moe.gpt.GPT(block=seq, d=d, make_mlp=lambda width: moe.MoE(width))
+    model_path = os.path.join(work, "model.onnx")
+    moe.gpt.export_model(model, model_path, block=seq)
+    data = os.path.join(work, "data")
+    os.makedirs(data)
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, moe.gpt.VOCAB, (4 * batch, seq)).astype(np.int64)
+    np.save(os.path.join(data, "idx.npy"), idx)
+    np.save(os.path.join(data, "targets.npy"), np.roll(idx, -1, axis=1))
+    strategy = {
+        "batch": {"global": batch},
+        "optimizer": {"type": "adamw", "lr": 1e-3, "weight_decay": 0.01},
+        "frozen": ["*mask*"],
+        "annotations": [{"match": f"/blocks.{s}/*", "tags": {"PP": s}} for s in range(2)],
+        "directives": [
+            {"op": "pipeline", "schedule": "dualpipe", "devices": [0, 1],
+             "num_microbatches": 4, "zero": 2},
+            {"op": "shard", "devices": [[0, 1]], "params": EXPERTS}]}
+    strategy_path = os.path.join(work, "strategy.json")
+    with open(strategy_path, "w") as f:
+        json.dump(strategy, f)
+    plans = os.path.join(work, "plans")
+    subprocess.run([os.path.join(tools, "piper-plan"), model_path, strategy_path, "-o", plans],
+                   check=True, stdout=subprocess.DEVNULL)
+    metrics = os.path.join(work, "metrics.jsonl")
+    subprocess.run([os.path.join(tools, "piper-launch"), "--plans", plans, "--steps",
+                    str(steps), "--data", data, "--metrics", metrics,
+                    "--trace", os.path.join(work, "trace%r.json")], check=True,
+                   stdout=subprocess.DEVNULL)
+    with open(metrics) as f:
+        seconds = [json.loads(line)["seconds"] for line in f][1:]
+    shares = [hidden_share(os.path.join(work, f"trace{rank}.json")) for rank in range(2)]
+    return float(np.median(seconds)), shares
 
 
 def main():
@@ -79,45 +89,12 @@ def main():
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
-    tools = os.path.join(args.build, "tools")
     tmp = tempfile.mkdtemp(prefix="piper_dualpipe_overlap_")
-    moe = moe_sample()
-    torch.manual_seed(moe.SEED)
-    model = moe.gpt.GPT(block=args.seq, d=args.d, make_mlp=lambda d: moe.MoE(d))
-    model_path = os.path.join(tmp, "model.onnx")
-    moe.gpt.export_model(model, model_path, block=args.seq)
-    data = os.path.join(tmp, "data")
-    os.makedirs(data)
-    rng = np.random.default_rng(0)
-    idx = rng.integers(0, moe.gpt.VOCAB, (4 * args.batch, args.seq)).astype(np.int64)
-    np.save(os.path.join(data, "idx.npy"), idx)
-    np.save(os.path.join(data, "targets.npy"), np.roll(idx, -1, axis=1))
-    strategy = {
-        "batch": {"global": args.batch},
-        "optimizer": {"type": "adamw", "lr": 1e-3, "weight_decay": 0.01},
-        "frozen": ["*mask*"],
-        "annotations": [{"match": f"/blocks.{s}/*", "tags": {"PP": s}} for s in range(2)],
-        "directives": [
-            {"op": "pipeline", "schedule": "dualpipe", "devices": [0, 1],
-             "num_microbatches": 4, "zero": 2},
-            {"op": "shard", "devices": [[0, 1]], "params": EXPERTS}]}
-    strategy_path = os.path.join(tmp, "strategy.json")
-    with open(strategy_path, "w") as f:
-        json.dump(strategy, f)
-    plans = os.path.join(tmp, "plans")
-    subprocess.run([os.path.join(tools, "piper-plan"), model_path, strategy_path, "-o", plans],
-                   check=True, stdout=subprocess.DEVNULL)
-    metrics = os.path.join(tmp, "metrics.jsonl")
-    subprocess.run([os.path.join(tools, "piper-launch"), "--plans", plans, "--steps",
-                    str(args.steps), "--data", data, "--metrics", metrics,
-                    "--trace", os.path.join(tmp, "trace%r.json")], check=True,
-                   stdout=subprocess.DEVNULL)
-    with open(metrics) as f:
-        seconds = [json.loads(line)["seconds"] for line in f][1:]
+    step, shares = measure(os.path.join(args.build, "tools"), tmp, args.d, args.seq, args.batch,
+                           args.steps)
     print(f"dualpipe x EP=2 on 2 CPU ranks, d={args.d}, seq={args.seq}, batch={args.batch}: "
-          f"step {1000 * float(np.median(seconds)):.1f} ms (median of steps 2..{args.steps})")
-    for rank in range(2):
-        total, hidden = hidden_share(os.path.join(tmp, f"trace{rank}.json"))
+          f"step {1000 * step:.1f} ms (median of steps 2..{args.steps})")
+    for rank, (total, hidden) in enumerate(shares):
         print(f"  rank {rank}: all-to-all {total / 1000:.2f} ms, of it under the other "
               f"microbatch's computation {hidden / 1000:.2f} ms ({hidden / total:.0%})")
     if args.keep:

@@ -36,9 +36,12 @@ std::vector<Row> rows_of(const std::vector<plan::Plan>& plans) {
         streams.push_back(task.stream());
       }
     }
-    // The compute stream on top, wherever the plan happened to list it.
-    const auto compute = std::find(streams.begin(), streams.end(), "compute");
-    if (compute != streams.end()) std::rotate(streams.begin(), compute, compute + 1);
+    // The compute streams on top ("compute", then "compute2"...: DualPipe's two stages, so an
+    // overlapped pair's two tasks sit one above the other), wherever the plan listed them.
+    std::stable_partition(streams.begin(), streams.end(),
+                          [](const std::string& name) { return name.starts_with("compute"); });
+    std::stable_partition(streams.begin(), streams.end(),
+                          [](const std::string& name) { return name == "compute"; });
     if (streams.empty()) streams.push_back("compute");
     for (const std::string& stream : streams) {
       Row row{rank, stream, {}};
@@ -91,6 +94,7 @@ constexpr Style kStyles[] = {
     {"BW", "weight gradient (BW)", "#edc948"},
     {"U", "update (U)", "#59a14f"},
     {"send/recv", "send / recv (S, R)", "#76b7b2"},
+    {"loss", "loss send / recv (L)", "#000000"},
     {"all_reduce", "all-reduce (AR)", "#b07aa1"},
     {"reduce_scatter", "reduce-scatter (RS)", "#ff9da7"},
     {"all_gather", "all-gather (AG)", "#9c755f"},
@@ -98,21 +102,50 @@ constexpr Style kStyles[] = {
     {"broadcast", "broadcast (BC)", "#8cd17d"},
 };
 constexpr const char* kOtherColour = "#d3d3d3";
+// Compute passes of direction 1 (DualPipe's microbatches entering at the last rank,
+// DualPipeV's return leg): darker hues of the same passes.
+constexpr Style kReturnStyles[] = {
+    {"F", "forward, direction 1", "#1d3f6e"},
+    {"B", "backward, direction 1", "#8b1a1c"},
+    {"BI", "input gradient, direction 1", "#a3520c"},
+    {"BW", "weight gradient, direction 1", "#8c7318"},
+};
 
 std::string style_key(const plan::PlannedTask& task) {
   if (task.kind() == "compute") {
     const std::string pass = pass_to_text(task.pass());
     return pass == "?" ? "F" : pass;
   }
-  if (task.kind() == "send" || task.kind() == "recv") return "send/recv";
+  if (task.kind() == "send" || task.kind() == "recv") {
+    return task.label().starts_with("L") ? "loss" : "send/recv";
+  }
   return task.kind();
 }
 
-const char* colour_of(const std::string& key) {
+const char* colour_of(const std::string& key, int direction = 0) {
+  if (direction == 1) {
+    for (const Style& style : kReturnStyles) {
+      if (key == style.key) return style.colour;
+    }
+  }
   for (const Style& style : kStyles) {
     if (key == style.key) return style.colour;
   }
   return kOtherColour;
+}
+
+// "s5 c1": a pipeline stage's task's stage and chunk; empty for other tasks.
+std::string stage_text(const plan::PlannedTask& task) {
+  if (!task.has_stage()) return "";
+  return "s" + std::to_string(task.stage()) + " c" + std::to_string(task.chunk());
+}
+
+// Whether two of a rank's planned tasks are an overlapped pair: compute tasks (not reshards)
+// over the same span on two compute streams (planner/sim/step_simulation.h runs a pair so).
+bool paired(const plan::PlannedTask& a, const plan::PlannedTask& b) {
+  return a.kind() == "compute" && b.kind() == "compute" && a.stream() != b.stream() &&
+         a.task() != b.task() && a.start_s() == b.start_s() && a.end_s() == b.end_s() &&
+         a.end_s() > a.start_s();
 }
 
 std::string escape(const std::string& text) {
@@ -226,7 +259,8 @@ std::string schedule_svg(const std::vector<plan::Plan>& plans) {
   const double rows_bottom = kTop + static_cast<double>(rows.size()) * (kRowHeight + kRowGap);
   const double legend_top = rows_bottom + kAxis;
   const double width = kLeft + kTimeline + kRight;
-  const double height = legend_top + (std::size(kStyles) + 1) / 2 * kLegendRow + 10;
+  constexpr size_t kLegendEntries = std::size(kStyles) + std::size(kReturnStyles);
+  const double height = legend_top + (kLegendEntries + 1) / 2 * kLegendRow + 10;
 
   std::ostringstream svg;
   svg << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -254,22 +288,62 @@ std::string schedule_svg(const std::vector<plan::Plan>& plans) {
         << escape(percent(planned.bubble_fraction())) << "</title></rect>\n";
     for (const plan::PlannedTask* task : row.tasks) {
       const double x = kLeft + task->start_s() * scale;
-      const double w = std::max((task->end_s() - task->start_s()) * scale, 0.5);
+      // Transfers are short (a loss send is one scalar): wide enough to see.
+      const double least = task->kind() == "compute" ? 0.5 : 3.0;
+      const double w = std::max((task->end_s() - task->start_s()) * scale, least);
       const std::string key = style_key(*task);
+      const std::string stage = stage_text(*task);
       svg << "<rect class=\"task\" data-kind=\"" << escape(key) << "\" data-task=\"" << task->task()
-          << "\" x=\"" << number(x) << "\" y=\"" << number(y + 1) << "\" width=\"" << number(w)
-          << "\" height=\"" << number(kRowHeight - 2) << "\" fill=\"" << colour_of(key)
-          << "\" stroke=\"white\" stroke-width=\"0.5\"><title>" << escape(task->label())
-          << ": task " << task->task() << ", " << escape(task->kind()) << ", microbatch "
-          << task->microbatch() << ", " << escape(seconds_text(task->start_s())) << " to "
+          << "\"";
+      if (task->has_stage()) {
+        svg << " data-stage=\"" << task->stage() << "\" data-chunk=\"" << task->chunk()
+            << "\" data-direction=\"" << task->direction() << "\"";
+      }
+      svg << " x=\"" << number(x) << "\" y=\"" << number(y + 1) << "\" width=\"" << number(w)
+          << "\" height=\"" << number(kRowHeight - 2) << "\" fill=\""
+          << colour_of(key, task->direction()) << "\" stroke=\"white\" stroke-width=\"0.5\"><title>"
+          << escape(task->label()) << ": task " << task->task() << ", " << escape(task->kind())
+          << ", microbatch " << task->microbatch();
+      if (task->has_stage()) {
+        svg << ", stage " << task->stage() << ", chunk " << task->chunk() << ", direction "
+            << task->direction();
+      }
+      svg << ", " << escape(seconds_text(task->start_s())) << " to "
           << escape(seconds_text(task->end_s())) << "</title></rect>\n";
-      if (w >= 7.0 * static_cast<double>(task->label().size()) + 2) {
-        svg << "<text x=\"" << number(x + w / 2) << "\" y=\"" << number(y + kRowHeight / 2 + 4)
+      const size_t longest = std::max(task->label().size(), stage.size());
+      if (w >= 7.0 * static_cast<double>(longest) + 2) {
+        const double text_y = stage.empty() ? y + kRowHeight / 2 + 4 : y + kRowHeight / 2 - 1;
+        svg << "<text x=\"" << number(x + w / 2) << "\" y=\"" << number(text_y)
             << "\" text-anchor=\"middle\" fill=\"white\">" << escape(task->label()) << "</text>\n";
+        if (!stage.empty()) {
+          svg << "<text class=\"stage\" x=\"" << number(x + w / 2) << "\" y=\""
+              << number(y + kRowHeight - 4) << "\" text-anchor=\"middle\" font-size=\"8\" "
+              << "fill=\"white\">" << escape(stage) << "</text>\n";
+        }
       }
     }
     svg << "</g>\n";
   }
+
+  // Overlapped pairs: one black border around the two tasks, on adjacent compute rows.
+  svg << "<g class=\"pairs\">\n";
+  for (size_t r = 0; r + 1 < rows.size(); ++r) {
+    if (rows[r + 1].rank != rows[r].rank) continue;
+    for (const plan::PlannedTask* upper : rows[r].tasks) {
+      for (const plan::PlannedTask* lower : rows[r + 1].tasks) {
+        if (!paired(*upper, *lower)) continue;
+        const double y = kTop + static_cast<double>(r) * (kRowHeight + kRowGap);
+        svg << "<rect class=\"pair\" data-rank=\"" << rows[r].rank << "\" data-tasks=\""
+            << upper->task() << " " << lower->task() << "\" x=\""
+            << number(kLeft + upper->start_s() * scale) << "\" y=\"" << number(y) << "\" width=\""
+            << number((upper->end_s() - upper->start_s()) * scale) << "\" height=\""
+            << number(2 * kRowHeight + kRowGap) << "\" fill=\"none\" stroke=\"black\" "
+            << "stroke-width=\"1.5\"><title>" << escape(upper->label()) << " and "
+            << escape(lower->label()) << " overlapped</title></rect>\n";
+      }
+    }
+  }
+  svg << "</g>\n";
 
   // Time axis.
   svg << "<g class=\"axis\">\n<line x1=\"" << number(kLeft) << "\" y1=\"" << number(rows_bottom)
@@ -289,12 +363,14 @@ std::string schedule_svg(const std::vector<plan::Plan>& plans) {
 
   // Legend, two columns.
   svg << "<g class=\"legend\">\n";
-  for (size_t i = 0; i < std::size(kStyles); ++i) {
+  for (size_t i = 0; i < kLegendEntries; ++i) {
+    const Style& style =
+        i < std::size(kStyles) ? kStyles[i] : kReturnStyles[i - std::size(kStyles)];
     const double x = kLeft + static_cast<double>(i % 2) * 260;
     const double y = legend_top + static_cast<double>(i / 2) * kLegendRow;
     svg << "<rect x=\"" << number(x) << "\" y=\"" << number(y) << "\" width=\"12\" height=\"12\" "
-        << "fill=\"" << kStyles[i].colour << "\"/>\n<text x=\"" << number(x + 18) << "\" y=\""
-        << number(y + 10) << "\">" << escape(kStyles[i].name) << "</text>\n";
+        << "fill=\"" << style.colour << "\"/>\n<text x=\"" << number(x + 18) << "\" y=\""
+        << number(y + 10) << "\">" << escape(style.name) << "</text>\n";
   }
   svg << "</g>\n</svg>\n";
   return svg.str();

@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "formats/einsum.h"
@@ -227,6 +228,17 @@ double compute_seconds(const ir::TaskGraph& graph, const ir::Task& task, const D
   return slowest;
 }
 
+// A compute task's kernel and reshard seconds on `device`.
+std::pair<double, double> kernel_and_reshard_seconds(const ir::TaskGraph& graph,
+                                                     const ir::Task& task, int device,
+                                                     const DeviceRates& rates) {
+  std::vector<ReshardSpan> spans;
+  const double total = reshard_spans(graph, task, device, rates, &spans);
+  double reshards = 0;
+  for (const ReshardSpan& span : spans) reshards += span.end - span.start;
+  return {total - reshards, reshards};
+}
+
 }  // namespace
 
 double op_flops(const ir::OpGraph& graph, const ir::Op& op) {
@@ -339,6 +351,22 @@ double task_seconds(const ir::TaskGraph& graph, ir::TaskId id, const DeviceRates
     seconds = std::max(seconds, collective_seconds(task.kind, ranks, bytes, rates));
   }
   return seconds;
+}
+
+double pair_seconds(const ir::TaskGraph& graph, ir::TaskId a, ir::TaskId b,
+                    const DeviceRates& rates) {
+  const ir::Task& first = graph.task(a);
+  const ir::Task& second = graph.task(b);
+  std::vector<int> devices = first.devices;
+  devices.insert(devices.end(), second.devices.begin(), second.devices.end());
+  double slowest = 0;
+  for (int device : devices) {
+    const auto [kernels_a, reshards_a] = kernel_and_reshard_seconds(graph, first, device, rates);
+    const auto [kernels_b, reshards_b] = kernel_and_reshard_seconds(graph, second, device, rates);
+    slowest = std::max(slowest, kernels_a + kernels_b + std::max(0.0, reshards_a - kernels_b) +
+                                    std::max(0.0, reshards_b - kernels_a));
+  }
+  return slowest;
 }
 
 }  // namespace piper::planner::sim

@@ -73,4 +73,13 @@ double reshard_spans(const ir::TaskGraph& graph, const ir::Task& task, int devic
 // slowest device's).
 double task_seconds(const ir::TaskGraph& graph, ir::TaskId id, const DeviceRates& rates);
 
+// Seconds an overlapped pair of compute tasks (overlapped_pairs.h) takes on their devices,
+// DualPipe's F&B: the two share the device's compute, so their kernel times K add up, and the
+// reshards of each (expert parallelism's all-to-alls, tensor parallelism's all-reduces), R,
+// hide under the other's kernels as far as those last:
+//   F&B = K_a + K_b + max(0, R_a - K_b) + max(0, R_b - K_a),
+// on the pair's slowest device. Without reshards F&B = F + B.
+double pair_seconds(const ir::TaskGraph& graph, ir::TaskId a, ir::TaskId b,
+                    const DeviceRates& rates);
+
 }  // namespace piper::planner::sim

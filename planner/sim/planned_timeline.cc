@@ -1,6 +1,9 @@
 #include "planner/sim/planned_timeline.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
 #include <tuple>
 
 #include "planner/lower/lower.h"
@@ -56,17 +59,80 @@ std::vector<Entry> entries_of(const ir::TaskGraph& graph, const DeviceRates& rat
   return entries;
 }
 
+// Where the pipeline's stages run: the devices of each stage's tasks (the tag "PP" of its
+// forwards), in replica order, and each rank's stages.
+class StageLayout {
+ public:
+  explicit StageLayout(const ir::TaskGraph& graph) {
+    for (const ir::Task& task : graph.tasks()) {
+      const std::optional<int> stage = stage_of(task);
+      if (!stage || task.pass != ir::Pass::kForward) continue;
+      devices_.emplace(*stage, task.devices);
+      for (int device : task.devices) stages_of_[device].insert(*stage);
+    }
+    const int count = devices_.empty() ? 0 : devices_.rbegin()->first + 1;
+    mirrored_ = count >= 2;
+    v_shaped_ = count >= 2 && count % 2 == 0;
+    for (int s = 0; s < count; ++s) {
+      const auto here = devices_.find(s), there = devices_.find(count - 1 - s);
+      if (here == devices_.end() || there == devices_.end()) {
+        mirrored_ = v_shaped_ = false;
+        break;
+      }
+      // DualPipe: replica 2j+1 of stage s runs where replica 2j of stage S-1-s does.
+      const std::vector<int>& a = here->second;
+      const std::vector<int>& b = there->second;
+      mirrored_ = mirrored_ && a.size() % 2 == 0 && a.size() == b.size();
+      for (size_t i = 1; mirrored_ && i < a.size(); i += 2) mirrored_ = a[i] == b[i - 1];
+      // DualPipeV: stage s on the devices of stage S-1-s.
+      v_shaped_ = v_shaped_ && a == b;
+    }
+    count_ = count;
+  }
+
+  static std::optional<int> stage_of(const ir::Task& task) {
+    const auto tag = task.tags.find("PP");
+    if (task.kind != ir::TaskKind::kCompute || task.pass == ir::Pass::kUpdate ||
+        tag == task.tags.end()) {
+      return std::nullopt;
+    }
+    return static_cast<int>(tag->second);
+  }
+
+  int chunk(int device, int stage) const {
+    const auto held = stages_of_.find(device);
+    if (held == stages_of_.end()) return 0;
+    return static_cast<int>(std::distance(held->second.begin(), held->second.find(stage)));
+  }
+
+  int direction(const ir::Task& task, int device, int stage) const {
+    if (v_shaped_) return 2 * stage >= count_ ? 1 : 0;
+    if (!mirrored_) return 0;
+    const auto at = std::find(task.devices.begin(), task.devices.end(), device);
+    return static_cast<int>(at - task.devices.begin()) % 2;
+  }
+
+ private:
+  std::map<int, std::vector<int>> devices_;
+  std::map<int, std::set<int>> stages_of_;
+  int count_ = 0;
+  bool mirrored_ = false;
+  bool v_shaped_ = false;
+};
+
 }  // namespace
 
-std::string task_label(const ir::Task& task) {
+std::string task_label(const ir::TaskGraph& graph, const ir::Task& task) {
   const std::string microbatch = std::to_string(task.microbatch);
+  const bool loss = std::find(task.tensors.begin(), task.tensors.end(), graph.op_graph().loss) !=
+                    task.tensors.end();
   switch (task.kind) {
     case ir::TaskKind::kCompute:
       return task.pass == ir::Pass::kUpdate ? "U" : ir::to_string(task.pass) + microbatch;
     case ir::TaskKind::kSend:
-      return "S" + microbatch;
+      return (loss ? "L" : "S") + microbatch;
     case ir::TaskKind::kRecv:
-      return "R" + microbatch;
+      return (loss ? "L" : "R") + microbatch;
     default:
       return kind_label(task.kind);
   }
@@ -75,6 +141,7 @@ std::string task_label(const ir::Task& task) {
 void add_planned_timeline(const ir::TaskGraph& graph, const DeviceRates& rates,
                           std::vector<plan::Plan>& plans) {
   const StepSimulation simulation = simulate(graph, rates);
+  const StageLayout layout(graph);
   for (size_t rank = 0; rank < plans.size() && rank < simulation.devices.size(); ++rank) {
     const DeviceTimeline& device = simulation.devices[rank];
     plan::Plan& plan = plans[rank];
@@ -87,9 +154,14 @@ void add_planned_timeline(const ir::TaskGraph& graph, const DeviceRates& rates,
       out.set_pass(planner::to_plan(task.pass));
       out.set_microbatch(task.microbatch);
       out.set_kind(ir::to_string(entry.kind));
-      out.set_label(entry.reshard ? kind_label(entry.kind) : task_label(task));
+      out.set_label(entry.reshard ? kind_label(entry.kind) : task_label(graph, task));
       out.set_start_s(entry.span.start);
       out.set_end_s(entry.span.end);
+      if (const std::optional<int> stage = StageLayout::stage_of(task)) {
+        out.set_stage(*stage);
+        out.set_chunk(layout.chunk(static_cast<int>(rank), *stage));
+        out.set_direction(layout.direction(task, static_cast<int>(rank), *stage));
+      }
     }
     double flops = 0;
     for (const TaskSpan& span : device.tasks) {

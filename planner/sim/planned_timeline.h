@@ -14,12 +14,14 @@ namespace piper::planner::sim {
 
 // A short label for pictures: the pass and microbatch of a compute task
 // ("F3", "BW0", "U" for the update), an abbreviation of a comm task's kind
-// ("AR", "RS", "AG", "A2A", "BC"), with the microbatch for send and recv ("S3", "R3").
-std::string task_label(const ir::Task& task);
+// ("AR", "RS", "AG", "A2A", "BC"), with the microbatch for send and recv ("S3", "R3"; "L3"
+// for the transfer of a microbatch's loss to the ranks that report it).
+std::string task_label(const ir::TaskGraph& graph, const ir::Task& task);
 
 // Simulates one step of `graph` with the cost model (step_simulation.h) and
 // fills planned_tasks and planned_step of plans[r], the plan of rank r, with
-// rank r's tasks ordered by start. Throws piper::Error as simulate() does.
+// rank r's tasks ordered by start, each pipeline stage's compute task with its stage, chunk
+// and direction (schemas/plan.proto). Throws piper::Error as simulate() does.
 void add_planned_timeline(const ir::TaskGraph& graph, const DeviceRates& rates,
                           std::vector<plan::Plan>& plans);
 

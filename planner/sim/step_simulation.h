@@ -13,6 +13,12 @@
 //     arrived). A send's duration is the transfer's.
 // Predecessors on another device count from their end there (or their latest
 // end, for a task on several other devices).
+// An overlapped pair (overlapped_pairs.h: the two compute tasks of one order group, DualPipe's
+// forward and backward of two microbatches) runs as one unit: both start together when both
+// are ready and both streams are free, and both end when the pair's time has passed (the
+// pair's duration, F&B: with the cost model pair_seconds, else the sum of the two). The pair
+// takes its place in the emission order at its first member; without pairs the order is the
+// DAG's topological order exactly.
 #pragma once
 
 #include <functional>
@@ -44,9 +50,14 @@ struct StepSimulation {
 
 // Seconds one instance of a task takes; must be finite and not negative.
 using TaskDuration = std::function<double(ir::TaskId)>;
+// Seconds an overlapped pair takes (its first member, then its second); the same bounds.
+using PairDuration = std::function<double(ir::TaskId, ir::TaskId)>;
 
 // Throws piper::Error when the DAG has a cycle (naming a task on it) or a
 // duration is negative or not finite (naming the task).
+StepSimulation simulate(const ir::TaskGraph& graph, const TaskDuration& duration,
+                        const PairDuration& pair_duration);
+// Pairs take the sum of their members' durations.
 StepSimulation simulate(const ir::TaskGraph& graph, const TaskDuration& duration);
 // With durations from the cost model.
 StepSimulation simulate(const ir::TaskGraph& graph, const DeviceRates& rates);

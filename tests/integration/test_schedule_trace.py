@@ -169,6 +169,76 @@ class ScheduleTest(unittest.TestCase):
         legend = [g for g in root.iter(SVG + "g") if g.get("class") == "legend"]
         self.assertEqual(len(legend), 1)
 
+    def test_svg_draws_dualpipe_directions_pairs_stages_and_loss_sends(self):
+        """samples/gpt under dualpipe on 2 ranks: each direction's passes in colours of their
+        own, every stage's box with its stage and chunk, each overlapped pair (one per rank,
+        F1 of one stage with B0 of the other) framed across its two compute rows; under 1F1B
+        the loss transfers to rank 0 drawn."""
+        work = os.path.join(self.tmp, "dualpipe")
+        os.makedirs(work)
+        strategy = harness.write_json(os.path.join(work, "strategy.json"), {
+            "batch": {"global": 8}, "frozen": ["*mask*"],
+            "annotations": [{"match": f"/blocks.{s}/*", "tags": {"PP": s}} for s in range(2)],
+            "directives": [{"op": "pipeline", "schedule": "dualpipe", "devices": [0, 1],
+                            "num_microbatches": 4}]})
+        plans = os.path.join(work, "plans")
+        harness.run_ok([Tools.plan, Tools.sample("gpt", "model.onnx"), strategy, "-o", plans])
+        svg = os.path.join(work, "schedule.svg")
+        harness.run_ok([Tools.dump, "--schedule", plans, "-o", svg])
+        root = ET.parse(svg).getroot()
+        tasks = [r for r in root.iter(SVG + "rect") if r.get("class") == "task"]
+        staged = [r for r in tasks if r.get("data-stage") is not None]
+        colours = {}
+        for rect in staged:
+            colours.setdefault((rect.get("data-kind"), rect.get("data-direction")),
+                               set()).add(rect.get("fill"))
+            title = rect.find(SVG + "title").text
+            self.assertRegex(title, rf"stage {rect.get('data-stage')}, chunk "
+                                    rf"{rect.get('data-chunk')}, direction [01]")
+        for kind in ("F", "B"):
+            self.assertEqual(len(colours[(kind, "0")]), 1, colours)
+            self.assertEqual(len(colours[(kind, "1")]), 1, colours)
+            self.assertNotEqual(colours[(kind, "0")], colours[(kind, "1")])
+        # Rank r holds stage r (chunk 0) for direction 0 and stage 1-r (chunk 1) for direction 1.
+        rows = [g for g in root.iter(SVG + "g") if g.get("class") == "row"]
+        for g in rows:
+            if not g.get("data-stream").startswith("compute"):
+                continue
+            rank = int(g.get("data-rank"))
+            for rect in g.iter(SVG + "rect"):
+                if rect.get("data-stage") is None:
+                    continue
+                stage, direction = int(rect.get("data-stage")), int(rect.get("data-direction"))
+                self.assertEqual(stage, rank if direction == 0 else 1 - rank)
+                self.assertEqual(int(rect.get("data-chunk")), 0 if stage == min(rank, 1 - rank)
+                                 else 1)
+        labels = [t.text for t in root.iter(SVG + "text") if t.get("class") == "stage"]
+        self.assertIn("s0 c0", labels)
+        self.assertIn("s1 c1", labels)
+        pairs = [r for r in root.iter(SVG + "rect") if r.get("class") == "pair"]
+        self.assertEqual(sorted(int(r.get("data-rank")) for r in pairs), [0, 1])
+        by_task = {(g.get("data-rank"), r.get("data-task")): r for g in rows
+                   for r in g.iter(SVG + "rect") if r.get("class") == "task"}
+        for pair in pairs:
+            first, second = (by_task[(pair.get("data-rank"), t)]
+                             for t in pair.get("data-tasks").split())
+            self.assertEqual({first.get("data-kind"), second.get("data-kind")}, {"F", "B"})
+            self.assertEqual(first.get("x"), second.get("x"))
+            self.assertEqual(float(first.get("y")) + 30, float(second.get("y")))  # stacked
+        # Both DualPipe ranks compute the loss; under 1F1B rank 1 sends it to rank 0.
+        value = json.load(open(strategy))
+        value["directives"][0]["schedule"] = "1f1b"
+        harness.write_json(strategy, value)
+        flat = os.path.join(work, "flat")
+        harness.run_ok([Tools.plan, Tools.sample("gpt", "model.onnx"), strategy, "-o", flat])
+        harness.run_ok([Tools.dump, "--schedule", flat, "-o", svg])
+        losses = [r for r in ET.parse(svg).getroot().iter(SVG + "rect")
+                  if r.get("class") == "task" and r.get("data-kind") == "loss"]
+        self.assertEqual(len(losses), 2 * 4)  # a send and a recv per microbatch
+        for rect in losses:
+            self.assertGreaterEqual(float(rect.get("width")), 3)
+            self.assertRegex(rect.find(SVG + "title").text, r"^L\d: task \d+, (send|recv)")
+
     def test_schedule_refuses_bad_directories(self):
         empty = os.path.join(self.tmp, "empty")
         os.makedirs(empty, exist_ok=True)

@@ -161,6 +161,37 @@ TEST(StepSimulation, ComputeOnTwoStreamsCountsOverlapOnce) {
   EXPECT_DOUBLE_EQ(sim.devices[0].bubble_fraction, 0);
 }
 
+// An order group of two on device 0 (its forward of microbatch 1 on compute, its backward of
+// microbatch 0 on compute2, between two singleton groups): the pair waits for its later
+// member's input, then both take the pair's time together.
+TEST(StepSimulation, OverlappedPairStartsTogetherAndTakesThePairsTime) {
+  Dag dag;
+  const ir::TaskId before = dag.compute(0, ir::Pass::kForward, 0);
+  const ir::TaskId forward = dag.compute(0, ir::Pass::kForward, 1, "compute");
+  const ir::TaskId backward = dag.compute(0, ir::Pass::kBackward, 0, "compute2");
+  const ir::TaskId after = dag.compute(0, ir::Pass::kForward, 2);
+  const ir::TaskId upstream = dag.compute(1, ir::Pass::kBackward, 0);
+  dag.edge(dag.transfer(upstream, 1, 0, 0), backward);
+  for (ir::TaskId member : {forward, backward}) {
+    dag.edge(before, member, ir::EdgeKind::kTemporal);
+    dag.edge(member, after, ir::EdgeKind::kTemporal);
+  }
+  const auto seconds = [&](ir::TaskId id) {
+    if (id == upstream) return 3.0;
+    return dag.graph.task(id).kind == ir::TaskKind::kCompute ? 1.0 : 0.0;
+  };
+  const StepSimulation sim =
+      simulate(dag.graph, seconds, [](ir::TaskId, ir::TaskId) { return 1.5; });
+  for (ir::TaskId member : {forward, backward}) {
+    EXPECT_DOUBLE_EQ(span_of(sim, 0, member).start, 3);  // the backward's input arrives at 3
+    EXPECT_DOUBLE_EQ(span_of(sim, 0, member).end, 4.5);
+  }
+  EXPECT_DOUBLE_EQ(span_of(sim, 0, after).start, 4.5);
+  EXPECT_DOUBLE_EQ(sim.devices[0].busy, 1 + 1.5 + 1);
+  // Without a pair duration the pair takes the sum of its members' times.
+  EXPECT_DOUBLE_EQ(span_of(simulate(dag.graph, seconds), 0, after).start, 5);
+}
+
 TEST(StepSimulation, RejectsCyclesAndBadDurations) {
   Dag dag;
   const ir::TaskId a = dag.compute(0, ir::Pass::kForward, 0);
