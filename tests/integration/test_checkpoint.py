@@ -2,7 +2,8 @@
 6 steps on 2 replicas with ZeRO-2, and as a 2-stage 1F1B pipeline, equals bit for bit (every
 loss, every final weight) 3 steps saved then 3 resumed, and TP=2 x DP=2 on 4 ranks 2 + 2;
 SIGKILL to a job saving every step resumes bitwise from its latest committed step; a
-ZeRO-3 checkpoint of 4 ranks continues as 1F1B over 2 stages x 2 replicas within 1e-5; SIGTERM to a running job saves the step
+ZeRO-3 checkpoint of 4 ranks continues as 1F1B over 2 stages x 2 replicas and as TP=2 x DP=2
+within 1e-5 of one rank; SIGTERM to a running job saves the step
 it finished and the resumed run equals the uninterrupted one bitwise; what a kill during a save
 leaves (an uncommitted temporary folder, a step folder without its index) is passed over; a
 flipped byte in a shard is refused naming the file; --keep prunes; a checkpoint of another
@@ -15,6 +16,7 @@ through transformers; tools/install-deps.sh creates it)."""
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -288,7 +290,7 @@ class CheckpointResume(unittest.TestCase):
                     self.assertLessEqual(abs(got - want) / abs(want), 1e-5,
                                          f"[{layout} -> one rank] step {step + 1}")
 
-    def test_four_ranks_tensor_parallel_resumes_bitwise_and_zero3_continues_as_a_pipeline(self):
+    def test_four_ranks_tensor_parallel_resumes_bitwise_and_zero3_continues_as_pipeline_and_tp(self):
         reference = self.train("gpt_tp2_dp2", self.work("whole"), 4)
         work = self.work("tp")
         checkpoints = os.path.join(work, "checkpoints")
@@ -299,16 +301,23 @@ class CheckpointResume(unittest.TestCase):
         resumed = self.train("gpt_tp2_dp2", work, 4, "--checkpoint-dir", checkpoints, "--resume")
         self.assert_bitwise(resumed, reference, "TP=2 x DP=2, 2 + resume 2")
 
+        # One ZeRO-3 checkpoint of 4 ranks (flat slices of each parameter), resumed from a copy
+        # by each layout (its saves go to its copy): as 1F1B over 2 stages x 2 replicas, and
+        # tensor-parallel (blocks, boxes in the index) x DP=2.
         single = self.train("gpt_single", self.work("single"), 4)
-        work = self.work("zero3_to_pipeline")
-        checkpoints = os.path.join(work, "checkpoints")
-        self.train("gpt_zero3", work, 2, "--checkpoint-dir", checkpoints)
-        losses, _ = self.train("gpt_pipeline", work, 4, "--checkpoint-dir", checkpoints,
-                               "--resume")
-        self.assertEqual(len(losses), 4)
-        for step, (got, want) in enumerate(zip(losses, single[0])):
-            self.assertLessEqual(abs(got - want) / abs(want), 1e-5,
-                                 f"[ZeRO-3 x 4 -> 1F1B 2 x 2 ZeRO-1] step {step + 1}")
+        saved = os.path.join(self.work("zero3"), "checkpoints")
+        self.train("gpt_zero3", os.path.dirname(saved), 2, "--checkpoint-dir", saved)
+        for layout, label in (("gpt_pipeline", "1F1B 2 x 2 ZeRO-1"),
+                              ("gpt_tp2_dp2", "TP=2 x DP=2")):
+            with self.subTest(layout=layout):
+                work = self.work("zero3_to_" + layout)
+                checkpoints = shutil.copytree(saved, os.path.join(work, "checkpoints"))
+                losses, _ = self.train(layout, work, 4, "--checkpoint-dir", checkpoints,
+                                       "--resume")
+                self.assertEqual(len(losses), 2)
+                for step, (got, want) in enumerate(zip(losses, single[0][2:])):
+                    self.assertLessEqual(abs(got - want) / abs(want), 1e-5,
+                                         f"[ZeRO-3 x 4 -> {label}] step {step + 3}")
 
     def test_checkpoint_of_another_model_is_refused(self):
         work = self.work("mismatch")
