@@ -1,11 +1,10 @@
 // ONNX Dropout (opset 13+: data, optional ratio and training_mode inputs; output and optional
 // mask) and its gradient piper.DropoutGrad(dY, mask[, ratio[, training_mode]]).
 //
-// Masks are drawn from a counter-based generator: element i of a Dropout instruction keeps
-// its value when hash(run seed, step, instruction, i) ≥ ratio. The instruction is identified
-// by its output's index in the plan (and the node's `seed` attribute when the model sets
-// one), so a run with the same plan and seed draws the same masks, each microbatch and each
-// Dropout its own, and a new mask every step.
+// Masks are drawn from a counter-based generator (dropout_stream.h): an element keeps its value
+// when hash(run seed, step, node, g) >= ratio, with the node's id and the element's index g in
+// the whole tensor from the plan's DropoutKey, so that any layout of the same model and seed
+// draws the same masks, and a new mask every step.
 #include <cstring>
 
 #include "engine/cpu/dropout_stream.h"
@@ -42,9 +41,8 @@ std::unique_ptr<PreparedKernel> dropout_factory(const KernelArgs& args) {
   const TensorView& y = args.output(0);
   uint8_t* mask = args.has_output(1) ? args.output(1).as<uint8_t>() : nullptr;
   const dropout::Mode mode = dropout_mode(args, 1);
-  const uint64_t instruction =
-      dropout::instruction_key(args.kernel().outputs(0), args.attributes().get_int("seed", 0));
-  return make_kernel([mode, instruction, mask, n = x.elements(), px = x.as<const float>(),
+  const DropoutKeying keying = dropout_keying(args);
+  return make_kernel([mode, keying, mask, n = x.elements(), px = x.as<const float>(),
                       py = y.as<float>()](const StepContext& context) {
     const float p = mode.probability();
     if (!mode.training() || p == 0.0f) {
@@ -56,10 +54,10 @@ std::unique_ptr<PreparedKernel> dropout_factory(const KernelArgs& args) {
       throw Error(dropout_ratio_error(p));
     }
     const float scale = mode.scale();
-    const uint64_t key = dropout::step_key(context.seed, context.step, instruction);
+    const uint64_t key = dropout::step_key(context.seed, context.step, keying.node);
     const uint64_t threshold = dropout::threshold(p);
     for (int64_t i = 0; i < n; ++i) {
-      const bool keep = dropout::keeps(key, i, threshold);
+      const bool keep = dropout::keeps(key, dropout::global_index(keying.box, i), threshold);
       py[i] = keep ? px[i] * scale : 0.0f;
       if (mask != nullptr) mask[i] = keep ? 1 : 0;
     }
@@ -96,6 +94,48 @@ void check_dropout(const KernelArgs& args) {
     args.expect_same_shape(m, "mask (output 1)", x, "data (input 0)");
   }
   check_dropout_mode(args, 1);
+}
+
+DropoutKeying dropout_keying(const KernelArgs& args) {
+  const plan::DropoutKey& key = args.kernel().dropout();
+  DropoutKeying keying;
+  // A plan written by hand (tests) may leave the key out: its output's tensor index tells its
+  // Dropouts apart, and its tensors are whole.
+  const uint64_t node =
+      key.node() != 0 ? key.node() : static_cast<uint64_t>(args.kernel().outputs(0));
+  keying.node = dropout::node_key(node, args.attributes().get_int("seed", 0));
+  const Shape& local = args.input(0).shape;
+  keying.box.inner = args.input(0).elements();
+  if (key.whole_shape().empty()) return keying;
+  const size_t rank = local.size();
+  if (static_cast<size_t>(key.whole_shape_size()) != rank ||
+      static_cast<size_t>(key.offset_size()) != rank) {
+    args.fail("its dropout key's whole_shape and offset must have the data's rank " +
+              std::to_string(rank));
+  }
+  // Fold the trailing dimensions the block holds whole; the rest are the box's.
+  size_t outer = rank;
+  keying.box.inner = 1;
+  for (; outer > 0 && key.offset(outer - 1) == 0 && key.whole_shape(outer - 1) == local[outer - 1];
+       --outer) {
+    keying.box.inner *= local[outer - 1];
+  }
+  if (outer > dropout::kMaxBoxRank) {
+    args.fail("its dropout block has " + std::to_string(outer) + " partial dimensions, at most " +
+              std::to_string(dropout::kMaxBoxRank) + " are supported");
+  }
+  keying.box.rank = static_cast<int>(outer);
+  for (size_t d = 0; d < outer; ++d) {
+    if (key.offset(d) < 0 || key.offset(d) + local[d] > key.whole_shape(d)) {
+      args.fail("its dropout block [" + std::to_string(key.offset(d)) + ", " +
+                std::to_string(key.offset(d) + local[d]) + ") of dimension " + std::to_string(d) +
+                " lies outside the whole tensor's " + std::to_string(key.whole_shape(d)));
+    }
+    keying.box.local[d] = local[d];
+    keying.box.offset[d] = key.offset(d);
+    keying.box.whole[d] = key.whole_shape(d);
+  }
+  return keying;
 }
 
 std::string dropout_ratio_error(float ratio) {

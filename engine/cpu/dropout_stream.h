@@ -1,6 +1,9 @@
 // Dropout's counter-based random stream, shared by the CPU kernel (dropout.cc) and the CUDA
-// one (engine/cuda/dropout.cu), so that both draw the same masks bit for bit: element i of a
-// Dropout instruction keeps its value when hash(run seed, step, instruction, i) >= ratio.
+// one (engine/cuda/dropout.cu), so that both draw the same masks bit for bit: an element keeps
+// its value when hash(run seed, step, node, g) >= ratio, where node identifies the ONNX node and
+// g is the element's index in the whole tensor of the step (plan.proto's DropoutKey). Neither
+// depends on the layout, so one process, replicas, microbatches, pipeline stages and
+// tensor-parallel blocks all draw the same mask for the same element.
 #pragma once
 
 #include <cstdint>
@@ -18,14 +21,39 @@ PIPER_HOST_DEVICE inline uint64_t mix(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// An instruction's stream, from its output's index in the plan and the node's `seed` attribute.
-inline uint64_t instruction_key(int64_t output, int64_t seed) {
-  return mix(static_cast<uint64_t>(output) * kGolden + static_cast<uint64_t>(seed));
+// A node's stream, from its id (DropoutKey.node) and its `seed` attribute.
+inline uint64_t node_key(uint64_t node, int64_t seed) {
+  return mix(node * kGolden + static_cast<uint64_t>(seed));
 }
 
-// The key of one run of the instruction.
-inline uint64_t step_key(uint64_t run_seed, int64_t step, uint64_t instruction) {
-  return mix(mix(run_seed + kGolden) ^ mix(static_cast<uint64_t>(step)) ^ instruction);
+// The key of one step of the node.
+inline uint64_t step_key(uint64_t run_seed, int64_t step, uint64_t node) {
+  return mix(mix(run_seed + kGolden) ^ mix(static_cast<uint64_t>(step)) ^ node);
+}
+
+// Where a kernel instance's elements lie in the whole tensor: a box of `local` at `offset` in
+// `whole` (C order). Its trailing dimensions that the box holds whole are folded into `inner`,
+// so that the common case, rows of the batch, costs one division per element.
+constexpr int kMaxBoxRank = 8;
+struct Box {
+  int rank = 0;  // of the outer dimensions left after folding
+  int64_t inner = 1;
+  int64_t local[kMaxBoxRank] = {};
+  int64_t offset[kMaxBoxRank] = {};
+  int64_t whole[kMaxBoxRank] = {};
+};
+
+// The index in the whole tensor of local element i.
+PIPER_HOST_DEVICE inline int64_t global_index(const Box& box, int64_t i) {
+  int64_t rest = i / box.inner;
+  int64_t index = 0;
+  int64_t stride = 1;
+  for (int d = box.rank - 1; d >= 0; --d) {
+    index += (box.offset[d] + rest % box.local[d]) * stride;
+    stride *= box.whole[d];
+    rest /= box.local[d];
+  }
+  return index * box.inner + i % box.inner;
 }
 
 // Elements whose draw reaches this keep their value: the top 24 bits of the draw, as a fraction

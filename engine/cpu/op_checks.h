@@ -149,6 +149,13 @@ void check_trilu(const KernelArgs& args);
 void check_dropout(const KernelArgs& args);
 // piper.DropoutGrad(dY, mask[, ratio[, training_mode]]) -> dX.
 void check_dropout_grad(const KernelArgs& args);
+// What a Dropout kernel's masks are keyed by (plan.proto's DropoutKey), checked: its node's
+// stream and where its elements lie in the whole tensor.
+struct DropoutKeying {
+  uint64_t node = 0;
+  dropout::Box box;
+};
+DropoutKeying dropout_keying(const KernelArgs& args);
 // The error of a Dropout run in training whose ratio lies outside [0, 1].
 std::string dropout_ratio_error(float ratio);
 // The ratio and training_mode inputs (from input `ratio_input` on: 1 for Dropout, 2 for its

@@ -4,8 +4,9 @@
 namespace piper::engine::cuda {
 namespace {
 
-__global__ void dropout_kernel(dropout::Mode mode, uint64_t key, int64_t n, const float* x,
-                               float* y, uint8_t* mask, DeviceFault* fault, int32_t fault_code) {
+__global__ void dropout_kernel(dropout::Mode mode, uint64_t key, dropout::Box box, int64_t n,
+                               const float* x, float* y, uint8_t* mask, DeviceFault* fault,
+                               int32_t fault_code) {
   const float p = mode.probability();
   const bool drops = mode.training() && p != 0.0f;
   if (drops && (p < 0.0f || p > 1.0f)) {
@@ -15,7 +16,7 @@ __global__ void dropout_kernel(dropout::Mode mode, uint64_t key, int64_t n, cons
   const float scale = mode.scale();
   const uint64_t threshold = dropout::threshold(p);
   PIPER_GRID_STRIDE_LOOP(i, n) {
-    const bool keep = !drops || dropout::keeps(key, i, threshold);
+    const bool keep = !drops || dropout::keeps(key, dropout::global_index(box, i), threshold);
     if (drops) {
       y[i] = keep ? x[i] * scale : 0.0f;
     } else {
@@ -33,10 +34,11 @@ __global__ void dropout_grad_kernel(dropout::Mode mode, int64_t n, const float* 
 
 }  // namespace
 
-void launch_dropout(dropout::Mode mode, uint64_t key, int64_t n, const float* x, float* y,
-                    uint8_t* mask, DeviceFault* fault, int32_t fault_code, cudaStream_t stream) {
+void launch_dropout(dropout::Mode mode, uint64_t key, const dropout::Box& box, int64_t n,
+                    const float* x, float* y, uint8_t* mask, DeviceFault* fault, int32_t fault_code,
+                    cudaStream_t stream) {
   if (n == 0) return;
-  dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(mode, key, n, x, y, mask, fault,
+  dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(mode, key, box, n, x, y, mask, fault,
                                                          fault_code);
   PIPER_CUDA_LAUNCH_CHECK("dropout_kernel");
 }

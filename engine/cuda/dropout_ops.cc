@@ -19,11 +19,9 @@ std::unique_ptr<PreparedKernel> dropout_factory(const KernelArgs& args, CudaCont
   });
   return make_kernel([&context, mode = cpu::dropout_mode(args, 1), fault_code, mask,
                       n = x.elements(), px = x.as<const float>(), py = y.as<float>(),
-                      instruction = dropout::instruction_key(args.kernel().outputs(0),
-                                                             args.attributes().get_int("seed", 0))](
-                         const StepContext& step) {
-    launch_dropout(mode, dropout::step_key(step.seed, step.step, instruction), n, px, py, mask,
-                   context.device_fault(), fault_code, context.stream());
+                      keying = cpu::dropout_keying(args)](const StepContext& step) {
+    launch_dropout(mode, dropout::step_key(step.seed, step.step, keying.node), keying.box, n, px,
+                   py, mask, context.device_fault(), fault_code, context.stream());
   });
 }
 

@@ -1,6 +1,5 @@
 #include "engine/runtime/run.h"
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <string>
 
 #include "engine/comm/launch_environment.h"
 #include "engine/comm/rendezvous.h"
@@ -32,11 +32,18 @@
 namespace piper::engine {
 namespace {
 
-// The most resident memory this process has held so far (Linux reports KiB).
+// The most resident memory this process has held so far: its address space's high-water mark
+// (VmHWM, KiB). Not getrusage's ru_maxrss: Linux carries that over an exec from the image
+// before it, so a run started by a large parent (a forked Python test, a launcher) would
+// report the parent's peak.
 uint64_t peak_resident_bytes() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<uint64_t>(usage.ru_maxrss) * 1024;
+  constexpr const char* kStatus = "/proc/self/status";
+  std::ifstream status(kStatus);
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  throw Error(std::string("peak_rss_bytes: ") + kStatus +
+              " has no VmHWM line (piper-run measures peak memory on Linux only)");
 }
 
 std::string mib(uint64_t bytes) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -9,6 +10,7 @@
 #include "formats/lr_schedule.h"
 #include "formats/plan_file.h"
 #include "planner/ir/placement.h"
+#include "planner/lower/dropout_key.h"
 #include "planner/lower/memory_plan.h"
 
 namespace piper::planner {
@@ -343,6 +345,7 @@ class Lowering {
     }
     for (ir::TensorId in : op.inputs) kernel.add_inputs(use(in, task.microbatch));
     for (ir::TensorId out_id : op.outputs) kernel.add_outputs(use(out_id, task.microbatch));
+    if (op.type == "Dropout") describe_dropout(kernel, task, op);
     if (op.type == "piper.SumSquares") {
       describe_norm_share(op, kernel);
       count_whole_gradients_once(kernel, op);
@@ -350,6 +353,18 @@ class Lowering {
     if (!op.outputs.empty() && op.outputs[0] == ops_.grad_norm) {
       plan_.mutable_gradient_norm()->set_norm(kernel.outputs(0));
     }
+  }
+
+  // Where this instance of a Dropout lies in its whole tensor: a member of its tensor-parallel
+  // group, and replica-major among the step's microbatches of every replica.
+  void describe_dropout(plan::Kernel& kernel, const ir::Task& task, const ir::Op& op) {
+    if (!replica_rows_) replica_rows_ = ir::replica_placements(ops_);
+    InstancePlace place;
+    place.member = member_;
+    place.parts = parts_;
+    place.instance = replica_index(task) * microbatches_ + std::max(task.microbatch, 0);
+    place.instances = static_cast<int>(task.devices.size()) * microbatches_;
+    *kernel.mutable_dropout() = dropout_key(ops_, op, *replica_rows_, place);
   }
 
   // The gradients of this rank's share of the norm, named by their parameters.
@@ -847,8 +862,9 @@ class Lowering {
   bool holds_different_parameters_ = false;
   std::vector<int> everyone_;  // every rank of the job
   int collect_group_ = -1;
-  ir::TensorId norm_squares_ = -1;  // the gradient norm's all-reduced sum of squares
-  std::vector<ir::TaskId> order_;   // this rank's tasks in emission order
+  std::optional<ir::ReplicaRows> replica_rows_;  // computed for the first Dropout
+  ir::TensorId norm_squares_ = -1;               // the gradient norm's all-reduced sum of squares
+  std::vector<ir::TaskId> order_;                // this rank's tasks in emission order
   // The DAG's edges plus this rank's release edges (add_release_edges).
   std::vector<ir::Edge> local_edges_;
   std::map<ir::TaskId, size_t> local_index_;

@@ -1,5 +1,6 @@
 // Dropout and its gradient: training (the CUDA masks must be the CPU's bit for bit, over two
-// steps), outside training (a copy), a ratio of 0 and of 1, the default ratio.
+// steps), as a block of a whole tensor (a DropoutKey), outside training (a copy), a ratio of 0
+// and of 1, the default ratio.
 #include "tests/gpu/cases.h"
 
 namespace piper::engine::testing {
@@ -7,6 +8,16 @@ namespace {
 
 TensorSpec Ratio(double ratio) { return Values({}, plan::FLOAT32, {ratio}); }
 TensorSpec Training(bool training) { return Values({}, plan::BOOL, {training ? 1.0 : 0.0}); }
+
+// Rows 4.. and columns 8.. of a [16, 6, 24] tensor, as replicas and tensor-parallel blocks place
+// a [4, 6, 12] instance.
+plan::DropoutKey Block() {
+  plan::DropoutKey key;
+  key.set_node(0x5eed);
+  for (int64_t extent : {16, 6, 24}) key.add_whole_shape(extent);
+  for (int64_t start : {4, 0, 8}) key.add_offset(start);
+  return key;
+}
 
 }  // namespace
 
@@ -20,6 +31,15 @@ std::vector<OpCase> DropoutCases() {
        1e-5,
        1e-6,
        2},
+      {"Dropout_block",
+       "Dropout",
+       {},
+       {F({4, 6, 12}), Ratio(0.4), Training(true)},
+       {F({4, 6, 12}), B({4, 6, 12})},
+       1e-5,
+       1e-6,
+       2,
+       Block()},
       {"Dropout_seeded",
        "Dropout",
        {Int("seed", 5)},

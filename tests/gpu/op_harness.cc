@@ -66,6 +66,7 @@ std::vector<std::vector<uint8_t>> run_case(Backend& backend, const OpCase& c,
   plan::Kernel kernel;
   kernel.set_op_type(c.op);
   for (const auto& attribute : c.attributes) *kernel.add_attributes() = attribute;
+  *kernel.mutable_dropout() = c.dropout;
   Tensors tensors{backend, {}};
   std::vector<TensorView> inputs, outputs;
   size_t k = 0;

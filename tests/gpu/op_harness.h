@@ -30,7 +30,8 @@ struct OpCase {
   std::vector<TensorSpec> inputs = {};  // dtype DTYPE_UNSPECIFIED: omitted (Omitted())
   std::vector<TensorSpec> outputs = {};
   double rtol = 1e-5, atol = 1e-6;
-  int steps = 1;  // runs, with StepContext::step 1, 2, ...
+  int steps = 1;                  // runs, with StepContext::step 1, 2, ...
+  plan::DropoutKey dropout = {};  // Dropout's place in its whole tensor
 };
 
 inline void PrintTo(const OpCase& c, std::ostream* out) { *out << c.name; }

@@ -1,20 +1,23 @@
 """Sharded checkpoints (piper-run --checkpoint-dir, docs/reliability.md): samples/gpt trained
 6 steps on 2 replicas with ZeRO-2, and as a 2-stage 1F1B pipeline, equals bit for bit (every
 loss, every final weight) 3 steps saved then 3 resumed, and TP=2 x DP=2 on 4 ranks 2 + 2;
-SIGKILL to a job saving every step resumes bitwise from its latest committed step; a
-ZeRO-3 checkpoint of 4 ranks continues as 1F1B over 2 stages x 2 replicas within 1e-5; SIGTERM to a running job saves the step
-it finished and the resumed run equals the uninterrupted one bitwise; what a kill during a save
-leaves (an uncommitted temporary folder, a step folder without its index) is passed over; a
-flipped byte in a shard is refused naming the file; --keep prunes; a checkpoint of another
-layout (ZeRO-2 on 2 ranks, a pipeline) continues on one rank within 1e-5 of the uninterrupted
-run; and the shards load with the `safetensors` Python package, whose tensors laid together by
-index.json are the model --save-onnx writes.
+SIGKILL to every process of a job saving every step (ZeRO-2 on 2 and on 4 ranks, 1F1B over 2
+stages x 2 replicas), once after a step drawn from a fixed seed and once as a save's temporary
+folder appears, resumes from its latest committed step bitwise; a ZeRO-3 checkpoint of 4 ranks
+continues as 1F1B over 2 stages x 2 replicas and as TP=2 x DP=2 within 1e-5 of one rank; SIGTERM
+to a running job saves the step it finished and the resumed run equals the uninterrupted one
+bitwise; what a kill during a save leaves (an uncommitted temporary folder, a step folder
+without its index) is passed over; a flipped byte in a shard is refused naming the file; --keep
+prunes; a checkpoint of another layout (ZeRO-2 on 2 ranks, a pipeline) continues on one rank
+within 1e-5 of the uninterrupted run; and the shards load with the `safetensors` Python
+package, whose tensors laid together by index.json are the model --save-onnx writes.
 
 The safetensors check runs under --hf-python (third_party/hf-venv, which has safetensors
 through transformers; tools/install-deps.sh creates it)."""
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,10 +35,15 @@ from harness import Tools
 GLOBAL_BATCH = 32
 OPTIMIZER = {"type": "adamw", "lr": 0.01, "weight_decay": 0.01}
 ZERO2 = [{"op": "zero", "stage": 2, "devices": [0, 1]}]
+ZERO2_X4 = [{"op": "zero", "stage": 2, "devices": [0, 1, 2, 3]}]
 PIPELINE = [{"op": "pipeline", "schedule": "1f1b", "devices": [0, 1], "num_microbatches": 4}]
 PIPELINE_TAGS = [{"match": "/blocks.0/*", "tags": {"PP": 0}},
                  {"match": "/blocks.1/*", "tags": {"PP": 1}}]
 HF_PYTHON = None
+# The kill tests' jobs run up to KILL_STEPS steps, the step a kill lands after drawn from
+# KILL_SEED (and printed).
+KILL_STEPS = 8
+KILL_SEED = 17
 
 # Run under --hf-python: loads every rank file with safetensors.numpy and lays each logical
 # tensor together from its shards as index.json describes them; writes them to an .npz.
@@ -78,6 +86,21 @@ def read_json(path):
         return json.load(f)
 
 
+def finished_steps(metrics):
+    """The steps whose metrics lines are written whole so far."""
+    if not os.path.exists(metrics):
+        return 0
+    with open(metrics) as f:
+        return sum(1 for line in f if line.endswith("\n"))
+
+
+def saving_step(checkpoints):
+    """The step whose save is under way (its temporary folder exists), or 0."""
+    names = os.listdir(checkpoints) if os.path.isdir(checkpoints) else []
+    return max([int(n[6:12]) for n in names if n.startswith(".step-") and n.endswith(".tmp")],
+               default=0)
+
+
 def weights_of(path):
     return {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
 
@@ -92,6 +115,7 @@ class CheckpointResume(unittest.TestCase):
             "single": cls.plan("single", []),
             "zero2": cls.plan("zero2", ZERO2),
             "pipeline": cls.plan("pipeline", PIPELINE, PIPELINE_TAGS),
+            "zero2_x4": cls.plan("zero2_x4", ZERO2_X4),
         }
         # The samples' 4-rank strategies: TP=2 x DP=2 (Megatron's blocks, ZeRO-1), ZeRO-3, and
         # 1F1B over 2 stages x 2 replicas with ZeRO-1; and their one-rank baseline.
@@ -102,6 +126,8 @@ class CheckpointResume(unittest.TestCase):
         single["directives"] = []
         cls.plans["gpt_single"] = cls.plan_sample(
             "gpt_single", harness.write_json(os.path.join(cls.tmp.name, "gpt_single.json"), single))
+
+        cls.whole_runs = {}
 
     @classmethod
     def tearDownClass(cls):
@@ -211,32 +237,70 @@ class CheckpointResume(unittest.TestCase):
         reference = self.train("zero2", self.work("whole"), step + 2)
         self.assert_bitwise(resumed, reference, f"SIGTERM after step {step}, resumed")
 
-    def test_sigkill_while_saving_every_step_resumes_bitwise(self):
-        # Saving every step, a SIGKILL to every process of the job lands during a save or
-        # between two; either way the latest committed step is whole.
-        work = self.work("killed")
+    def uninterrupted(self, layout):
+        """KILL_STEPS steps of `layout`, trained once per layout."""
+        if layout not in self.whole_runs:
+            self.whole_runs[layout] = self.train(layout, self.work(layout + "_whole"), KILL_STEPS)
+        return self.whole_runs[layout]
+
+    def kill_and_resume(self, layout, label, when):
+        """Saving every step, a SIGKILL to every process of a `layout` job once `when(metrics,
+        checkpoints)` holds; the run resumed from the latest committed step equals the
+        uninterrupted one bitwise: every later loss and the final weights. Returns that step
+        and whether the kill left a save half done (its temporary folder)."""
+        work = self.work(label)
         checkpoints = os.path.join(work, "checkpoints")
         metrics = os.path.join(work, "metrics.jsonl")
-        job = subprocess.Popen([str(a) for a in self.command(
-            "zero2", work, 100000, "--checkpoint-dir", checkpoints, "--save-every", 1)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        log = os.path.join(work, "output.txt")
+        with open(log, "w") as output:
+            job = subprocess.Popen([str(a) for a in self.command(
+                layout, work, 100000, "--checkpoint-dir", checkpoints, "--save-every", 1)],
+                stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + 120
-        while time.time() < deadline and (not os.path.exists(metrics) or
-                                          len(harness.read_metrics(metrics)) < 3):
-            time.sleep(0.01)
-        time.sleep(np.random.default_rng().uniform(0, 0.2))
+        while time.time() < deadline and job.poll() is None and not when(metrics, checkpoints):
+            time.sleep(0.0005)
+        if job.poll() is not None:
+            with open(log) as output:
+                self.fail(f"[{label}] the job ended before the kill:\n{output.read()}")
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(timeout=60)
-        steps = sorted(int(name[5:]) for name in os.listdir(checkpoints)
+        self.assertLess(time.time(), deadline, f"[{label}] the kill's moment never came")
+        names = os.listdir(checkpoints)
+        half_done = any(name.endswith(".tmp") for name in names)
+        steps = sorted(int(name[5:]) for name in names
                        if name.startswith("step-") and "." not in name)
-        self.assertTrue(steps, os.listdir(checkpoints))
+        self.assertTrue(steps, names)
         latest = steps[-1]
-        resumed_work = self.work("resumed")
-        resumed = self.train("zero2", resumed_work, latest + 2, "--checkpoint-dir", checkpoints,
-                             "--resume")
-        reference = self.train("zero2", self.work("whole"), latest + 2)
+        self.assertLess(latest, KILL_STEPS, f"[{label}] killed too late")
+        print(f"[{label}] killed after step {latest} was committed"
+              f"{', during a save' if half_done else ''}", flush=True)
+        resumed = self.train(layout, self.work(label + "_resumed"), KILL_STEPS,
+                             "--checkpoint-dir", checkpoints, "--resume")
+        reference = self.uninterrupted(layout)
         self.assert_bitwise(resumed, (reference[0][latest:], reference[1]),
-                            f"SIGKILL after step {latest} was committed, resumed")
+                            f"{label}: SIGKILL after step {latest} was committed, resumed")
+        return latest, half_done
+
+    def check_kills(self, layout):
+        """Kills once step s's metrics are written, and as the temporary folder of a save of
+        step s or later appears, s drawn from KILL_SEED in [2, 5]."""
+        step = int(np.random.default_rng([KILL_SEED, len(layout)]).integers(2, 6))
+        print(f"[{layout}] killing after step {step}, and during a save from step {step} on",
+              flush=True)
+        self.kill_and_resume(layout, layout + "_at_step",
+                             lambda metrics, _: finished_steps(metrics) >= step)
+        _, half_done = self.kill_and_resume(
+            layout, layout + "_saving", lambda _, checkpoints: saving_step(checkpoints) >= step)
+        return half_done
+
+    def test_sigkill_while_saving_every_step_resumes_bitwise(self):
+        self.check_kills("zero2")
+
+    def test_four_ranks_killed_resume_bitwise_zero2(self):
+        self.check_kills("zero2_x4")
+
+    def test_four_ranks_killed_resume_bitwise_pipeline_of_replicas(self):
+        self.check_kills("gpt_pipeline")
 
     def test_uncommitted_saves_are_passed_over(self):
         work = self.work("killed")
@@ -288,7 +352,7 @@ class CheckpointResume(unittest.TestCase):
                     self.assertLessEqual(abs(got - want) / abs(want), 1e-5,
                                          f"[{layout} -> one rank] step {step + 1}")
 
-    def test_four_ranks_tensor_parallel_resumes_bitwise_and_zero3_continues_as_a_pipeline(self):
+    def test_four_ranks_tensor_parallel_resumes_bitwise_and_zero3_continues_as_pipeline_and_tp(self):
         reference = self.train("gpt_tp2_dp2", self.work("whole"), 4)
         work = self.work("tp")
         checkpoints = os.path.join(work, "checkpoints")
@@ -299,16 +363,23 @@ class CheckpointResume(unittest.TestCase):
         resumed = self.train("gpt_tp2_dp2", work, 4, "--checkpoint-dir", checkpoints, "--resume")
         self.assert_bitwise(resumed, reference, "TP=2 x DP=2, 2 + resume 2")
 
+        # One ZeRO-3 checkpoint of 4 ranks (flat slices of each parameter), resumed from a copy
+        # by each layout (its saves go to its copy): as 1F1B over 2 stages x 2 replicas, and
+        # tensor-parallel (blocks, boxes in the index) x DP=2.
         single = self.train("gpt_single", self.work("single"), 4)
-        work = self.work("zero3_to_pipeline")
-        checkpoints = os.path.join(work, "checkpoints")
-        self.train("gpt_zero3", work, 2, "--checkpoint-dir", checkpoints)
-        losses, _ = self.train("gpt_pipeline", work, 4, "--checkpoint-dir", checkpoints,
-                               "--resume")
-        self.assertEqual(len(losses), 4)
-        for step, (got, want) in enumerate(zip(losses, single[0])):
-            self.assertLessEqual(abs(got - want) / abs(want), 1e-5,
-                                 f"[ZeRO-3 x 4 -> 1F1B 2 x 2 ZeRO-1] step {step + 1}")
+        saved = os.path.join(self.work("zero3"), "checkpoints")
+        self.train("gpt_zero3", os.path.dirname(saved), 2, "--checkpoint-dir", saved)
+        for layout, label in (("gpt_pipeline", "1F1B 2 x 2 ZeRO-1"),
+                              ("gpt_tp2_dp2", "TP=2 x DP=2")):
+            with self.subTest(layout=layout):
+                work = self.work("zero3_to_" + layout)
+                checkpoints = shutil.copytree(saved, os.path.join(work, "checkpoints"))
+                losses, _ = self.train(layout, work, 4, "--checkpoint-dir", checkpoints,
+                                       "--resume")
+                self.assertEqual(len(losses), 2)
+                for step, (got, want) in enumerate(zip(losses, single[0][2:])):
+                    self.assertLessEqual(abs(got - want) / abs(want), 1e-5,
+                                         f"[ZeRO-3 x 4 -> {label}] step {step + 3}")
 
     def test_checkpoint_of_another_model_is_refused(self):
         work = self.work("mismatch")

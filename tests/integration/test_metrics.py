@@ -13,7 +13,12 @@ import re
 import shutil
 import sys
 import tempfile
+import subprocess
 import unittest
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
 
 import harness
 from harness import Tools
@@ -23,6 +28,20 @@ SEQUENCE = 16  # samples/gpt: idx and targets are [batch, 16]
 PEAK = 2.5e11
 PROGRESS = re.compile(r"^step (\d+)/(\d+)  loss (\d+\.\d{4})  ([0-9.]+[kMGT]?) (tok|samples)/s  "
                       r"ETA (\d+h\d\dm|\d+m\d\ds|\d+s)$")
+PARENT_BYTES = 768 << 20
+
+
+def write_wide_linear_model(path, inputs, outputs):
+    """loss = mean((x @ w)^2) with x [batch, inputs] and w [inputs, outputs]."""
+    w = np.random.default_rng(0).standard_normal((inputs, outputs)).astype(np.float32) * 0.01
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Mul", ["y", "y"], ["y2"]),
+         helper.make_node("ReduceMean", ["y2"], ["loss"], keepdims=0)],
+        "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", inputs])],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
 
 
 HF_PYTHON = None
@@ -171,6 +190,28 @@ class Metrics(unittest.TestCase):
         progress = self.progress_lines(result.stderr)
         self.assertEqual(len(progress), 1, result.describe())
         self.assertEqual(progress[0][5], "samples")
+
+    def test_peak_rss_is_the_runs_own(self):
+        """peak_rss_bytes is the process's own high-water mark: at least the arena it really
+        touched (a 16 MiB weight with its gradient and AdamW moments), and not the peak of the
+        large parent it was forked from (getrusage's ru_maxrss carries that over an exec)."""
+        work = os.path.join(self.tmp, "rss")
+        os.makedirs(work)
+        model = write_wide_linear_model(os.path.join(work, "wide.onnx"), 1024, 4096)
+        _, plans = self.plan("rss_plans", model, [])
+        plan = os.path.join(plans, "rank0.plan")
+        arena = json.loads(harness.run_ok([Tools.dump, "--json", plan]).stdout)["memory"]
+        self.assertGreaterEqual(int(arena["arena_bytes"]), 4 * 1024 * 4096 * 4, arena)
+        parent = np.ones(PARENT_BYTES // 8)  # touched: resident in this process and its fork
+        metrics = os.path.join(work, "metrics.jsonl")
+        # A plain fork (preexec_fn rules out vfork), as a launcher that forks starts a rank.
+        subprocess.run([str(a) for a in [Tools.run, "--plan", plan, "--steps", 2, "--metrics",
+                                         metrics]], check=True, capture_output=True,
+                       timeout=120, preexec_fn=lambda: None)
+        del parent
+        for record in harness.read_metrics(metrics):
+            self.assertGreaterEqual(record["peak_rss_bytes"], int(arena["arena_bytes"]), record)
+            self.assertLess(record["peak_rss_bytes"], PARENT_BYTES, record)
 
     def test_bad_values_are_refused(self):
         _, plans = self.plan("refused", Tools.sample("mlp", "model.onnx"),

@@ -2,6 +2,7 @@
 // and the gradient through a fixed mask.
 #include <gmock/gmock.h>
 
+#include "engine/cpu/dropout_stream.h"
 #include "engine_test_util.h"
 #include "formats/error.h"
 
@@ -66,6 +67,69 @@ TEST(CpuDropout, SameSeedAndStepGiveTheSameMaskOtherwiseAnother) {
   EXPECT_EQ(first.y, again.y);
   EXPECT_NE(first.mask, RunDropout(0.5f, true, 42, 6).mask);
   EXPECT_NE(first.mask, RunDropout(0.5f, true, 43, 5).mask);
+}
+
+TEST(DropoutKey, GlobalIndexPlacesTheBlockInTheWholeTensor) {
+  // A [2, 3] block at (2, 3) of a [4, 6] tensor: its rows are 2..3, its columns 3..5.
+  dropout::Box box;
+  box.rank = 2;
+  box.local[0] = 2, box.local[1] = 3;
+  box.offset[0] = 2, box.offset[1] = 3;
+  box.whole[0] = 4, box.whole[1] = 6;
+  std::vector<int64_t> got;
+  for (int64_t i = 0; i < 6; ++i) got.push_back(dropout::global_index(box, i));
+  EXPECT_THAT(got, ElementsAre(15, 16, 17, 21, 22, 23));
+  // Rows 1..2 of [3, 4, 5]: the inner [4, 5] is whole.
+  dropout::Box rows;
+  rows.rank = 1;
+  rows.inner = 20;
+  rows.local[0] = 2, rows.offset[0] = 1, rows.whole[0] = 3;
+  EXPECT_EQ(dropout::global_index(rows, 0), 20);
+  EXPECT_EQ(dropout::global_index(rows, 39), 59);
+}
+
+// Dropout of `block` rows x columns at (row, column) of an [8, 6] tensor of 2s, keyed as the
+// planner keys one instance of node `node`; the mask.
+std::vector<uint8_t> BlockMask(uint64_t node, int64_t rows, int64_t columns, int64_t row,
+                               int64_t column) {
+  KernelRunner k;
+  const int x = k.Input({rows, columns}, std::vector<float>(rows * columns, 2.0f));
+  const int r = k.Input({}, {0.5f});
+  const int t = k.BoolInput({}, {1});
+  const int y = k.Output({rows, columns});
+  const int mask = k.Output({rows, columns}, plan::BOOL);
+  plan::Kernel kernel = MakeKernel("Dropout", {x, r, t}, {y, mask});
+  kernel.mutable_dropout()->set_node(node);
+  for (int64_t extent : {8, 6}) kernel.mutable_dropout()->add_whole_shape(extent);
+  for (int64_t start : {row, column}) kernel.mutable_dropout()->add_offset(start);
+  k.Prepare(kernel)->run(StepContext{4, 11});
+  return k.Bools(mask);
+}
+
+TEST(DropoutKey, BlocksDrawTheWholeTensorsMask) {
+  const std::vector<uint8_t> whole = BlockMask(99, 8, 6, 0, 0);
+  // Rows of the batch (replicas, microbatches) and blocks of columns (tensor parallelism).
+  for (const auto& [rows, columns] : {std::pair{2, 6}, std::pair{4, 3}, std::pair{8, 2}}) {
+    for (int64_t row = 0; row < 8; row += rows) {
+      for (int64_t column = 0; column < 6; column += columns) {
+        const std::vector<uint8_t> block = BlockMask(99, rows, columns, row, column);
+        for (int64_t i = 0; i < rows * columns; ++i) {
+          ASSERT_EQ(block[i], whole[(row + i / columns) * 6 + column + i % columns])
+              << rows << "x" << columns << " block at (" << row << ", " << column << ")";
+        }
+      }
+    }
+  }
+  EXPECT_NE(BlockMask(100, 8, 6, 0, 0), whole) << "another node draws another mask";
+}
+
+TEST(DropoutKey, RejectsABlockOutsideTheWholeTensor) {
+  try {
+    BlockMask(1, 4, 6, 6, 0);
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("dropout block [6, 10) of dimension 0 lies outside"));
+  }
 }
 
 TEST(CpuDropout, RatioOneDropsEverything) {

@@ -131,6 +131,13 @@ class KernelRunner {
     return backend_.prepare(kernel_, Views(inputs), Views(outputs));
   }
 
+  // Prepares a kernel built by the caller (fields MakeKernel does not set).
+  std::unique_ptr<PreparedKernel> Prepare(plan::Kernel kernel) {
+    kernel_ = std::move(kernel);
+    return backend_.prepare(kernel_, Views({kernel_.inputs().begin(), kernel_.inputs().end()}),
+                            Views({kernel_.outputs().begin(), kernel_.outputs().end()}));
+  }
+
   // Prepares and runs once with the given 1-based step.
   void Run(const std::string& op, const std::vector<int>& inputs, const std::vector<int>& outputs,
            const std::vector<plan::Attribute>& attributes = {}, int64_t step = 1) {
