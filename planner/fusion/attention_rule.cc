@@ -8,9 +8,9 @@
 // Expand (HuggingFace expands its causal masks to the batch). The scale may have been computed
 // from constants (GPT-2's size(-1) ** 0.5): the pass folds it first, as it removes HF's Dropout
 // with ratio 0 and float-to-float Casts around the Softmax. Not fused: a Dropout that drops
-// between Softmax and the second MatMul (its mask is drawn per plan tensor, which fusing would
-// change), a mask or scale in another order, operands whose leading dimensions differ
-// (broadcasting).
+// between Softmax and the second MatMul (its mask is keyed by the Dropout node and its
+// element of the probabilities, which the fused kernel never holds), a mask or scale in
+// another order, operands whose leading dimensions differ (broadcasting).
 #include "planner/fusion/fusion.h"
 
 namespace piper::planner {
