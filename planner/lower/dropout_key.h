@@ -5,6 +5,7 @@
 
 #include "planner/ir/op_graph.h"
 #include "planner/ir/placement.h"
+#include "planner/ir/replica_placements.h"
 #include "schemas/plan.pb.h"
 
 namespace piper::planner {
