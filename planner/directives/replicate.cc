@@ -123,27 +123,34 @@ struct Replication {
 
   // A bucket's all-reduce waits for the tasks that write its gradients. Where one backward task
   // writes several buckets' gradients (a model without per-layer tags is one backward task), it
-  // is cut after each bucket's last gradient, so that the bucket's all-reduce overlaps the rest
-  // of the backward, as DDP's gradient hooks do. Every microbatch's task is cut alike.
+  // is cut after each bucket's last gradient but the last bucket's, so that the bucket's
+  // all-reduce overlaps the rest of the backward, as DDP's gradient hooks do. With microbatches
+  // the tasks stay whole: a schedule's order groups (DualPipe's overlapped pairs) name them.
   void cut_backward_at_buckets(const std::vector<std::vector<size_t>>& buckets) {
-    std::map<ir::TaskId, std::set<size_t>> cuts;  // task -> op positions to cut after
-    for (const auto& bucket : buckets) {
-      std::map<ir::TaskId, size_t> ends;  // task -> the position of the bucket's last gradient
-      for (size_t p : bucket) {
+    for (ir::TaskId id = 0; id < graph.num_tasks(); ++id) {
+      if (selected[id] && graph.task(id).microbatch > 0) return;
+    }
+    // Backward task -> bucket -> the position of that bucket's last gradient in the task.
+    std::map<ir::TaskId, std::map<size_t, size_t>> ends;
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      for (size_t p : buckets[b]) {
         const ir::OpId producer = ops().producer(ops().trained[p].gradient);
         for (ir::TaskId id : tasks_running(producer)) {
           const ir::Pass pass = graph.task(id).pass;
           if (pass != ir::Pass::kBackward && pass != ir::Pass::kBackwardWeight) continue;
-          size_t& end = ends[id];
+          size_t& end = ends[id][b];
           end = std::max(end, op_position(id, producer));
         }
       }
-      for (const auto& [id, end] : ends) {
-        if (end + 1 < graph.task(id).ops.size()) cuts[id].insert(end);
-      }
     }
-    for (const auto& [id, ends] : cuts) {
-      cut_task(graph, id, {ends.begin(), ends.end()});
+    for (const auto& [id, by_bucket] : ends) {
+      std::set<size_t> cuts;
+      for (auto it = by_bucket.begin(); std::next(it) != by_bucket.end(); ++it) {
+        cuts.insert(it->second);
+      }
+      cuts.erase(graph.task(id).ops.size() - 1);
+      if (cuts.empty()) continue;
+      cut_task(graph, id, {cuts.begin(), cuts.end()});
       selected.resize(graph.num_tasks(), true);
     }
   }
