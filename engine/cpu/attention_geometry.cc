@@ -84,4 +84,18 @@ void check_row_statistic(const KernelArgs& args, const TensorView& stats,
   }
 }
 
+void check_attention_outputs(const KernelArgs& args, const AttentionGeometry& g,
+                             plan::DType y_dtype, const std::string& y_what) {
+  const TensorView& y = args.output(0);
+  args.expect_dtype(y, y_dtype, y_what);
+  Shape expected(args.input(0).shape.begin(), args.input(0).shape.end() - 1);
+  expected.push_back(g.dv);
+  if (y.shape != expected) {
+    args.fail("Y (output 0) has shape " + shape_string(y.shape) + ", expected " +
+              shape_string(expected));
+  }
+  if (args.has_output(1)) check_row_statistic(args, args.output(1), g, "RowMax (output 1)");
+  if (args.has_output(2)) check_row_statistic(args, args.output(2), g, "RowInvSum (output 2)");
+}
+
 }  // namespace piper::engine::cpu

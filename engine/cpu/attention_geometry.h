@@ -32,4 +32,10 @@ AttentionGeometry attention_geometry(const KernelArgs& args, size_t first);
 void check_row_statistic(const KernelArgs& args, const TensorView& stats,
                          const AttentionGeometry& g, const std::string& what);
 
+// piper.FusedAttention's outputs: Y (output 0) of Q's shape but the last dimension dv, in
+// `y_dtype`, and the optional float32 RowMax (output 1) and RowInvSum (output 2), one value per
+// query row.
+void check_attention_outputs(const KernelArgs& args, const AttentionGeometry& g,
+                             plan::DType y_dtype, const std::string& y_what);
+
 }  // namespace piper::engine::cpu

@@ -4,12 +4,39 @@
 #include <cstring>
 
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/op_checks.h"
 
 namespace piper::engine::cpu {
 namespace {
 
 // piper.Accumulate(X) -> Y: Y += X (Y is zeroed at the start of each step).
 std::unique_ptr<PreparedKernel> accumulate_factory(const KernelArgs& args) {
+  check_accumulate(args);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  return make_kernel(
+      [n = y.elements(), px = x.as<const float>(), py = y.as<float>()](const StepContext&) {
+        for (int64_t i = 0; i < n; ++i) py[i] += px[i];
+      });
+}
+
+// piper.Shard(X) -> Y: Y = elements [i*k, (i+1)*k) of flat X, zero past its end,
+// where k = numel(Y), i = shard_index < num_shards and num_shards*k >= numel(X).
+std::unique_ptr<PreparedKernel> shard_factory(const KernelArgs& args) {
+  const ShardRange range = check_shard(args);
+  const TensorView& y = args.output(0);
+  const size_t width = dtype_size(y.dtype);
+  return make_kernel([src = args.input(0).as<const uint8_t>() + range.begin * width,
+                      dst = y.as<uint8_t>(), used = range.count * width,
+                      total = y.bytes()](const StepContext&) {
+    std::memcpy(dst, src, used);
+    std::memset(dst + used, 0, total - used);
+  });
+}
+
+}  // namespace
+
+void check_accumulate(const KernelArgs& args) {
   args.expect_inputs(1, 1);
   args.expect_outputs(1, 1);
   const TensorView& x = args.input(0);
@@ -20,15 +47,9 @@ std::unique_ptr<PreparedKernel> accumulate_factory(const KernelArgs& args) {
     args.fail("input 0 has " + std::to_string(x.elements()) + " elements but output 0 has " +
               std::to_string(y.elements()));
   }
-  return make_kernel(
-      [n = y.elements(), px = x.as<const float>(), py = y.as<float>()](const StepContext&) {
-        for (int64_t i = 0; i < n; ++i) py[i] += px[i];
-      });
 }
 
-// piper.Shard(X) -> Y: Y = elements [i*k, (i+1)*k) of flat X, zero past its end,
-// where k = numel(Y), i = shard_index < num_shards and num_shards*k >= numel(X).
-std::unique_ptr<PreparedKernel> shard_factory(const KernelArgs& args) {
+ShardRange check_shard(const KernelArgs& args) {
   args.expect_inputs(1, 1);
   args.expect_outputs(1, 1);
   const TensorView& x = args.input(0);
@@ -42,18 +63,11 @@ std::unique_ptr<PreparedKernel> shard_factory(const KernelArgs& args) {
               std::to_string(k) + " elements cannot cover an input of " +
               std::to_string(x.elements()));
   }
-  const int64_t begin = std::min(index * k, x.elements());
-  const int64_t count = std::min(k, x.elements() - begin);
-  const size_t width = dtype_size(y.dtype);
-  return make_kernel([src = static_cast<const uint8_t*>(x.data) + begin * width,
-                      dst = static_cast<uint8_t*>(y.data), used = count * width,
-                      total = k * width](const StepContext&) {
-    std::memcpy(dst, src, used);
-    std::memset(dst + used, 0, total - used);
-  });
+  ShardRange range;
+  range.begin = std::min(index * k, x.elements());
+  range.count = std::min(k, x.elements() - range.begin);
+  return range;
 }
-
-}  // namespace
 
 void register_data_parallel_kernels(KernelTable& table) {
   table["piper.Accumulate"] = accumulate_factory;

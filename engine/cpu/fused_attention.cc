@@ -104,28 +104,13 @@ std::unique_ptr<PreparedKernel> fused_attention_factory(const KernelArgs& args) 
   args.expect_outputs(1, 3);
   const AttentionBlocks g = attention_blocks(args, 0);
   blas_on_calling_thread();
-  const TensorView& y = args.output(0);
-  args.expect_dtype(y, plan::FLOAT32, "Y (output 0)");
-  Shape expected(args.input(0).shape.begin(), args.input(0).shape.end() - 1);
-  expected.push_back(g.dv);
-  if (y.shape != expected) {
-    args.fail("Y (output 0) has shape " + shape_string(y.shape) + ", expected " +
-              shape_string(expected));
-  }
-  float* row_max = nullptr;
-  float* row_inv_sum = nullptr;
-  if (args.has_output(1)) {
-    check_row_statistic(args, args.output(1), g, "RowMax (output 1)");
-    row_max = args.output(1).as<float>();
-  }
-  if (args.has_output(2)) {
-    check_row_statistic(args, args.output(2), g, "RowInvSum (output 2)");
-    row_inv_sum = args.output(2).as<float>();
-  }
+  check_attention_outputs(args, g, plan::FLOAT32, "Y (output 0)");
+  float* row_max = args.has_output(1) ? args.output(1).as<float>() : nullptr;
+  float* row_inv_sum = args.has_output(2) ? args.output(2).as<float>() : nullptr;
   return make_kernel([g, row_max, row_inv_sum, q = args.input(0).as<const float>(),
                       kt = args.input(1).as<const float>(), v = args.input(2).as<const float>(),
                       mask = args.has_input(3) ? args.input(3).data : nullptr,
-                      py = y.as<float>()](const StepContext&) {
+                      py = args.output(0).as<float>()](const StepContext&) {
     for_each_batch_index(g, static_cast<size_t>(g.block_rows * g.tk), [&](int64_t b, float* p) {
       for (int64_t row = 0; row < g.t; row += g.block_rows) {
         const int64_t rows = std::min(g.block_rows, g.t - row);

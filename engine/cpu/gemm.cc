@@ -8,6 +8,7 @@
 #include "engine/cpu/batched_gemm.h"
 #include "engine/cpu/bias_gelu_operands.h"
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/matmul_geometry.h"
 #include "engine/cpu/op_checks.h"
 #include "engine/cpu/strided_loop.h"
 #include "formats/error.h"
@@ -23,72 +24,20 @@ int blas_int(const KernelArgs& args, int64_t value, const char* what) {
   return static_cast<int>(value);
 }
 
-// Plans numpy-style matmul of A and B (transposing the last two dimensions first when asked)
-// into Y, checking every shape.
-BatchedGemm plan_matmul(const KernelArgs& args, const TensorView& a, const TensorView& b,
-                        const TensorView& y, bool trans_a, bool trans_b) {
-  if (a.rank() == 0 || b.rank() == 0) {
-    args.fail("operands must have at least one dimension, got A " + shape_string(a.shape) +
-              " and B " + shape_string(b.shape));
-  }
-  if ((a.rank() == 1 && trans_a) || (b.rank() == 1 && trans_b)) {
-    args.fail("transA/transB need a matrix operand (rank >= 2), got A " + shape_string(a.shape) +
-              " and B " + shape_string(b.shape));
-  }
-  // 1-D operands per numpy: A [K] -> [1, K], B [K] -> [K, 1], the extra dimension dropped.
-  const Shape a_mat =
-      a.rank() == 1 ? Shape{1, a.shape[0]} : Shape(a.shape.end() - 2, a.shape.end());
-  const Shape b_mat =
-      b.rank() == 1 ? Shape{b.shape[0], 1} : Shape(b.shape.end() - 2, b.shape.end());
-  const Shape a_batch = a.rank() <= 2 ? Shape{} : Shape(a.shape.begin(), a.shape.end() - 2);
-  const Shape b_batch = b.rank() <= 2 ? Shape{} : Shape(b.shape.begin(), b.shape.end() - 2);
-  const int64_t m = trans_a ? a_mat[1] : a_mat[0];
-  const int64_t k = trans_a ? a_mat[0] : a_mat[1];
-  const int64_t kb = trans_b ? b_mat[1] : b_mat[0];
-  const int64_t n = trans_b ? b_mat[0] : b_mat[1];
-  if (k != kb) {
-    args.fail("inner dimensions differ: A " + shape_string(a.shape) +
-              (trans_a ? " (transposed)" : "") + " has K = " + std::to_string(k) + ", B " +
-              shape_string(b.shape) + (trans_b ? " (transposed)" : "") +
-              " has K = " + std::to_string(kb));
-  }
-  Shape batch;
-  try {
-    batch = broadcast_shapes(a_batch, b_batch);
-  } catch (const Error& error) {
-    args.fail(std::string("batch dimensions do not broadcast: ") + error.what());
-  }
-  Shape expected = batch;
-  if (a.rank() > 1) expected.push_back(m);
-  if (b.rank() > 1) expected.push_back(n);
-  if (expected != y.shape) {
-    args.fail("A " + shape_string(a.shape) + " times B " + shape_string(b.shape) + " gives " +
-              shape_string(expected) + " but the output has shape " + shape_string(y.shape));
-  }
-
+// The BLAS calls of a checked product, whose sizes must fit BLAS's integers.
+BatchedGemm batched_gemm(const KernelArgs& args, const MatmulGeometry& g) {
   BatchedGemm gemm;
-  gemm.trans_a = trans_a;
-  gemm.trans_b = trans_b;
-  gemm.m = blas_int(args, m, "M");
-  gemm.n = blas_int(args, n, "N");
-  gemm.k = blas_int(args, k, "K");
-  gemm.lda = std::max(1, blas_int(args, a_mat[1], "lda"));
-  gemm.ldb = std::max(1, blas_int(args, b_mat[1], "ldb"));
-  std::vector<int64_t> a_strides = broadcast_strides(a_batch, batch);
-  std::vector<int64_t> b_strides = broadcast_strides(b_batch, batch);
-  for (auto& s : a_strides) s *= a_mat[0] * a_mat[1];
-  for (auto& s : b_strides) s *= b_mat[0] * b_mat[1];
-  const StridedLoop loop(batch, {a_strides, b_strides});
-  loop.for_each_row([&](const int64_t* offsets, int64_t count) {
-    for (int64_t i = 0; i < count; ++i) {
-      gemm.a_offsets.push_back(offsets[0] + i * loop.inner_stride(0));
-      gemm.b_offsets.push_back(offsets[1] + i * loop.inner_stride(1));
-    }
-  });
+  gemm.trans_a = g.trans_a;
+  gemm.trans_b = g.trans_b;
+  gemm.m = blas_int(args, g.m, "M");
+  gemm.n = blas_int(args, g.n, "N");
+  gemm.k = blas_int(args, g.k, "K");
+  gemm.lda = std::max(1, blas_int(args, g.lda, "lda"));
+  gemm.ldb = std::max(1, blas_int(args, g.ldb, "ldb"));
   gemm.ldc = std::max(1, gemm.n);
-  for (size_t i = 0; i < gemm.a_offsets.size(); ++i) {
-    gemm.c_offsets.push_back(static_cast<int64_t>(i) * m * n);
-  }
+  gemm.a_offsets = g.a_offsets;
+  gemm.b_offsets = g.b_offsets;
+  gemm.c_offsets = g.y_offsets;
   gemm.prepare();
   return gemm;
 }
@@ -116,7 +65,8 @@ std::unique_ptr<PreparedKernel> matmul_factory(const KernelArgs& args, bool pipe
   const bool trans_a = piper_op && args.attributes().get_int("transA", 0) != 0;
   const bool trans_b = piper_op && args.attributes().get_int("transB", 0) != 0;
   const TensorView& y = args.output(0);
-  const BatchedGemm gemm = plan_matmul(args, args.input(0), args.input(1), y, trans_a, trans_b);
+  const BatchedGemm gemm =
+      batched_gemm(args, matmul_geometry(args, args.input(0), args.input(1), y, trans_a, trans_b));
   const float* bias = bias_of(args);
   const int64_t n = y.rank() == 0 ? 1 : y.shape.back();
   return make_kernel([gemm, bias, n, gelu, rows = y.elements() / std::max<int64_t>(n, 1),
@@ -135,19 +85,12 @@ std::unique_ptr<PreparedKernel> matmul_factory(const KernelArgs& args, bool pipe
 
 // ONNX Gemm: Y = alpha * A' B' + beta * C, C broadcast unidirectionally to [M, N].
 std::unique_ptr<PreparedKernel> gemm_factory(const KernelArgs& args) {
-  args.expect_inputs(2, 3);
-  args.expect_outputs(1, 1);
+  BatchedGemm gemm = batched_gemm(args, check_gemm(args));
   check_float(args);
   const TensorView& a = args.input(0);
   const TensorView& b = args.input(1);
   const TensorView& y = args.output(0);
-  if (a.rank() != 2 || b.rank() != 2) {
-    args.fail("A and B must be matrices, got A " + shape_string(a.shape) + " and B " +
-              shape_string(b.shape));
-  }
   const auto& attributes = args.attributes();
-  BatchedGemm gemm = plan_matmul(args, a, b, y, attributes.get_int("transA", 0) != 0,
-                                 attributes.get_int("transB", 0) != 0);
   gemm.alpha = static_cast<float>(attributes.get_float("alpha", 1.0));
   const float beta = static_cast<float>(attributes.get_float("beta", 1.0));
   const bool has_c = args.has_input(2) && beta != 0.0f;
@@ -155,10 +98,6 @@ std::unique_ptr<PreparedKernel> gemm_factory(const KernelArgs& args) {
   const float* pc = nullptr;
   if (args.has_input(2)) {
     const TensorView& c = args.input(2);
-    if (!broadcasts_to(c.shape, y.shape)) {
-      args.fail("C " + shape_string(c.shape) + " does not broadcast to the output " +
-                shape_string(y.shape));
-    }
     c_loop =
         StridedLoop(y.shape, {contiguous_strides(y.shape), broadcast_strides(c.shape, y.shape)});
     pc = c.as<const float>();

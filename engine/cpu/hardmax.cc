@@ -1,6 +1,7 @@
 // ONNX Hardmax (opset 13): 1 at the first largest element of each line along `axis`, 0
 // elsewhere; float32. NaN counts as the largest, as numpy's argmax in ONNX's reference
-// (selection_order.h, shared with the CUDA kernel).
+// (selection_order.h, shared with the CUDA kernel). Its axis checks serve Softmax and
+// LogSoftmax too (op_checks.h).
 #include <algorithm>
 
 #include "engine/cpu/kernel_registry.h"
@@ -11,8 +12,19 @@
 namespace piper::engine::cpu {
 namespace {
 
+// X as lines along the attribute `axis` (default -1).
+AxisLines axis_lines(const KernelArgs& args, const TensorView& x) {
+  if (x.rank() == 0) args.fail("the input must have at least one dimension");
+  const int64_t axis = args.normalize_axis(args.attributes().get_int("axis", -1), x.rank());
+  AxisLines lines;
+  lines.n = x.shape[axis];
+  for (int64_t d = 0; d < axis; ++d) lines.outer *= x.shape[d];
+  for (int64_t d = axis + 1; d < x.rank(); ++d) lines.inner *= x.shape[d];
+  return lines;
+}
+
 std::unique_ptr<PreparedKernel> hardmax_factory(const KernelArgs& args) {
-  const AxisLines lines = check_hardmax(args);
+  const AxisLines lines = check_along_axis(args);
   return make_kernel([lines, px = args.input(0).as<const float>(),
                       py = args.output(0).as<float>()](const StepContext&) {
     const int64_t per_line = std::max<int64_t>(lines.n, 1);
@@ -37,7 +49,7 @@ std::unique_ptr<PreparedKernel> hardmax_factory(const KernelArgs& args) {
 
 }  // namespace
 
-AxisLines check_hardmax(const KernelArgs& args) {
+AxisLines check_along_axis(const KernelArgs& args) {
   args.expect_inputs(1, 1);
   args.expect_outputs(1, 1);
   const TensorView& x = args.input(0);
@@ -45,13 +57,21 @@ AxisLines check_hardmax(const KernelArgs& args) {
   args.expect_dtype(x, plan::FLOAT32, "input 0");
   args.expect_dtype(y, plan::FLOAT32, "output 0");
   args.expect_same_shape(x, "input 0", y, "output 0");
-  if (x.rank() == 0) args.fail("the input must have at least one dimension");
-  const int64_t axis = args.normalize_axis(args.attributes().get_int("axis", -1), x.rank());
-  AxisLines lines;
-  lines.n = x.shape[axis];
-  for (int64_t d = 0; d < axis; ++d) lines.outer *= x.shape[d];
-  for (int64_t d = axis + 1; d < x.rank(); ++d) lines.inner *= x.shape[d];
-  return lines;
+  return axis_lines(args, x);
+}
+
+AxisLines check_softmax_grad(const KernelArgs& args) {
+  args.expect_inputs(2, 2);
+  args.expect_outputs(1, 1);
+  const TensorView& dy = args.input(0);
+  const TensorView& y = args.input(1);
+  const TensorView& dx = args.output(0);
+  args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
+  args.expect_dtype(y, plan::FLOAT32, "Y (input 1)");
+  args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
+  args.expect_same_shape(dy, "dY (input 0)", dx, "dX (output 0)");
+  args.expect_same_shape(y, "Y (input 1)", dx, "dX (output 0)");
+  return axis_lines(args, y);
 }
 
 void register_hardmax_kernels(KernelTable& table) { table["Hardmax"] = hardmax_factory; }

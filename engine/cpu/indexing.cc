@@ -20,45 +20,24 @@
 namespace piper::engine::cpu {
 namespace {
 
-// Gather and piper.GatherGrad see data as [outer, axis_size, inner] and the gathered tensor
-// as [outer, indices, inner].
-struct GatherGeometry {
+// check_gather()'s geometry with what the kernel reads at run time.
+struct GatherGeometry : GatherAxis {
   std::string op;
-  int64_t outer = 1, axis_size = 0, inner = 1, count = 0;
   const int64_t* indices = nullptr;
 };
 
-GatherGeometry gather_geometry(const KernelArgs& args, const Shape& data, const TensorView& indices,
-                               const Shape& gathered, const std::string& gathered_what) {
-  args.expect_dtype(indices, plan::INT64, "indices (input 1)");
-  const int64_t rank = static_cast<int64_t>(data.size());
-  if (rank == 0) args.fail("data must have at least one dimension");
-  const int64_t axis = args.normalize_axis(args.attributes().get_int("axis", 0), rank);
-  Shape expected(data.begin(), data.begin() + axis);
-  expected.insert(expected.end(), indices.shape.begin(), indices.shape.end());
-  expected.insert(expected.end(), data.begin() + axis + 1, data.end());
-  if (expected != gathered) {
-    args.fail("gathering " + shape_string(data) + " along axis " + std::to_string(axis) +
-              " with indices " + shape_string(indices.shape) + " gives " + shape_string(expected) +
-              " but " + gathered_what + " has shape " + shape_string(gathered));
-  }
+GatherGeometry gather_geometry(const KernelArgs& args, bool grad) {
   GatherGeometry g;
+  static_cast<GatherAxis&>(g) = check_gather(args, grad);
   g.op = args.op();
-  g.outer = product(data, 0, axis);
-  g.axis_size = data[axis];
-  g.inner = product(data, axis + 1, data.size());
-  g.count = indices.elements();
-  g.indices = indices.as<const int64_t>();
+  g.indices = args.input(1).as<const int64_t>();
   return g;
 }
 
 std::unique_ptr<PreparedKernel> gather_factory(const KernelArgs& args) {
-  args.expect_inputs(2, 2);
-  args.expect_outputs(1, 1);
+  const GatherGeometry g = gather_geometry(args, false);
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
-  args.expect_dtype(x, y.dtype, "data (input 0)");
-  const GatherGeometry g = gather_geometry(args, x.shape, args.input(1), y.shape, "the output");
   const size_t row = static_cast<size_t>(g.inner) * dtype_size(y.dtype);
   return make_kernel([g, row, px = x.as<const uint8_t>(),
                       py = y.as<uint8_t>()](const StepContext&) {
@@ -76,13 +55,9 @@ std::unique_ptr<PreparedKernel> gather_factory(const KernelArgs& args) {
 
 // piper.GatherGrad: dX = zeros of X's shape with every row of dY added at its index.
 std::unique_ptr<PreparedKernel> gather_grad_factory(const KernelArgs& args) {
-  args.expect_inputs(2, 2);
-  args.expect_outputs(1, 1);
+  const GatherGeometry g = gather_geometry(args, true);
   const TensorView& dy = args.input(0);
   const TensorView& dx = args.output(0);
-  args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
-  args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
-  const GatherGeometry g = gather_geometry(args, dx.shape, args.input(1), dy.shape, "dY (input 0)");
   // Threads split the columns (the inner dimension), so each element adds its rows in index
   // order whatever the thread count.
   return make_kernel([g, pdy = dy.as<const float>(), pdx = dx.as<float>(),
@@ -374,6 +349,31 @@ GatherOperands check_gather_operands(const KernelArgs& args, bool grad) {
     args.expect_dtype(data, gathered.dtype, "data (input 0)");
   }
   return {gathered, data};
+}
+
+GatherAxis check_gather(const KernelArgs& args, bool grad) {
+  const auto [gathered, data] = check_gather_operands(args, grad);
+  const TensorView& indices = args.input(1);
+  const std::string gathered_what = grad ? "dY (input 0)" : "the output";
+  args.expect_dtype(indices, plan::INT64, "indices (input 1)");
+  const int64_t rank = data.rank();
+  if (rank == 0) args.fail("data must have at least one dimension");
+  const int64_t axis = args.normalize_axis(args.attributes().get_int("axis", 0), rank);
+  const Shape& shape = data.shape;
+  Shape expected(shape.begin(), shape.begin() + axis);
+  expected.insert(expected.end(), indices.shape.begin(), indices.shape.end());
+  expected.insert(expected.end(), shape.begin() + axis + 1, shape.end());
+  if (expected != gathered.shape) {
+    args.fail("gathering " + shape_string(shape) + " along axis " + std::to_string(axis) +
+              " with indices " + shape_string(indices.shape) + " gives " + shape_string(expected) +
+              " but " + gathered_what + " has shape " + shape_string(gathered.shape));
+  }
+  GatherAxis g;
+  g.outer = product(shape, 0, axis);
+  g.axis_size = shape[axis];
+  g.inner = product(shape, axis + 1, shape.size());
+  g.count = indices.elements();
+  return g;
 }
 
 int64_t check_gather_elements(const KernelArgs& args, bool grad) {

@@ -27,4 +27,11 @@ void check_affine(const KernelArgs& args, const TensorView& x, const LayerNormRo
 void check_stats(const KernelArgs& args, const TensorView& t, const LayerNormRows& v,
                  const std::string& what);
 
+// LayerNormalization(X, Scale[, B]) -> Y[, Mean[, InvStdDev]], every operand checked.
+LayerNormRows check_layer_norm(const KernelArgs& args);
+
+// piper.LayerNormalizationGrad(dY, X, Scale, Mean, InvStdDev) -> dX, dScale, dBias (each
+// optional), every operand checked.
+LayerNormRows check_layer_norm_grad(const KernelArgs& args);
+
 }  // namespace piper::engine::cpu

@@ -28,48 +28,9 @@ auto by_element_size(plan::DType dtype, F&& f) {
   }
 }
 
-// Concat and Split: the joined tensor as [outer, axis, inner]; part p covers `parts[p]`
-// consecutive positions of the axis. Byte counts per outer index.
-struct Pieces {
-  int64_t outer = 1;
-  size_t joined_row = 0;
-  std::vector<size_t> part_rows;
-};
-
-Pieces pieces(const KernelArgs& args, const TensorView& joined,
-              const std::vector<const TensorView*>& parts, const std::string& part_kind) {
-  if (joined.rank() == 0) args.fail("cannot concatenate or split a scalar");
-  const int64_t axis = args.normalize_axis(args.attributes().get_int("axis", 0), joined.rank());
-  const size_t element = dtype_size(joined.dtype);
-  const int64_t inner = product(joined.shape, axis + 1, joined.shape.size());
-  Pieces p;
-  p.outer = product(joined.shape, 0, axis);
-  p.joined_row = static_cast<size_t>(joined.shape[axis] * inner) * element;
-  int64_t total = 0;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const TensorView& part = *parts[i];
-    const std::string what = part_kind + " " + std::to_string(i);
-    args.expect_dtype(part, joined.dtype, what);
-    Shape expected = joined.shape;
-    expected[axis] = part.rank() == joined.rank() ? part.shape[axis] : -1;
-    if (part.shape != expected) {
-      args.fail(what + " has shape " + shape_string(part.shape) + ", which does not match " +
-                shape_string(joined.shape) + " outside axis " + std::to_string(axis));
-    }
-    total += part.shape[axis];
-    p.part_rows.push_back(static_cast<size_t>(part.shape[axis] * inner) * element);
-  }
-  if (total != joined.shape[axis]) {
-    args.fail("the " + part_kind + "s add up to " + std::to_string(total) + " along axis " +
-              std::to_string(axis) + " but the joined tensor has " +
-              std::to_string(joined.shape[axis]));
-  }
-  return p;
-}
-
 // Calls f(o) for every outer index o, spread over parallel.h's threads.
 template <typename F>
-void for_each_outer(const Pieces& p, F f) {
+void for_each_outer(const JoinGeometry& p, F f) {
   const auto bytes = static_cast<int64_t>(std::max<size_t>(p.joined_row, 1));
   parallel_for(p.outer, (4 * kParallelGrain + bytes - 1) / bytes, [&](int64_t begin, int64_t end) {
     for (int64_t o = begin; o < end; ++o) f(o);
@@ -77,16 +38,11 @@ void for_each_outer(const Pieces& p, F f) {
 }
 
 std::unique_ptr<PreparedKernel> concat_factory(const KernelArgs& args) {
-  if (args.num_inputs() < 1) args.fail("takes at least one input, the plan gives none");
-  args.expect_outputs(1, 1);
+  const JoinGeometry p = check_concat(args);
   const TensorView& y = args.output(0);
-  std::vector<const TensorView*> parts;
   std::vector<const uint8_t*> sources;
-  for (size_t i = 0; i < args.num_inputs(); ++i) {
-    parts.push_back(&args.input(i));
+  for (size_t i = 0; i < args.num_inputs(); ++i)
     sources.push_back(args.input(i).as<const uint8_t>());
-  }
-  const Pieces p = pieces(args, y, parts, "input");
   return make_kernel([p, sources, py = y.as<uint8_t>()](const StepContext&) {
     for_each_outer(p, [&](int64_t o) {
       uint8_t* out = py + static_cast<size_t>(o) * p.joined_row;
@@ -101,27 +57,14 @@ std::unique_ptr<PreparedKernel> concat_factory(const KernelArgs& args) {
 // Split: the part sizes are the outputs' (from the plan); a `split` input, when given, must
 // agree with them.
 std::unique_ptr<PreparedKernel> split_factory(const KernelArgs& args) {
-  args.expect_inputs(1, 2);
-  if (args.num_outputs() < 1) args.fail("produces at least one output, the plan gives none");
+  const JoinGeometry p = check_split(args);
   const TensorView& x = args.input(0);
-  std::vector<const TensorView*> parts;
   std::vector<uint8_t*> targets;
-  for (size_t i = 0; i < args.num_outputs(); ++i) {
-    parts.push_back(&args.output(i));
-    targets.push_back(args.output(i).as<uint8_t>());
-  }
-  const Pieces p = pieces(args, x, parts, "output");
+  for (size_t i = 0; i < args.num_outputs(); ++i) targets.push_back(args.output(i).as<uint8_t>());
   if (args.has_input(1)) {
     const TensorView& split = args.input(1);
-    args.expect_dtype(split, plan::INT64, "split (input 1)");
-    const int64_t axis = args.normalize_axis(args.attributes().get_int("axis", 0), x.rank());
     const int64_t* values = split.as<const int64_t>();
-    bool agree = split.elements() == static_cast<int64_t>(parts.size());
-    for (size_t i = 0; agree && i < parts.size(); ++i) agree = values[i] == parts[i]->shape[axis];
-    if (!agree) {
-      args.fail("split (input 1) " + shape_string(Shape(values, values + split.elements())) +
-                " does not match the outputs' sizes along axis " + std::to_string(axis));
-    }
+    check_split_sizes(args, p, std::vector<int64_t>(values, values + split.elements()));
   }
   return make_kernel([p, targets, px = x.as<const uint8_t>()](const StepContext&) {
     for_each_outer(p, [&](int64_t o) {
@@ -216,15 +159,9 @@ std::unique_ptr<PreparedKernel> slice_kernel(const KernelArgs& args, bool backwa
 
 // Expand: x broadcast to the output's shape (which the shape input produced at planning).
 std::unique_ptr<PreparedKernel> expand_factory(const KernelArgs& args) {
-  args.expect_inputs(1, 2);
-  args.expect_outputs(1, 1);
+  check_expand(args);
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
-  args.expect_dtype(x, y.dtype, "input 0");
-  if (!broadcasts_to(x.shape, y.shape)) {
-    args.fail("input " + shape_string(x.shape) + " does not broadcast to the output " +
-              shape_string(y.shape));
-  }
   const StridedLoop loop(y.shape,
                          {contiguous_strides(y.shape), broadcast_strides(x.shape, y.shape)});
   return by_element_size(y.dtype, [&]<typename T>() {
@@ -255,16 +192,7 @@ std::unique_ptr<PreparedKernel> where_factory(const KernelArgs& args) {
   args.expect_dtype(c, plan::BOOL, "condition (input 0)");
   args.expect_dtype(x, out.dtype, "X (input 1)");
   args.expect_dtype(y, out.dtype, "Y (input 2)");
-  Shape shape;
-  try {
-    shape = broadcast_shapes(broadcast_shapes(c.shape, x.shape), y.shape);
-  } catch (const Error& error) {
-    args.fail(std::string("inputs do not broadcast: ") + error.what());
-  }
-  if (shape != out.shape) {
-    args.fail("inputs broadcast to " + shape_string(shape) + " but the output has shape " +
-              shape_string(out.shape));
-  }
+  args.expect_broadcast({c, x, y}, out);
   const StridedLoop loop(
       out.shape, {contiguous_strides(out.shape), broadcast_strides(c.shape, out.shape),
                   broadcast_strides(x.shape, out.shape), broadcast_strides(y.shape, out.shape)});
@@ -319,6 +247,79 @@ std::unique_ptr<PreparedKernel> trilu_factory(const KernelArgs& args) {
 }
 
 }  // namespace
+
+JoinGeometry check_join(const KernelArgs& args, const TensorView& joined,
+                        const std::vector<const TensorView*>& parts, const std::string& part_kind) {
+  if (joined.rank() == 0) args.fail("cannot concatenate or split a scalar");
+  JoinGeometry p;
+  p.axis = args.normalize_axis(args.attributes().get_int("axis", 0), joined.rank());
+  const size_t element = dtype_size(joined.dtype);
+  const int64_t inner = product(joined.shape, p.axis + 1, joined.shape.size());
+  p.outer = product(joined.shape, 0, p.axis);
+  p.joined_row = static_cast<size_t>(joined.shape[p.axis] * inner) * element;
+  int64_t total = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const TensorView& part = *parts[i];
+    const std::string what = part_kind + " " + std::to_string(i);
+    args.expect_dtype(part, joined.dtype, what);
+    Shape expected = joined.shape;
+    expected[p.axis] = part.rank() == joined.rank() ? part.shape[p.axis] : -1;
+    if (part.shape != expected) {
+      args.fail(what + " has shape " + shape_string(part.shape) + ", which does not match " +
+                shape_string(joined.shape) + " outside axis " + std::to_string(p.axis));
+    }
+    total += part.shape[p.axis];
+    p.part_rows.push_back(static_cast<size_t>(part.shape[p.axis] * inner) * element);
+  }
+  if (total != joined.shape[p.axis]) {
+    args.fail("the " + part_kind + "s add up to " + std::to_string(total) + " along axis " +
+              std::to_string(p.axis) + " but the joined tensor has " +
+              std::to_string(joined.shape[p.axis]));
+  }
+  return p;
+}
+
+JoinGeometry check_concat(const KernelArgs& args) {
+  if (args.num_inputs() < 1) args.fail("takes at least one input, the plan gives none");
+  args.expect_outputs(1, 1);
+  std::vector<const TensorView*> parts;
+  for (size_t i = 0; i < args.num_inputs(); ++i) parts.push_back(&args.input(i));
+  return check_join(args, args.output(0), parts, "input");
+}
+
+JoinGeometry check_split(const KernelArgs& args) {
+  args.expect_inputs(1, 2);
+  if (args.num_outputs() < 1) args.fail("produces at least one output, the plan gives none");
+  std::vector<const TensorView*> parts;
+  for (size_t i = 0; i < args.num_outputs(); ++i) parts.push_back(&args.output(i));
+  const JoinGeometry join = check_join(args, args.input(0), parts, "output");
+  if (args.has_input(1)) args.expect_dtype(args.input(1), plan::INT64, "split (input 1)");
+  return join;
+}
+
+void check_split_sizes(const KernelArgs& args, const JoinGeometry& join,
+                       const std::vector<int64_t>& sizes) {
+  bool agree = sizes.size() == args.num_outputs();
+  for (size_t i = 0; agree && i < sizes.size(); ++i) {
+    agree = sizes[i] == args.output(i).shape[static_cast<size_t>(join.axis)];
+  }
+  if (!agree) {
+    args.fail("split (input 1) " + shape_string(sizes) +
+              " does not match the outputs' sizes along axis " + std::to_string(join.axis));
+  }
+}
+
+void check_expand(const KernelArgs& args) {
+  args.expect_inputs(1, 2);
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(x, y.dtype, "input 0");
+  if (!broadcasts_to(x.shape, y.shape)) {
+    args.fail("input " + shape_string(x.shape) + " does not broadcast to the output " +
+              shape_string(y.shape));
+  }
+}
 
 TileWalk check_tile(const KernelArgs& args) {
   args.expect_inputs(2, 2);

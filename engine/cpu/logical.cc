@@ -7,6 +7,7 @@
 
 #include "engine/cpu/bfloat16.h"
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/op_checks.h"
 #include "engine/cpu/strided_loop.h"
 #include "formats/error.h"
 
@@ -74,27 +75,6 @@ std::unique_ptr<PreparedKernel> make_compare(const TensorView& a, const TensorVi
           }
         });
       });
-}
-
-// Checks two inputs of one dtype broadcasting to a bool output.
-void check_compare(const KernelArgs& args) {
-  args.expect_inputs(2, 2);
-  args.expect_outputs(1, 1);
-  const TensorView& a = args.input(0);
-  const TensorView& b = args.input(1);
-  const TensorView& y = args.output(0);
-  args.expect_dtype(y, plan::BOOL, "output 0");
-  args.expect_dtype(b, a.dtype, "input 1 (input 0's dtype)");
-  Shape shape;
-  try {
-    shape = broadcast_shapes(a.shape, b.shape);
-  } catch (const Error& error) {
-    args.fail(std::string("inputs do not broadcast: ") + error.what());
-  }
-  if (shape != y.shape) {
-    args.fail("inputs broadcast to " + shape_string(shape) + " but the output has shape " +
-              shape_string(y.shape));
-  }
 }
 
 // Comparisons of two float32, int64 (or, with kAllowBool, bool) inputs of one dtype.
@@ -247,6 +227,17 @@ std::unique_ptr<PreparedKernel> cast_like_factory(const KernelArgs& args) {
 }
 
 }  // namespace
+
+void check_compare(const KernelArgs& args) {
+  args.expect_inputs(2, 2);
+  args.expect_outputs(1, 1);
+  const TensorView& a = args.input(0);
+  const TensorView& b = args.input(1);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(y, plan::BOOL, "output 0");
+  args.expect_dtype(b, a.dtype, "input 1 (input 0's dtype)");
+  args.expect_broadcast({a, b}, y);
+}
 
 void register_logical_kernels(KernelTable& table) {
   table["Equal"] = compare_factory<EqualOp, true>;

@@ -7,6 +7,7 @@
 
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/layer_norm_geometry.h"
+#include "engine/cpu/op_checks.h"
 #include "engine/cpu/parallel.h"
 #include "engine/cpu/row_reductions.h"
 #include "engine/cpu/vector_math.h"
@@ -14,24 +15,6 @@
 
 namespace piper::engine::cpu {
 namespace {
-
-// A tensor viewed as [outer, n, inner] around one axis.
-struct AxisView {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-
-AxisView axis_view(const KernelArgs& args, const Shape& shape, int64_t axis) {
-  const auto rank = static_cast<int64_t>(shape.size());
-  const int64_t a = axis < 0 ? axis + rank : axis;
-  if (a < 0 || a >= rank) {
-    args.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
-  }
-  AxisView view;
-  for (int64_t d = 0; d < a; ++d) view.outer *= shape[d];
-  view.n = shape[a];
-  for (int64_t d = a + 1; d < rank; ++d) view.inner *= shape[d];
-  return view;
-}
 
 // Exponentials go through buffers of this many floats where a row must keep its values.
 constexpr int64_t kExpChunk = 256;
@@ -62,7 +45,7 @@ void softmax_row(const float* x, float* y, int64_t n) {
 // parallel.h's threads; strided rows (inner > 1) are gathered into scratch and the result
 // scattered back.
 template <size_t kIn, typename Row>
-void for_each_axis_row(const AxisView& v, const std::array<const float*, kIn>& in, float* out,
+void for_each_axis_row(const AxisLines& v, const std::array<const float*, kIn>& in, float* out,
                        Row row) {
   const int64_t grain = (kParallelGrain + v.n - 1) / v.n;
   if (v.inner == 1) {
@@ -94,14 +77,9 @@ void for_each_axis_row(const AxisView& v, const std::array<const float*, kIn>& i
 
 template <bool kLog>
 std::unique_ptr<PreparedKernel> softmax_factory(const KernelArgs& args) {
-  args.expect_inputs(1, 1);
-  args.expect_outputs(1, 1);
+  const AxisLines v = check_along_axis(args);
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
-  args.expect_dtype(x, plan::FLOAT32, "input 0");
-  args.expect_dtype(y, plan::FLOAT32, "output 0");
-  args.expect_same_shape(x, "input 0", y, "output 0");
-  const AxisView v = axis_view(args, x.shape, args.attributes().get_int("axis", -1));
   return make_kernel([v, px = x.as<const float>(), py = y.as<float>()](const StepContext&) {
     for_each_axis_row<1>(
         v, {px}, py, [&](const auto& rows, float* out) { softmax_row<kLog>(rows[0], out, v.n); });
@@ -112,17 +90,10 @@ std::unique_ptr<PreparedKernel> softmax_factory(const KernelArgs& args) {
 // dX = dY − exp(Y) · Σ dY; sums along `axis`.
 template <bool kLog>
 std::unique_ptr<PreparedKernel> softmax_grad_factory(const KernelArgs& args) {
-  args.expect_inputs(2, 2);
-  args.expect_outputs(1, 1);
+  const AxisLines v = check_softmax_grad(args);
   const TensorView& dy = args.input(0);
   const TensorView& y = args.input(1);
   const TensorView& dx = args.output(0);
-  args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
-  args.expect_dtype(y, plan::FLOAT32, "Y (input 1)");
-  args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
-  args.expect_same_shape(dy, "dY (input 0)", dx, "dX (output 0)");
-  args.expect_same_shape(y, "Y (input 1)", dx, "dX (output 0)");
-  const AxisView v = axis_view(args, y.shape, args.attributes().get_int("axis", -1));
   return make_kernel([v, pdy = dy.as<const float>(), py = y.as<const float>(),
                       pdx = dx.as<float>()](const StepContext&) {
     for_each_axis_row<2>(v, {pdy, py}, pdx, [&](const auto& rows, float* out) {
@@ -145,30 +116,12 @@ std::unique_ptr<PreparedKernel> softmax_grad_factory(const KernelArgs& args) {
 }
 
 std::unique_ptr<PreparedKernel> layer_norm_factory(const KernelArgs& args) {
-  args.expect_inputs(2, 3);
-  args.expect_outputs(1, 3);
+  const LayerNormRows v = check_layer_norm(args);
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
-  args.expect_dtype(x, plan::FLOAT32, "X (input 0)");
-  args.expect_dtype(y, plan::FLOAT32, "Y (output 0)");
-  args.expect_same_shape(x, "X (input 0)", y, "Y (output 0)");
-  const LayerNormRows v = layer_norm_rows(args, x);
-  check_affine(args, x, v, args.input(1), "Scale (input 1)");
-  const float* bias = nullptr;
-  if (args.has_input(2)) {
-    check_affine(args, x, v, args.input(2), "B (input 2)");
-    bias = args.input(2).as<const float>();
-  }
-  float* mean_out = nullptr;
-  float* inv_out = nullptr;
-  if (args.has_output(1)) {
-    check_stats(args, args.output(1), v, "Mean (output 1)");
-    mean_out = args.output(1).as<float>();
-  }
-  if (args.has_output(2)) {
-    check_stats(args, args.output(2), v, "InvStdDev (output 2)");
-    inv_out = args.output(2).as<float>();
-  }
+  const float* bias = args.has_input(2) ? args.input(2).as<const float>() : nullptr;
+  float* mean_out = args.has_output(1) ? args.output(1).as<float>() : nullptr;
+  float* inv_out = args.has_output(2) ? args.output(2).as<float>() : nullptr;
   const auto epsilon = static_cast<float>(args.attributes().get_float("epsilon", 1e-5));
   return make_kernel([v, epsilon, bias, mean_out, inv_out, px = x.as<const float>(),
                       scale = args.input(1).as<const float>(),
@@ -201,33 +154,12 @@ constexpr int64_t kMaxGradBlocks = 64;
 // optional). With x̂ = (X − Mean)·InvStdDev and g = dY·Scale, per row:
 // dX = InvStdDev · (g − mean(g) − x̂ · mean(g·x̂)); dScale = Σ_rows dY·x̂; dBias = Σ_rows dY.
 std::unique_ptr<PreparedKernel> layer_norm_grad_factory(const KernelArgs& args) {
-  args.expect_inputs(5, 5);
-  args.expect_outputs(1, 3);
+  const LayerNormRows v = check_layer_norm_grad(args);
   const TensorView& dy = args.input(0);
   const TensorView& x = args.input(1);
-  args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
-  args.expect_dtype(x, plan::FLOAT32, "X (input 1)");
-  args.expect_same_shape(dy, "dY (input 0)", x, "X (input 1)");
-  const LayerNormRows v = layer_norm_rows(args, x);
-  check_affine(args, x, v, args.input(2), "Scale (input 2)");
-  check_stats(args, args.input(3), v, "Mean (input 3)");
-  check_stats(args, args.input(4), v, "InvStdDev (input 4)");
-  float* dx = nullptr;
-  float* dscale = nullptr;
-  float* dbias = nullptr;
-  if (args.has_output(0)) {
-    args.expect_dtype(args.output(0), plan::FLOAT32, "dX (output 0)");
-    args.expect_same_shape(args.output(0), "dX (output 0)", x, "X (input 1)");
-    dx = args.output(0).as<float>();
-  }
-  if (args.has_output(1)) {
-    check_affine(args, x, v, args.output(1), "dScale (output 1)");
-    dscale = args.output(1).as<float>();
-  }
-  if (args.has_output(2)) {
-    check_affine(args, x, v, args.output(2), "dBias (output 2)");
-    dbias = args.output(2).as<float>();
-  }
+  float* dx = args.has_output(0) ? args.output(0).as<float>() : nullptr;
+  float* dscale = args.has_output(1) ? args.output(1).as<float>() : nullptr;
+  float* dbias = args.has_output(2) ? args.output(2).as<float>() : nullptr;
   // dScale and dBias sum over rows: each block of rows sums its own part, and the blocks' parts
   // are added in order, so the sums do not depend on the thread count.
   const int64_t blocks = std::min(kMaxGradBlocks, (v.rows + 15) / 16);

@@ -22,6 +22,10 @@ const TensorView* check_matmul_bias(const KernelArgs& args);
 // shape), receives product [+ Bias]. Returns whether Y gets the GELU.
 bool check_matmul_activation(const KernelArgs& args);
 
+// Equal, Less, Greater, LessOrEqual, GreaterOrEqual, And, Or, Xor(A, B) -> Y: inputs of one
+// dtype broadcasting to a bool output.
+void check_compare(const KernelArgs& args);
+
 // Pow(A, B) -> Y: A float32 or int64, B float32 or int64, Y of A's dtype, broadcasting.
 void check_pow(const KernelArgs& args);
 // piper.PowBaseGrad(dY, A, B) (`base`) or piper.PowExponentGrad(dY, A, Y) -> dX in dY's shape:
@@ -35,6 +39,14 @@ struct GatherOperands {
   const TensorView& data;      // input 0, or dX
 };
 GatherOperands check_gather_operands(const KernelArgs& args, bool grad);
+
+// Gather(data, indices) -> Y and (`grad`) piper.GatherGrad(dY, indices) -> dX, attribute
+// `axis`: the data seen as [outer, axis_size, inner] and the gathered tensor as [outer, count,
+// inner], count being the number of indices (int64, input 1).
+struct GatherAxis {
+  int64_t outer = 1, axis_size = 0, inner = 1, count = 0;
+};
+GatherAxis check_gather(const KernelArgs& args, bool grad);
 
 // The operands of a scatter (data input 0, indices input 1, updates input 2, output 0 of
 // data's shape), their counts, dtypes and data's shape checked.
@@ -111,8 +123,12 @@ NdGeometry check_scatter_nd(const KernelArgs& args);
 // last extreme element is selected (select_last_index).
 AxisLines check_arg_extreme(const KernelArgs& args, bool& last);
 
-// Hardmax(X) -> Y (float32, X's shape): the lines along `axis` (default -1).
-AxisLines check_hardmax(const KernelArgs& args);
+// Hardmax, Softmax or LogSoftmax(X) -> Y (float32, X's shape): the lines along `axis`
+// (default -1).
+AxisLines check_along_axis(const KernelArgs& args);
+// piper.SoftmaxGrad or piper.LogSoftmaxGrad(dY, Y) -> dX (float32, one shape): the lines along
+// `axis` (default -1).
+AxisLines check_softmax_grad(const KernelArgs& args);
 
 // TopK(X, K) -> values, indices: the lines along the axis, K (from the output shape; the K
 // input must hold it at run time) and whether the largest are selected.
@@ -141,6 +157,51 @@ struct TileWalk {
   std::vector<int64_t> output_strides, input_strides;
 };
 TileWalk check_tile(const KernelArgs& args);
+
+// Reshape, Flatten, Identity, Squeeze, Unsqueeze(X, ...) -> Y: a copy of X's bytes into Y's
+// shape (one dtype, one element count).
+void check_copy(const KernelArgs& args);
+
+// Transpose(X) -> Y by the attribute `perm` (default: reversed): returns X's strides along Y's
+// dimensions.
+std::vector<int64_t> check_transpose(const KernelArgs& args);
+
+// Expand(X[, shape]) -> Y: X broadcasts to Y's shape (the shape input made Y's at planning).
+void check_expand(const KernelArgs& args);
+
+// Concat(X0, X1, ...) -> Y and Split(X[, split]) -> Y0, Y1, ...: the joined tensor is `outer`
+// rows (one per index of the dimensions before the axis), each the parts' rows side by side.
+struct JoinGeometry {
+  int64_t axis = 0;
+  int64_t outer = 1;
+  size_t joined_row = 0;          // bytes of one row of the joined tensor
+  std::vector<size_t> part_rows;  // bytes of one row of each part
+};
+// Checks the parts ("input" or "output" `part_kind` in messages) against the joined tensor.
+JoinGeometry check_join(const KernelArgs& args, const TensorView& joined,
+                        const std::vector<const TensorView*>& parts, const std::string& part_kind);
+// Concat's geometry, its inputs and output checked.
+JoinGeometry check_concat(const KernelArgs& args);
+// Split's geometry, its inputs and outputs checked but the values of the optional `split` input
+// (input 1), which check_split_sizes() checks once they are read.
+JoinGeometry check_split(const KernelArgs& args);
+// Split's `split` input values must be the outputs' sizes along the axis.
+void check_split_sizes(const KernelArgs& args, const JoinGeometry& join,
+                       const std::vector<int64_t>& sizes);
+
+// piper.Accumulate(X) -> Y: Y += X, both float32 with one element count.
+void check_accumulate(const KernelArgs& args);
+
+// piper.Shard(X) -> Y: Y = elements [begin, begin + count) of flat X, zero past them to Y's
+// end (attributes num_shards and shard_index, k = numel(Y), num_shards * k >= numel(X)).
+struct ShardRange {
+  int64_t begin = 0, count = 0;
+};
+ShardRange check_shard(const KernelArgs& args);
+
+// piper.BroadcastTo(X) -> Y (float32): X with size-1 dimensions inserted at `axes` (Y's
+// numbering), which broadcasts to Y's shape: returns that expanded shape of X.
+Shape check_broadcast_to(const KernelArgs& args);
 
 // Trilu(X[, k]) -> Y: any dtype, at least two dimensions; k is read at run time.
 void check_trilu(const KernelArgs& args);

@@ -76,4 +76,38 @@ SquaredSlices squared_slices(const KernelArgs& args) {
   return slices;
 }
 
+SgdSettings check_sgd(const KernelArgs& args) {
+  args.expect_inputs(2, 4);
+  const auto& attributes = args.attributes();
+  SgdSettings sgd;
+  sgd.momentum = attributes.get_float("momentum", 0.0);
+  sgd.dampening = attributes.get_float("dampening", 0.0);
+  sgd.weight_decay = attributes.get_float("weight_decay", 0.0);
+  sgd.nesterov = attributes.get_int("nesterov", 0) != 0;
+  if (sgd.nesterov && (sgd.momentum <= 0.0 || sgd.dampening != 0.0)) {
+    args.fail("Nesterov momentum requires momentum > 0 and dampening = 0 (as torch.optim.SGD)");
+  }
+  if (sgd.momentum != 0.0) {
+    check_optimizer_state(args, {"P (input 0)", "G (input 1)", "momentum buffer M (input 2)"});
+    sgd.momentum_buffer = args.input(2).as<float>();
+  } else {
+    check_optimizer_state(args, {"P (input 0)", "G (input 1)"});
+  }
+  sgd.norm = gradient_norm_input(args, sgd.momentum != 0.0 ? 3 : 2);
+  return sgd;
+}
+
+AdamWSettings check_adamw(const KernelArgs& args) {
+  args.expect_inputs(4, 5);
+  check_optimizer_state(args, {"P (input 0)", "G (input 1)", "M (input 2)", "V (input 3)"});
+  const auto& attributes = args.attributes();
+  AdamWSettings adamw;
+  adamw.beta1 = attributes.get_float("beta1", 0.9);
+  adamw.beta2 = attributes.get_float("beta2", 0.999);
+  adamw.eps = attributes.get_float("eps", 1e-8);
+  adamw.weight_decay = attributes.get_float("weight_decay", 1e-2);
+  adamw.norm = gradient_norm_input(args, 4);
+  return adamw;
+}
+
 }  // namespace piper::engine::cpu

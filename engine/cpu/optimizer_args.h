@@ -35,6 +35,24 @@ struct UpdateSchedule {
 // >= 0 and, when > 0, a gradient norm input (`norm` not null) to clip by.
 UpdateSchedule update_schedule(const KernelArgs& args, const float* norm);
 
+// piper.SGD(P, G[, M][, norm]): its attributes (torch.optim.SGD's), checked with its state
+// and the gradient norm input; `momentum_buffer` is M's data, null without momentum.
+struct SgdSettings {
+  double momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+  float* momentum_buffer = nullptr;
+  const float* norm = nullptr;  // gradient_norm_input()
+};
+SgdSettings check_sgd(const KernelArgs& args);
+
+// piper.AdamW(P, G, M, V[, norm]): its attributes (torch.optim.AdamW's), checked with its state
+// and the gradient norm input.
+struct AdamWSettings {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
+  const float* norm = nullptr;  // gradient_norm_input()
+};
+AdamWSettings check_adamw(const KernelArgs& args);
+
 // piper.SumSquares(X1, ..., Xn) -> Y, attributes `starts` and `counts`: the slices of the
 // flattened float32 inputs whose squares add up to the float32 scalar Y.
 struct SquaredSlices {

@@ -20,23 +20,12 @@ namespace {
 bool skipped(const float* norm) { return norm != nullptr && !std::isfinite(*norm); }
 
 std::unique_ptr<PreparedKernel> sgd_factory(const KernelArgs& args) {
-  args.expect_inputs(2, 4);
-  const auto& attributes = args.attributes();
-  const double momentum = attributes.get_float("momentum", 0.0);
-  const double dampening = attributes.get_float("dampening", 0.0);
-  const double weight_decay = attributes.get_float("weight_decay", 0.0);
-  const bool nesterov = attributes.get_int("nesterov", 0) != 0;
-  if (nesterov && (momentum <= 0.0 || dampening != 0.0)) {
-    args.fail("Nesterov momentum requires momentum > 0 and dampening = 0 (as torch.optim.SGD)");
-  }
-  if (momentum != 0.0) {
-    check_optimizer_state(args, {"P (input 0)", "G (input 1)", "momentum buffer M (input 2)"});
-  } else {
-    check_optimizer_state(args, {"P (input 0)", "G (input 1)"});
-  }
+  const SgdSettings sgd = check_sgd(args);
   const TensorView& p = args.input(0);
-  float* m = momentum != 0.0 ? args.input(2).as<float>() : nullptr;
-  const float* norm = gradient_norm_input(args, momentum != 0.0 ? 3 : 2);
+  float* m = sgd.momentum_buffer;
+  const float* norm = sgd.norm;
+  const double momentum = sgd.momentum, dampening = sgd.dampening, weight_decay = sgd.weight_decay;
+  const bool nesterov = sgd.nesterov;
   return make_kernel([n = p.elements(), pp = p.as<float>(), pg = args.input(1).as<const float>(), m,
                       norm, update = update_schedule(args, norm), mu = static_cast<float>(momentum),
                       keep = static_cast<float>(1.0 - dampening),
@@ -81,14 +70,10 @@ void adamw_update(AdamWStep s, float* __restrict p, float* __restrict m, float* 
 }
 
 std::unique_ptr<PreparedKernel> adamw_factory(const KernelArgs& args) {
-  args.expect_inputs(4, 5);
-  check_optimizer_state(args, {"P (input 0)", "G (input 1)", "M (input 2)", "V (input 3)"});
-  const float* norm = gradient_norm_input(args, 4);
-  const auto& attributes = args.attributes();
-  const double beta1 = attributes.get_float("beta1", 0.9);
-  const double beta2 = attributes.get_float("beta2", 0.999);
-  const double eps = attributes.get_float("eps", 1e-8);
-  const double weight_decay = attributes.get_float("weight_decay", 1e-2);
+  const AdamWSettings adamw = check_adamw(args);
+  const float* norm = adamw.norm;
+  const double beta1 = adamw.beta1, beta2 = adamw.beta2, eps = adamw.eps,
+               weight_decay = adamw.weight_decay;
   const TensorView& p = args.input(0);
   return make_kernel([n = p.elements(), pp = p.as<float>(), pg = args.input(1).as<const float>(),
                       pm = args.input(2).as<float>(), pv = args.input(3).as<float>(), norm,

@@ -289,34 +289,9 @@ std::unique_ptr<PreparedKernel> sum_to_factory(const KernelArgs& args) {
 // piper.BroadcastTo: X with size-1 dimensions inserted at `axes` (Y's numbering), broadcast to
 // Y's shape, times `scale`.
 std::unique_ptr<PreparedKernel> broadcast_to_factory(const KernelArgs& args) {
-  args.expect_inputs(1, 1);
-  args.expect_outputs(1, 1);
+  const Shape expanded = check_broadcast_to(args);
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
-  args.expect_dtype(x, plan::FLOAT32, "input 0");
-  args.expect_dtype(y, plan::FLOAT32, "output 0");
-  const auto axes = args.attributes().get_ints("axes", {});
-  const int64_t rank = x.rank() + static_cast<int64_t>(axes.size());
-  if (rank > y.rank()) {
-    args.fail("X " + shape_string(x.shape) + " with " + std::to_string(axes.size()) +
-              " inserted axes has more dimensions than Y " + shape_string(y.shape));
-  }
-  const std::set<int64_t> inserted = normalize_axes(args, axes, y.rank());
-  Shape expanded;
-  size_t next = 0;
-  for (int64_t a = 0; a < rank; ++a) {
-    if (inserted.count(a + (y.rank() - rank))) {
-      expanded.push_back(1);
-    } else if (next < x.shape.size()) {
-      expanded.push_back(x.shape[next++]);
-    } else {
-      args.fail("axes do not fit X " + shape_string(x.shape) + " into Y " + shape_string(y.shape));
-    }
-  }
-  if (next != x.shape.size() || !broadcasts_to(expanded, y.shape)) {
-    args.fail("X " + shape_string(x.shape) + " with size-1 axes inserted (" +
-              shape_string(expanded) + ") does not broadcast to Y " + shape_string(y.shape));
-  }
   const float scale = static_cast<float>(args.attributes().get_float("scale", 1.0));
   const StridedLoop loop(y.shape,
                          {contiguous_strides(y.shape), broadcast_strides(expanded, y.shape)});
@@ -400,6 +375,38 @@ std::unique_ptr<PreparedKernel> reduce_prod_grad_factory(const KernelArgs& args)
 }
 
 }  // namespace
+
+Shape check_broadcast_to(const KernelArgs& args) {
+  args.expect_inputs(1, 1);
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(x, plan::FLOAT32, "input 0");
+  args.expect_dtype(y, plan::FLOAT32, "output 0");
+  const auto axes = args.attributes().get_ints("axes", {});
+  const int64_t rank = x.rank() + static_cast<int64_t>(axes.size());
+  if (rank > y.rank()) {
+    args.fail("X " + shape_string(x.shape) + " with " + std::to_string(axes.size()) +
+              " inserted axes has more dimensions than Y " + shape_string(y.shape));
+  }
+  const std::set<int64_t> inserted = normalize_axes(args, axes, y.rank());
+  Shape expanded;
+  size_t next = 0;
+  for (int64_t a = 0; a < rank; ++a) {
+    if (inserted.count(a + (y.rank() - rank))) {
+      expanded.push_back(1);
+    } else if (next < x.shape.size()) {
+      expanded.push_back(x.shape[next++]);
+    } else {
+      args.fail("axes do not fit X " + shape_string(x.shape) + " into Y " + shape_string(y.shape));
+    }
+  }
+  if (next != x.shape.size() || !broadcasts_to(expanded, y.shape)) {
+    args.fail("X " + shape_string(x.shape) + " with size-1 axes inserted (" +
+              shape_string(expanded) + ") does not broadcast to Y " + shape_string(y.shape));
+  }
+  return expanded;
+}
 
 Shape check_reduction(const KernelArgs& args, const std::vector<int64_t>& axes, int64_t* count) {
   const TensorView& x = args.input(0);

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "engine/cpu/kernel_registry.h"
+#include "engine/cpu/op_checks.h"
 #include "engine/cpu/parallel.h"
 #include "engine/cpu/strided_loop.h"
 
@@ -13,18 +14,9 @@ namespace piper::engine::cpu {
 namespace {
 
 std::unique_ptr<PreparedKernel> copy_factory(const KernelArgs& args) {
-  if (args.num_inputs() < 1) {
-    args.fail("takes a data input, the plan gives none");
-  }
-  args.expect_outputs(1, 1);
+  check_copy(args);
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
-  args.expect_dtype(x, y.dtype, "input 0");
-  if (x.elements() != y.elements()) {
-    args.fail("input 0 " + shape_string(x.shape) + " has " + std::to_string(x.elements()) +
-              " elements but output 0 " + shape_string(y.shape) + " has " +
-              std::to_string(y.elements()));
-  }
   return make_kernel(
       [bytes = y.bytes(), src = x.as<const uint8_t>(), dst = y.as<uint8_t>()](const StepContext&) {
         if (src == dst || bytes == 0) return;
@@ -108,6 +100,35 @@ std::unique_ptr<PreparedKernel> make_transpose(const TensorView& x, const Tensor
 }
 
 std::unique_ptr<PreparedKernel> transpose_factory(const KernelArgs& args) {
+  const std::vector<int64_t> strides = check_transpose(args);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  switch (dtype_size(y.dtype)) {
+    case 8:
+      return make_transpose<uint64_t>(x, y, strides);
+    case 4:
+      return make_transpose<uint32_t>(x, y, strides);
+    default:
+      return make_transpose<uint8_t>(x, y, strides);
+  }
+}
+
+}  // namespace
+
+void check_copy(const KernelArgs& args) {
+  if (args.num_inputs() < 1) args.fail("takes a data input, the plan gives none");
+  args.expect_outputs(1, 1);
+  const TensorView& x = args.input(0);
+  const TensorView& y = args.output(0);
+  args.expect_dtype(x, y.dtype, "input 0");
+  if (x.elements() != y.elements()) {
+    args.fail("input 0 " + shape_string(x.shape) + " has " + std::to_string(x.elements()) +
+              " elements but output 0 " + shape_string(y.shape) + " has " +
+              std::to_string(y.elements()));
+  }
+}
+
+std::vector<int64_t> check_transpose(const KernelArgs& args) {
   args.expect_inputs(1, 1);
   args.expect_outputs(1, 1);
   const TensorView& x = args.input(0);
@@ -138,17 +159,8 @@ std::unique_ptr<PreparedKernel> transpose_factory(const KernelArgs& args) {
               " gives " + shape_string(expected) + " but the output has shape " +
               shape_string(y.shape));
   }
-  switch (dtype_size(y.dtype)) {
-    case 8:
-      return make_transpose<uint64_t>(x, y, strides);
-    case 4:
-      return make_transpose<uint32_t>(x, y, strides);
-    default:
-      return make_transpose<uint8_t>(x, y, strides);
-  }
+  return strides;
 }
-
-}  // namespace
 
 void register_shape_kernels(KernelTable& table) {
   for (const char* op : {"Reshape", "Flatten", "Identity", "Squeeze", "Unsqueeze"}) {

@@ -5,6 +5,7 @@
 // (engine/cpu/elementwise.cc, math.cc, logical.cc, layout_ops.cc). The broadcasting
 // arithmetic, Where and Cast take bfloat16 tensors too; the maps and comparisons take
 // float32, the backend widening bfloat16 tensors for them (CudaBackend::prepare).
+#include "engine/cpu/op_checks.h"
 #include "engine/cpu/strided_loop.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/ops.h"
@@ -12,26 +13,6 @@
 
 namespace piper::engine::cuda {
 namespace {
-
-Shape broadcast_of(const KernelArgs& args, const std::vector<TensorView>& inputs) {
-  Shape shape = inputs.at(0).shape;
-  try {
-    for (size_t i = 1; i < inputs.size(); ++i)
-      shape = cpu::broadcast_shapes(shape, inputs[i].shape);
-  } catch (const Error& error) {
-    args.fail(std::string("inputs do not broadcast: ") + error.what());
-  }
-  return shape;
-}
-
-void expect_broadcast_to(const KernelArgs& args, const std::vector<TensorView>& inputs,
-                         const TensorView& out) {
-  const Shape shape = broadcast_of(args, inputs);
-  if (shape != out.shape) {
-    args.fail("inputs broadcast to " + shape_string(shape) + " but the output has shape " +
-              shape_string(out.shape));
-  }
-}
 
 // Add, Sub, Mul, Div: two inputs of the output's dtype (int64 unless `float_only`), or, for a
 // float output, float inputs of either float dtype (a float32 scalar beside bfloat16 tensors).
@@ -174,14 +155,10 @@ CudaKernelFactory saved_grad_factory(SavedGrad op, const char* saved) {
 // broadcast to a bool output.
 CudaKernelFactory compare_factory(Binary op, bool allow_bool) {
   return [op, allow_bool](const KernelArgs& args, CudaContext& context) {
-    args.expect_inputs(2, 2);
-    args.expect_outputs(1, 1);
+    cpu::check_compare(args);
     const TensorView& a = args.input(0);
     const TensorView& b = args.input(1);
     const TensorView& y = args.output(0);
-    args.expect_dtype(y, plan::BOOL, "output 0");
-    args.expect_dtype(b, a.dtype, "input 1 (input 0's dtype)");
-    expect_broadcast_to(args, {a, b}, y);
     const Element type = element_type(args, a, "inputs", allow_bool);
     const StridedIndex index = broadcast_index(y.shape, {a.shape, b.shape});
     return make_kernel(
@@ -207,7 +184,7 @@ std::unique_ptr<PreparedKernel> where_factory(const KernelArgs& args, CudaContex
   const TensorView& y = args.input(2);
   const TensorView& out = args.output(0);
   args.expect_dtype(c, plan::BOOL, "condition (input 0)");
-  expect_broadcast_to(args, {c, x, y}, out);
+  args.expect_broadcast({c, x, y}, out);
   const StridedIndex index = broadcast_index(out.shape, {c.shape, x.shape, y.shape});
   if (is_float(out.dtype)) {  // X and Y of either float dtype
     expect_float(args, x, "X (input 1)");

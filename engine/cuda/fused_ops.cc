@@ -204,24 +204,9 @@ std::unique_ptr<PreparedKernel> fused_attention_factory(const KernelArgs& args,
   args.expect_inputs(3, 4);
   args.expect_outputs(1, 3);
   const Attention a = attention(args, context, 0);
-  const TensorView& y = args.output(0);
-  args.expect_dtype(y, args.input(0).dtype, "Y (output 0) (Q's dtype)");
-  Shape expected(args.input(0).shape.begin(), args.input(0).shape.end() - 1);
-  expected.push_back(a.dv);
-  if (y.shape != expected) {
-    args.fail("Y (output 0) has shape " + shape_string(y.shape) + ", expected " +
-              shape_string(expected));
-  }
-  float* row_max = nullptr;
-  float* row_inv_sum = nullptr;
-  if (args.has_output(1)) {
-    cpu::check_row_statistic(args, args.output(1), a, "RowMax (output 1)");
-    row_max = args.output(1).as<float>();
-  }
-  if (args.has_output(2)) {
-    cpu::check_row_statistic(args, args.output(2), a, "RowInvSum (output 2)");
-    row_inv_sum = args.output(2).as<float>();
-  }
+  cpu::check_attention_outputs(args, a, args.input(0).dtype, "Y (output 0) (Q's dtype)");
+  float* row_max = args.has_output(1) ? args.output(1).as<float>() : nullptr;
+  float* row_inv_sum = args.has_output(2) ? args.output(2).as<float>() : nullptr;
   if (auto kernel = cudnn_attention(args, context, a)) return kernel;
   const int64_t chunk = chunk_batches(a);
   const ChunkProducts full = chunk_products(context, args, a, chunk, false);
@@ -231,7 +216,7 @@ std::unique_ptr<PreparedKernel> fused_attention_factory(const KernelArgs& args,
       device_array<uint16_t>(a.type == CUDA_R_16BF ? static_cast<size_t>(chunk * a.t * a.tk) : 0);
   return make_kernel([&context, a, full, last, scores, rounded, row_max, row_inv_sum,
                       q = args.input(0).data, kt = args.input(1).data, v = args.input(2).data,
-                      py = y.data](const StepContext&) {
+                      py = args.output(0).data](const StepContext&) {
     const cudaStream_t stream = context.stream();
     const size_t e = a.element_bytes;
     float* s = scores.get();

@@ -4,6 +4,7 @@
 // attribute tf32 = 1) or bfloat16.
 // Batches (numpy broadcasting) become strided batched products, one per run of
 // batches whose operands sit at constant distances.
+#include "engine/cpu/matmul_geometry.h"
 #include "engine/cpu/op_checks.h"
 #include "engine/cpu/strided_loop.h"
 #include "engine/cuda/check.h"
@@ -15,76 +16,11 @@
 namespace piper::engine::cuda {
 namespace {
 
-// The row-major product, as the CPU kernel plans it (engine/cpu/gemm.cc): one (A, B, Y)
-// element offset per batch.
-struct MatmulShape {
-  bool trans_a = false, trans_b = false;
-  int64_t m = 0, n = 0, k = 0;
-  int64_t lda = 1, ldb = 1;  // row lengths of the stored A and B matrices
-  std::vector<int64_t> a_offsets, b_offsets, y_offsets;
-};
-
-MatmulShape matmul_shape(const KernelArgs& args, const TensorView& a, const TensorView& b,
-                         const TensorView& y, bool trans_a, bool trans_b) {
-  if (a.rank() == 0 || b.rank() == 0) {
-    args.fail("operands must have at least one dimension, got A " + shape_string(a.shape) +
-              " and B " + shape_string(b.shape));
-  }
-  if ((a.rank() == 1 && trans_a) || (b.rank() == 1 && trans_b)) {
-    args.fail("transA/transB need a matrix operand (rank >= 2), got A " + shape_string(a.shape) +
-              " and B " + shape_string(b.shape));
-  }
-  const Shape a_mat =
-      a.rank() == 1 ? Shape{1, a.shape[0]} : Shape(a.shape.end() - 2, a.shape.end());
-  const Shape b_mat =
-      b.rank() == 1 ? Shape{b.shape[0], 1} : Shape(b.shape.end() - 2, b.shape.end());
-  const Shape a_batch = a.rank() <= 2 ? Shape{} : Shape(a.shape.begin(), a.shape.end() - 2);
-  const Shape b_batch = b.rank() <= 2 ? Shape{} : Shape(b.shape.begin(), b.shape.end() - 2);
-  MatmulShape s;
-  s.trans_a = trans_a;
-  s.trans_b = trans_b;
-  s.m = trans_a ? a_mat[1] : a_mat[0];
-  s.k = trans_a ? a_mat[0] : a_mat[1];
-  const int64_t kb = trans_b ? b_mat[1] : b_mat[0];
-  s.n = trans_b ? b_mat[0] : b_mat[1];
-  s.lda = a_mat[1];
-  s.ldb = b_mat[1];
-  if (s.k != kb) {
-    args.fail("inner dimensions differ: A " + shape_string(a.shape) +
-              (trans_a ? " (transposed)" : "") + " has K = " + std::to_string(s.k) + ", B " +
-              shape_string(b.shape) + (trans_b ? " (transposed)" : "") +
-              " has K = " + std::to_string(kb));
-  }
-  Shape batch;
-  try {
-    batch = cpu::broadcast_shapes(a_batch, b_batch);
-  } catch (const Error& error) {
-    args.fail(std::string("batch dimensions do not broadcast: ") + error.what());
-  }
-  Shape expected = batch;
-  if (a.rank() > 1) expected.push_back(s.m);
-  if (b.rank() > 1) expected.push_back(s.n);
-  if (expected != y.shape) {
-    args.fail("A " + shape_string(a.shape) + " times B " + shape_string(b.shape) + " gives " +
-              shape_string(expected) + " but the output has shape " + shape_string(y.shape));
-  }
-  std::vector<int64_t> a_strides = cpu::broadcast_strides(a_batch, batch);
-  std::vector<int64_t> b_strides = cpu::broadcast_strides(b_batch, batch);
-  for (auto& stride : a_strides) stride *= a_mat[0] * a_mat[1];
-  for (auto& stride : b_strides) stride *= b_mat[0] * b_mat[1];
-  const cpu::StridedLoop loop(batch, {a_strides, b_strides});
-  loop.for_each_row([&](const int64_t* offsets, int64_t count) {
-    for (int64_t i = 0; i < count; ++i) {
-      s.a_offsets.push_back(offsets[0] + i * loop.inner_stride(0));
-      s.b_offsets.push_back(offsets[1] + i * loop.inner_stride(1));
-    }
-  });
-  for (size_t i = 0; i < s.a_offsets.size(); ++i) {
-    s.y_offsets.push_back(static_cast<int64_t>(i) * s.m * s.n);
-  }
-  // One B for every batch and A's batches stacked contiguously: a single taller product.
+// A checked product's geometry (engine/cpu/matmul_geometry.h) with its batches folded into a
+// single taller product where they share B and A's batches are stacked contiguously.
+cpu::MatmulGeometry folded(cpu::MatmulGeometry s) {
   const auto batches = static_cast<int64_t>(s.a_offsets.size());
-  bool fold = batches > 1 && !trans_a;
+  bool fold = batches > 1 && !s.trans_a;
   for (int64_t i = 0; fold && i < batches; ++i) {
     fold = s.b_offsets[i] == 0 && s.a_offsets[i] == i * s.m * s.k;
   }
@@ -110,8 +46,8 @@ struct Epilogue {
 // run in TF32 when the kernel's attribute tf32 is 1.
 class GemmKernel : public PreparedKernel {
  public:
-  GemmKernel(CudaContext& context, const KernelArgs& args, const MatmulShape& s, float alpha,
-             float beta, const TensorView& a, const TensorView& b, const TensorView& y,
+  GemmKernel(CudaContext& context, const KernelArgs& args, const cpu::MatmulGeometry& s,
+             float alpha, float beta, const TensorView& a, const TensorView& b, const TensorView& y,
              const Epilogue& epilogue = {})
       : alpha_(alpha),
         beta_(beta),
@@ -206,7 +142,7 @@ void check_floats(const KernelArgs& args) {
 // The product with `epilogue` in cuBLASLt, or null where cuBLASLt has no algorithm for it (the
 // shapes, alignments or dtypes) or K = 0.
 std::unique_ptr<PreparedKernel> product_with_epilogue(const KernelArgs& args, CudaContext& context,
-                                                      const MatmulShape& s,
+                                                      const cpu::MatmulGeometry& s,
                                                       const Epilogue& epilogue) {
   const TensorView* bias = cpu::check_matmul_bias(args);
   if (s.k == 0 || (bias != nullptr && bias->dtype != args.output(0).dtype)) return nullptr;
@@ -222,7 +158,7 @@ std::unique_ptr<PreparedKernel> product_with_epilogue(const KernelArgs& args, Cu
 // algorithm (or the bias's dtype is not Y's), copied into every row of Y before the product
 // accumulates into it.
 std::unique_ptr<PreparedKernel> matmul_with_bias(const KernelArgs& args, CudaContext& context,
-                                                 const MatmulShape& s) {
+                                                 const cpu::MatmulGeometry& s) {
   const TensorView& bias = *cpu::check_matmul_bias(args);
   const TensorView& y = args.output(0);
   if (auto fused = product_with_epilogue(args, context, s, Epilogue{bias.data})) return fused;
@@ -240,7 +176,7 @@ std::unique_ptr<PreparedKernel> matmul_with_bias(const KernelArgs& args, CudaCon
 
 // The product (and bias) without an activation.
 std::unique_ptr<PreparedKernel> product(const KernelArgs& args, CudaContext& context,
-                                        const MatmulShape& s) {
+                                        const cpu::MatmulGeometry& s) {
   if (args.has_input(2)) return matmul_with_bias(args, context, s);
   const TensorView& y = args.output(0);
   if (s.k == 0 && y.elements() > 0) {  // an empty sum: zeros
@@ -256,7 +192,7 @@ std::unique_ptr<PreparedKernel> product(const KernelArgs& args, CudaContext& con
 // writes PreActivation; where cuBLASLt has no such algorithm, the product (and bias) into Y,
 // copied into PreActivation, then Piper's GELU kernel over Y.
 std::unique_ptr<PreparedKernel> matmul_with_gelu(const KernelArgs& args, CudaContext& context,
-                                                 const MatmulShape& s) {
+                                                 const cpu::MatmulGeometry& s) {
   const TensorView* bias = cpu::check_matmul_bias(args);
   const TensorView& y = args.output(0);
   void* pre = args.has_output(1) ? args.output(1).data : nullptr;
@@ -283,8 +219,8 @@ CudaKernelFactory matmul_factory(bool piper_op) {
         check_floats(args);
         const bool trans_a = piper_op && args.attributes().get_int("transA", 0) != 0;
         const bool trans_b = piper_op && args.attributes().get_int("transB", 0) != 0;
-        const MatmulShape s =
-            matmul_shape(args, args.input(0), args.input(1), args.output(0), trans_a, trans_b);
+        const cpu::MatmulGeometry s = folded(cpu::matmul_geometry(
+            args, args.input(0), args.input(1), args.output(0), trans_a, trans_b));
         return gelu ? matmul_with_gelu(args, context, s) : product(args, context, s);
       };
 }
@@ -292,29 +228,18 @@ CudaKernelFactory matmul_factory(bool piper_op) {
 // ONNX Gemm: Y = alpha * A' B' + beta * C, C broadcast unidirectionally to [M, N]: C is
 // copied (scaled when K = 0) into Y, which the product then accumulates into.
 std::unique_ptr<PreparedKernel> gemm_factory(const KernelArgs& args, CudaContext& context) {
-  args.expect_inputs(2, 3);
-  args.expect_outputs(1, 1);
+  const cpu::MatmulGeometry s = folded(cpu::check_gemm(args));
   check_floats(args);
   const TensorView& a = args.input(0);
   const TensorView& b = args.input(1);
   const TensorView& y = args.output(0);
-  if (a.rank() != 2 || b.rank() != 2) {
-    args.fail("A and B must be matrices, got A " + shape_string(a.shape) + " and B " +
-              shape_string(b.shape));
-  }
   const auto& attributes = args.attributes();
-  const MatmulShape s = matmul_shape(args, a, b, y, attributes.get_int("transA", 0) != 0,
-                                     attributes.get_int("transB", 0) != 0);
   const auto alpha = static_cast<float>(attributes.get_float("alpha", 1.0));
   float beta = static_cast<float>(attributes.get_float("beta", 1.0));
   FloatView c;
   StridedIndex c_index;
   if (args.has_input(2)) {
     const TensorView& ct = args.input(2);
-    if (!cpu::broadcasts_to(ct.shape, y.shape)) {
-      args.fail("C " + shape_string(ct.shape) + " does not broadcast to the output " +
-                shape_string(y.shape));
-    }
     if (beta != 0.0f) {
       c = float_view(ct);
       c_index = broadcast_index(y.shape, {ct.shape});

@@ -2,6 +2,7 @@
 // gradients piper.SoftmaxGrad, piper.LogSoftmaxGrad, piper.LayerNormalizationGrad.
 // Checks follow engine/cpu/normalization.cc.
 #include "engine/cpu/layer_norm_geometry.h"
+#include "engine/cpu/op_checks.h"
 #include "engine/cuda/normalization.h"
 #include "engine/cuda/ops.h"
 #include "engine/cuda/reduce.h"
@@ -10,45 +11,27 @@
 namespace piper::engine::cuda {
 namespace {
 
-AxisRows axis_rows(const KernelArgs& args, const Shape& shape) {
-  const auto rank = static_cast<int64_t>(shape.size());
-  const int64_t a = args.normalize_axis(args.attributes().get_int("axis", -1), rank);
-  AxisRows rows;
-  rows.outer = product(shape, 0, static_cast<size_t>(a));
-  rows.n = shape[static_cast<size_t>(a)];
-  rows.inner = product(shape, static_cast<size_t>(a) + 1, shape.size());
-  return rows;
-}
+AxisRows axis_rows(const cpu::AxisLines& lines) { return {lines.outer, lines.n, lines.inner}; }
 
 template <bool kLog>
 std::unique_ptr<PreparedKernel> softmax_factory(const KernelArgs& args, CudaContext& context) {
-  args.expect_inputs(1, 1);
-  args.expect_outputs(1, 1);
+  const AxisRows rows = axis_rows(cpu::check_along_axis(args));
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
-  args.expect_dtype(x, plan::FLOAT32, "input 0");
-  args.expect_dtype(y, plan::FLOAT32, "output 0");
-  args.expect_same_shape(x, "input 0", y, "output 0");
-  return make_kernel([&context, rows = axis_rows(args, x.shape), px = x.as<const float>(),
-                      py = y.as<float>()](const StepContext&) {
-    launch_softmax(kLog, rows, px, py, context.stream());
-  });
+  return make_kernel(
+      [&context, rows, px = x.as<const float>(), py = y.as<float>()](const StepContext&) {
+        launch_softmax(kLog, rows, px, py, context.stream());
+      });
 }
 
 template <bool kLog>
 std::unique_ptr<PreparedKernel> softmax_grad_factory(const KernelArgs& args, CudaContext& context) {
-  args.expect_inputs(2, 2);
-  args.expect_outputs(1, 1);
+  const AxisRows rows = axis_rows(cpu::check_softmax_grad(args));
   const TensorView& dy = args.input(0);
   const TensorView& y = args.input(1);
   const TensorView& dx = args.output(0);
-  args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
-  args.expect_dtype(y, plan::FLOAT32, "Y (input 1)");
-  args.expect_dtype(dx, plan::FLOAT32, "dX (output 0)");
-  args.expect_same_shape(dy, "dY (input 0)", dx, "dX (output 0)");
-  args.expect_same_shape(y, "Y (input 1)", dx, "dX (output 0)");
-  return make_kernel([&context, rows = axis_rows(args, y.shape), pdy = dy.as<const float>(),
-                      py = y.as<const float>(), pdx = dx.as<float>()](const StepContext&) {
+  return make_kernel([&context, rows, pdy = dy.as<const float>(), py = y.as<const float>(),
+                      pdx = dx.as<float>()](const StepContext&) {
     launch_softmax_grad(kLog, rows, pdy, py, pdx, context.stream());
   });
 }
@@ -58,22 +41,10 @@ float* optional_output(const KernelArgs& args, size_t i) {
 }
 
 std::unique_ptr<PreparedKernel> layer_norm_factory(const KernelArgs& args, CudaContext& context) {
-  args.expect_inputs(2, 3);
-  args.expect_outputs(1, 3);
+  const cpu::LayerNormRows v = cpu::check_layer_norm(args);
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
-  args.expect_dtype(x, plan::FLOAT32, "X (input 0)");
-  args.expect_dtype(y, plan::FLOAT32, "Y (output 0)");
-  args.expect_same_shape(x, "X (input 0)", y, "Y (output 0)");
-  const cpu::LayerNormRows v = cpu::layer_norm_rows(args, x);
-  cpu::check_affine(args, x, v, args.input(1), "Scale (input 1)");
-  const float* bias = nullptr;
-  if (args.has_input(2)) {
-    cpu::check_affine(args, x, v, args.input(2), "B (input 2)");
-    bias = args.input(2).as<const float>();
-  }
-  if (args.has_output(1)) cpu::check_stats(args, args.output(1), v, "Mean (output 1)");
-  if (args.has_output(2)) cpu::check_stats(args, args.output(2), v, "InvStdDev (output 2)");
+  const float* bias = args.has_input(2) ? args.input(2).as<const float>() : nullptr;
   const auto epsilon = static_cast<float>(args.attributes().get_float("epsilon", 1e-5));
   return make_kernel([&context, v, epsilon, bias, px = x.as<const float>(),
                       scale = args.input(1).as<const float>(), py = y.as<float>(),
@@ -86,23 +57,9 @@ std::unique_ptr<PreparedKernel> layer_norm_factory(const KernelArgs& args, CudaC
 // piper.LayerNormalizationGrad(dY, X, Scale, Mean, InvStdDev) -> dX, dScale, dBias (optional).
 std::unique_ptr<PreparedKernel> layer_norm_grad_factory(const KernelArgs& args,
                                                         CudaContext& context) {
-  args.expect_inputs(5, 5);
-  args.expect_outputs(1, 3);
+  const cpu::LayerNormRows v = cpu::check_layer_norm_grad(args);
   const TensorView& dy = args.input(0);
   const TensorView& x = args.input(1);
-  args.expect_dtype(dy, plan::FLOAT32, "dY (input 0)");
-  args.expect_dtype(x, plan::FLOAT32, "X (input 1)");
-  args.expect_same_shape(dy, "dY (input 0)", x, "X (input 1)");
-  const cpu::LayerNormRows v = cpu::layer_norm_rows(args, x);
-  cpu::check_affine(args, x, v, args.input(2), "Scale (input 2)");
-  cpu::check_stats(args, args.input(3), v, "Mean (input 3)");
-  cpu::check_stats(args, args.input(4), v, "InvStdDev (input 4)");
-  if (args.has_output(0)) {
-    args.expect_dtype(args.output(0), plan::FLOAT32, "dX (output 0)");
-    args.expect_same_shape(args.output(0), "dX (output 0)", x, "X (input 1)");
-  }
-  if (args.has_output(1)) cpu::check_affine(args, x, v, args.output(1), "dScale (output 1)");
-  if (args.has_output(2)) cpu::check_affine(args, x, v, args.output(2), "dBias (output 2)");
   const int chunks = reduce_chunks(v.n, v.rows);
   const bool columns = args.has_output(1) || args.has_output(2);
   const std::shared_ptr<double> partials =

@@ -12,26 +12,13 @@
 namespace piper::engine::cuda {
 namespace {
 
-using cpu::check_optimizer_state;
-using cpu::gradient_norm_input;
 using cpu::update_schedule;
 
 std::unique_ptr<PreparedKernel> sgd_factory(const KernelArgs& args, CudaContext& context) {
-  args.expect_inputs(2, 4);
-  const auto& attributes = args.attributes();
-  const double momentum = attributes.get_float("momentum", 0.0);
-  const double dampening = attributes.get_float("dampening", 0.0);
-  const double weight_decay = attributes.get_float("weight_decay", 0.0);
-  const bool nesterov = attributes.get_int("nesterov", 0) != 0;
-  if (nesterov && (momentum <= 0.0 || dampening != 0.0)) {
-    args.fail("Nesterov momentum requires momentum > 0 and dampening = 0 (as torch.optim.SGD)");
-  }
-  if (momentum != 0.0) {
-    check_optimizer_state(args, {"P (input 0)", "G (input 1)", "momentum buffer M (input 2)"});
-  } else {
-    check_optimizer_state(args, {"P (input 0)", "G (input 1)"});
-  }
-  const float* norm = gradient_norm_input(args, momentum != 0.0 ? 3 : 2);
+  const cpu::SgdSettings sgd = cpu::check_sgd(args);
+  const double momentum = sgd.momentum, dampening = sgd.dampening, weight_decay = sgd.weight_decay;
+  const bool nesterov = sgd.nesterov;
+  const float* norm = sgd.norm;
   SgdStep step;
   step.momentum = static_cast<float>(momentum);
   step.keep = static_cast<float>(1.0 - dampening);
@@ -41,8 +28,7 @@ std::unique_ptr<PreparedKernel> sgd_factory(const KernelArgs& args, CudaContext&
   step.max_norm = update.max_norm;
   const TensorView& p = args.input(0);
   return make_kernel([&context, step, update, n = p.elements(), pp = p.as<float>(),
-                      pg = args.input(1).as<const float>(),
-                      pm = momentum != 0.0 ? args.input(2).as<float>() : nullptr,
+                      pg = args.input(1).as<const float>(), pm = sgd.momentum_buffer,
                       norm](const StepContext& run) mutable {
     step.first = run.update == 1;
     step.lr = static_cast<float>(update.lr_at(run));
@@ -51,14 +37,10 @@ std::unique_ptr<PreparedKernel> sgd_factory(const KernelArgs& args, CudaContext&
 }
 
 std::unique_ptr<PreparedKernel> adamw_factory(const KernelArgs& args, CudaContext& context) {
-  args.expect_inputs(4, 5);
-  check_optimizer_state(args, {"P (input 0)", "G (input 1)", "M (input 2)", "V (input 3)"});
-  const auto& attributes = args.attributes();
-  const double beta1 = attributes.get_float("beta1", 0.9);
-  const double beta2 = attributes.get_float("beta2", 0.999);
-  const double eps = attributes.get_float("eps", 1e-8);
-  const double weight_decay = attributes.get_float("weight_decay", 1e-2);
-  const float* norm = gradient_norm_input(args, 4);
+  const cpu::AdamWSettings adamw = cpu::check_adamw(args);
+  const double beta1 = adamw.beta1, beta2 = adamw.beta2, eps = adamw.eps,
+               weight_decay = adamw.weight_decay;
+  const float* norm = adamw.norm;
   const cpu::UpdateSchedule update = update_schedule(args, norm);
   const TensorView& p = args.input(0);
   return make_kernel([&context, n = p.elements(), pp = p.as<float>(),

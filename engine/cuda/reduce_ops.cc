@@ -1,8 +1,6 @@
 // Reductions on CUDA: ONNX's Reduce* ops (engine/cpu/reduce_math.h; keepdims, axes as an
 // attribute or an input), piper.SumTo and its adjoint piper.BroadcastTo, piper.ReduceProdGrad.
 // Checks follow engine/cpu/reduce.cc.
-#include <set>
-
 #include "engine/cpu/op_checks.h"
 #include "engine/cpu/strided_loop.h"
 #include "engine/cuda/ops.h"
@@ -11,16 +9,6 @@
 
 namespace piper::engine::cuda {
 namespace {
-
-std::set<int64_t> normalize_axes(const KernelArgs& args, const std::vector<int64_t>& axes,
-                                 int64_t rank) {
-  std::set<int64_t> normalized;
-  for (int64_t axis : axes) {
-    const int64_t a = args.normalize_axis(axis, rank);
-    if (!normalized.insert(a).second) args.fail("axis " + std::to_string(axis) + " appears twice");
-  }
-  return normalized;
-}
 
 // Reduces x over the dimensions where `kept` (x's rank; broadcasts to x) is 1 and x's is not.
 std::unique_ptr<PreparedKernel> make_reduction(CudaContext& context, cpu::ReduceFormula reduction,
@@ -98,34 +86,9 @@ std::unique_ptr<PreparedKernel> sum_to_factory(const KernelArgs& args, CudaConte
 // piper.BroadcastTo: X with size-1 axes inserted at `axes` (Y's numbering), broadcast to Y's
 // shape, times `scale`.
 std::unique_ptr<PreparedKernel> broadcast_to_factory(const KernelArgs& args, CudaContext& context) {
-  args.expect_inputs(1, 1);
-  args.expect_outputs(1, 1);
+  const Shape expanded = cpu::check_broadcast_to(args);
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
-  args.expect_dtype(x, plan::FLOAT32, "input 0");
-  args.expect_dtype(y, plan::FLOAT32, "output 0");
-  const auto axes = args.attributes().get_ints("axes", {});
-  const int64_t rank = x.rank() + static_cast<int64_t>(axes.size());
-  if (rank > y.rank()) {
-    args.fail("X " + shape_string(x.shape) + " with " + std::to_string(axes.size()) +
-              " inserted axes has more dimensions than Y " + shape_string(y.shape));
-  }
-  const std::set<int64_t> inserted = normalize_axes(args, axes, y.rank());
-  Shape expanded;
-  size_t next = 0;
-  for (int64_t a = 0; a < rank; ++a) {
-    if (inserted.count(a + (y.rank() - rank))) {
-      expanded.push_back(1);
-    } else if (next < x.shape.size()) {
-      expanded.push_back(x.shape[next++]);
-    } else {
-      args.fail("axes do not fit X " + shape_string(x.shape) + " into Y " + shape_string(y.shape));
-    }
-  }
-  if (next != x.shape.size() || !cpu::broadcasts_to(expanded, y.shape)) {
-    args.fail("X " + shape_string(x.shape) + " with size-1 axes inserted (" +
-              shape_string(expanded) + ") does not broadcast to Y " + shape_string(y.shape));
-  }
   const auto scale = static_cast<float>(args.attributes().get_float("scale", 1.0));
   const StridedIndex index = broadcast_index(y.shape, {expanded});
   return make_kernel(

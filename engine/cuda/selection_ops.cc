@@ -44,7 +44,7 @@ std::unique_ptr<PreparedKernel> one_hot_factory(const KernelArgs& args, CudaCont
 }
 
 std::unique_ptr<PreparedKernel> hardmax_factory(const KernelArgs& args, CudaContext& context) {
-  const cpu::AxisLines lines = cpu::check_hardmax(args);
+  const cpu::AxisLines lines = cpu::check_along_axis(args);
   return make_kernel([&context, lines, px = args.input(0).as<const float>(),
                       py = args.output(0).as<float>()](const StepContext&) {
     launch_hardmax(lines, px, py, context.stream());
