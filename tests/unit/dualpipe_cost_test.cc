@@ -5,19 +5,14 @@
 // BW are one matrix product of the same size: F = BI = BW, the table's assumption (there, B
 // = F; here the full backward B = BI + BW = 2F).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <string>
 #include <tuple>
 
-#include "formats/strategy.h"
-#include "onnx_builder.h"
-#include "planner/plan_model.h"
+#include "gemm_chain.h"
 
 namespace piper {
 namespace {
@@ -25,60 +20,12 @@ namespace {
 constexpr int64_t kWidth = 512;
 constexpr int64_t kRows = 64;  // per microbatch
 
-// x + bias (so stage 0 too computes its input's gradient), then `layers` Gemms, then the loss.
-std::string write_model(int layers) {
-  testing::OnnxBuilder b;
-  b.input("x", {-1, kWidth}).input("y", {-1}, onnx::TensorProto::INT64).output("loss", {});
-  b.initializer("bias", {kWidth}, std::vector<float>(kWidth, 0.1f));
-  b.node("Add", {"x", "bias"}, {"h"}, "/fc0/Add");
-  std::string previous = "h";
-  for (int layer = 0; layer < layers; ++layer) {
-    const std::string w = "w" + std::to_string(layer);
-    b.initializer(w, {kWidth, kWidth}, std::vector<float>(kWidth * kWidth, 0.01f));
-    const std::string out = "h" + std::to_string(layer);
-    testing::OnnxBuilder::attr(
-        b.node("Gemm", {previous, w}, {out}, "/fc" + std::to_string(layer) + "/Gemm"), "transB",
-        int64_t{1});
-    previous = out;
-  }
-  b.node("SoftmaxCrossEntropyLoss", {previous, "y"}, {"loss"}, "/loss");
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("piper_dualpipe_cost_" + std::to_string(::getpid()) + "_" +
-                             std::to_string(layers) + ".onnx"))
-                               .string();
-  std::ofstream(path, std::ios::binary) << b.model().SerializeAsString();
-  return path;
-}
-
-// FLOP-bound kernels and free links: the pipeline's own bubble, no transfer time in it.
-planner::PlanningOptions flop_bound() {
-  planner::PlanningOptions options;
-  options.rates.memory_bandwidth = 1e18;
-  options.rates.op_overhead = 0;
-  options.rates.intra_node = {.bandwidth = 1e18, .latency = 0};
-  options.rates.inter_node = options.rates.intra_node;
-  return options;
-}
-
+// Stage l is layer l of a chain of `stages` Gemms of one width (x + bias first, so stage 0 too
+// computes its input's gradient), FLOP-bound with free links.
 std::vector<plan::Plan> plan(int stages, const std::string& schedule, int devices,
                              int microbatches) {
-  const std::string model = write_model(stages);
-  std::string annotations, device_list;
-  for (int s = 0; s < stages; ++s) {
-    annotations += std::string(s ? ", " : "") + R"({"match": "/fc)" + std::to_string(s) +
-                   R"(/*", "tags": {"PP": )" + std::to_string(s) + "}}";
-  }
-  for (int d = 0; d < devices; ++d) device_list += (d ? ", " : "") + std::to_string(d);
-  const std::string text = R"({"batch": {"global": )" + std::to_string(kRows * microbatches) +
-                           R"(}, "annotations": [)" + annotations +
-                           R"(], "directives": [{"op": "pipeline", "schedule": ")" + schedule +
-                           R"(", "devices": [)" + device_list + R"(], "num_microbatches": )" +
-                           std::to_string(microbatches) + "}]}";
-  std::vector<plan::Plan> plans =
-      planner::plan_model(model, strategy::parse_strategy(text, "dualpipe_cost.json"), flop_bound())
-          .plans;
-  std::filesystem::remove(model);
-  return plans;
+  const testing::GemmChain chain(std::vector<int64_t>(stages + 1, kWidth), /*input_bias=*/true);
+  return testing::plan_stage_per_layer(chain, schedule, devices, microbatches, kRows);
 }
 
 // The table's terms as the plan prices them, on one rank: F a forward, B a full backward, W a
