@@ -50,7 +50,12 @@ class DeviceQueue {
     if (streams_) streams_->bind(0);
   }
   ~DeviceQueue() {
-    if (streams_) streams_->finish(0);
+    if (!streams_) return;
+    try {
+      streams_->finish(0);
+    } catch (const Error&) {
+      // Only a device fault, which wait() reported already, or one met while unwinding.
+    }
   }
   void wait() {
     if (!streams_) return;
