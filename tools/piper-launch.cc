@@ -44,6 +44,12 @@ int main(int argc, char** argv) {
   if (const auto exit_code = piper::tools::parse_command_line(app, argc, argv, "piper-launch")) {
     return *exit_code;
   }
+  if (options.plans_dir.empty() && options.ranks == 0) {
+    std::fprintf(stderr,
+                 "piper-launch: error: --plans is required (or --ranks N) (piper-launch --help "
+                 "lists the options)\n");
+    return piper::tools::kUsageError;
+  }
   options.run_args = app.remaining();
   try {
     return piper::engine::launch(options);

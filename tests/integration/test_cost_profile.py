@@ -102,8 +102,11 @@ class CostProfile(unittest.TestCase):
         self.assertEqual(neither.returncode, 2, neither.describe())
         self.assertIn("--plan is required (or --profile-costs FILE)", neither.stderr)
         launch = harness.run([launch_path(), "--profile-costs", "x.json"])
-        self.assertEqual(launch.returncode, 1, launch.describe())
-        self.assertIn("give either --plans DIR (a rank per plan) or --ranks N", launch.stderr)
+        self.assertEqual(launch.returncode, 2, launch.describe())
+        self.assertIn("--plans is required (or --ranks N)", launch.stderr)
+        both = harness.run([launch_path(), "--ranks", "2", "--plans", self.tmp])
+        self.assertEqual(both.returncode, 2, both.describe())
+        self.assertIn("excludes", both.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "x.json")))
 
 
