@@ -78,25 +78,36 @@ std::string Cluster::describe() const {
            " within a node, " + link_text(inter_node) + " across nodes)";
   }
   std::snprintf(text, sizeof text, ", %g us per op", op_overhead * 1e6);
-  return out + text;
+  out += text;
+  if (!measured.empty()) {
+    out += "; measured: " + std::to_string(measured.kernels.size()) + " kernels, " +
+           std::to_string(measured.collectives.size()) + " collectives (" + measured.on + ")";
+  }
+  return out;
+}
+
+bool Cluster::within_node(const std::vector<int>& ranks) const {
+  if (devices_per_node <= 0 || ranks.empty()) return true;
+  const int64_t node = ranks.front() / devices_per_node;
+  for (int rank : ranks) {
+    if (rank / devices_per_node != node) return false;
+  }
+  return true;
 }
 
 const Link& Cluster::link(const std::vector<int>& ranks) const {
-  if (devices_per_node <= 0 || ranks.empty()) return intra_node;
-  const int64_t node = ranks.front() / devices_per_node;
-  for (int rank : ranks) {
-    if (rank / devices_per_node != node) return inter_node;
-  }
-  return intra_node;
+  return within_node(ranks) ? intra_node : inter_node;
 }
 
 Cluster parse_cluster(const std::string& text, const std::string& source) {
   const Context ctx(source);
   const json root = strategy::parse_json_text(text, source);
-  const std::vector<std::string_view> keys = {"devices_per_node", "flops",      "memory_bytes",
-                                              "memory_bandwidth", "intra_node", "inter_node",
-                                              "kernel_overhead"};
-  const Object top(ctx, root, "$", keys, keys);
+  const std::vector<std::string_view> required = {"devices_per_node", "flops",      "memory_bytes",
+                                                  "memory_bandwidth", "intra_node", "inter_node",
+                                                  "kernel_overhead"};
+  std::vector<std::string_view> keys = required;
+  keys.push_back("measured");
+  const Object top(ctx, root, "$", keys, required);
   const Object flops(ctx, *top.find("flops"), top.at("flops"), {"float32", "bfloat16"},
                      {"float32", "bfloat16"});
   Cluster cluster;
@@ -108,7 +119,38 @@ Cluster parse_cluster(const std::string& text, const std::string& source) {
   cluster.intra_node = read_link(top, "intra_node");
   cluster.inter_node = read_link(top, "inter_node");
   cluster.op_overhead = *top.number("kernel_overhead", kNonNegative);
+  if (top.find("measured") != nullptr) cluster.measured = read_measured_costs(top);
   return cluster;
+}
+
+std::string cluster_json(const Cluster& cluster) {
+  cluster.check();
+  if (cluster.devices_per_node < 1 || !(cluster.memory_bytes > 0)) {
+    throw Error("a cluster file describes the devices per node and their memory; got " +
+                std::to_string(cluster.devices_per_node) + " devices per node and " +
+                std::to_string(cluster.memory_bytes) + " bytes");
+  }
+  const auto link = [](const Link& link) {
+    return json{{"bandwidth", link.bandwidth}, {"latency", link.latency}};
+  };
+  json file = {{"devices_per_node", cluster.devices_per_node},
+               {"flops", {{"float32", cluster.flops}, {"bfloat16", cluster.bfloat16_flops}}},
+               {"memory_bytes", cluster.memory_bytes},
+               {"memory_bandwidth", cluster.memory_bandwidth},
+               {"intra_node", link(cluster.intra_node)},
+               {"inter_node", link(cluster.inter_node)},
+               {"kernel_overhead", cluster.op_overhead}};
+  std::string text = file.dump(2);
+  if (!cluster.measured.empty()) {
+    // The measured object goes last, nested one level: its own lines indented by two.
+    std::string measured = measured_costs_text(cluster.measured);
+    for (size_t at = measured.find('\n'); at != std::string::npos;
+         at = measured.find('\n', at + 3)) {
+      measured.replace(at, 1, "\n  ");
+    }
+    text.replace(text.size() - 2, 2, ",\n  \"measured\": " + measured + "\n}");
+  }
+  return text + "\n";
 }
 
 Cluster load_cluster(const std::string& path) { return parse_cluster(read_file(path), path); }

@@ -1,12 +1,15 @@
 // The cluster the cost model plans for (planner/sim, docs/cost-model.md): devices
 // per node, FLOP rates per dtype, memory, intra- and inter-node links and the
-// per-kernel overhead. piper-plan --cluster FILE reads it from JSON; without one,
-// the defaults describe a small CPU machine, every device on one node.
+// per-kernel overhead, and optionally the kernels and collectives measured on its
+// devices (piper-run --profile-costs). piper-plan --cluster FILE reads it from JSON;
+// without one, the defaults describe a small CPU machine, every device on one node.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "formats/measured_costs.h"
 
 namespace piper::formats {
 
@@ -26,12 +29,17 @@ struct Cluster {
   Link intra_node;                 // between devices of one node (NVLink)
   Link inter_node;                 // between nodes (the network)
   double op_overhead = 2e-6;       // seconds each kernel adds (dispatch, launch)
+  // Measured curves, which price what they cover instead of the rates above.
+  MeasuredCosts measured;
 
   // Throws piper::Error naming the first rate that is not positive (the
   // latencies and overhead may be 0).
   void check() const;
-  // "100 GFLOP/s, 10 GB/s memory, 1 GB/s link, 20 us latency, 2 us per op".
+  // "100 GFLOP/s, 10 GB/s memory, 1 GB/s link, 20 us latency, 2 us per op", and with measured
+  // curves "; measured: 14 kernels, 6 collectives (cpu, 2 threads per rank, 1 rank)".
   std::string describe() const;
+  // Whether every rank of a group is on one node.
+  bool within_node(const std::vector<int>& ranks) const;
   // The slowest link a group of ranks spans: within a node when all share one.
   const Link& link(const std::vector<int>& ranks) const;
 };
@@ -39,5 +47,8 @@ struct Cluster {
 // Throws piper::Error naming `source` and the JSON path of what is wrong.
 Cluster parse_cluster(const std::string& text, const std::string& source);
 Cluster load_cluster(const std::string& path);
+// The cluster file parse_cluster reads back; throws piper::Error when devices_per_node or
+// memory_bytes is not described (0), which the file cannot say.
+std::string cluster_json(const Cluster& cluster);
 
 }  // namespace piper::formats

@@ -164,7 +164,8 @@ int main(int argc, char** argv) {
   app.add_option("--cluster", cluster_path,
                  "cost model: a JSON description of the cluster to plan for (devices per node, "
                  "FLOP/s per dtype, memory, intra- and inter-node bandwidth and latency, "
-                 "per-kernel overhead; docs/cost-model.md) instead of the rate flags' defaults; "
+                 "per-kernel overhead, and the kernels and collectives piper-run --profile-costs "
+                 "measured; docs/cost-model.md) instead of the rate flags' defaults; "
                  "a rate flag given as well overrides its part of the file")
       ->type_name("FILE");
   app.add_option("--flops", rates.flops,

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "engine/cpu/blas.h"
+#include "engine/runtime/cost_profile.h"
 #include "engine/runtime/run.h"
 #include "engine/runtime/trace.h"
 #include "formats/error.h"
@@ -24,11 +25,25 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Executes a Piper plan: trains the planned model for some steps on this rank, printing "
       "one line per step (loss, step time, samples/s)."};
-  app.add_option("--plan", options.plan_path,
-                 "Plan file of this rank, written by piper-plan; %r stands for the rank the "
-                 "launcher gives (RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID): "
-                 "--plan plans/rank%r.plan")
-      ->required();
+  auto* plan_option =
+      app.add_option("--plan", options.plan_path,
+                     "Plan file of this rank, written by piper-plan; %r stands for the rank the "
+                     "launcher gives (RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID): "
+                     "--plan plans/rank%r.plan. Required unless --profile-costs");
+  piper::engine::CostProfileOptions profile;
+  auto* profile_option = app.add_option(
+      "--profile-costs", profile.path,
+      "Instead of training, measure this machine for the cost model and write FILE, a "
+      "cluster file for piper-plan --cluster (docs/cost-model.md): products by size, "
+      "element-wise and other kernels by bytes (through --device), and, started as several "
+      "ranks (piper-launch --ranks N, or a launcher with --rendezvous), collectives and "
+      "transfers by size and group (through --comm), every rank timing its kernels at the same "
+      "time. No plan is needed; rank 0 writes FILE. Takes a minute or two");
+  profile_option->type_name("FILE")->excludes(plan_option);
+  app.add_flag("--profile-quick", profile.quick,
+               "With --profile-costs: fewer and smaller sizes, briefly timed (a check that the "
+               "mode works, seconds; not a profile to plan with)")
+      ->needs(profile_option);
   app.add_option("--steps", options.steps,
                  "Training steps to run: the step the run ends at (with --resume, counted from "
                  "the start of training, not from the checkpoint)")
@@ -171,6 +186,26 @@ int main(int argc, char** argv) {
                "build id; see --version)");
   if (const auto exit_code = piper::tools::parse_command_line(app, argc, argv, "piper-run")) {
     return *exit_code;
+  }
+  if (!profile.path.empty()) {
+    profile.device = options.device;
+    profile.comm = options.comm;
+    profile.rendezvous = options.rendezvous;
+    profile.timeout_s = options.timeout_s;
+    try {
+      piper::engine::profile_costs(profile, std::cout);
+    } catch (const std::exception& error) {
+      std::cout.flush();
+      std::fprintf(stderr, "piper-run: error: %s\n", error.what());
+      return 1;
+    }
+    return 0;
+  }
+  if (options.plan_path.empty()) {
+    std::fprintf(stderr,
+                 "piper-run: error: --plan is required (or --profile-costs FILE) (piper-run "
+                 "--help lists the options)\n");
+    return piper::tools::kUsageError;
   }
   if (!checkpoint_dir.empty()) {
     checkpoints.directory = checkpoint_dir;

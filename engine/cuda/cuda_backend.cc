@@ -112,6 +112,13 @@ void* CudaBackend::allocate(size_t bytes) {
   return data;
 }
 
+size_t CudaBackend::memory_capacity() const {
+  context_.activate();
+  size_t free = 0, total = 0;
+  PIPER_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return total;
+}
+
 void CudaBackend::release(void* data) {
   if (data != nullptr) PIPER_CUDA_CHECK(cudaFree(data));
 }

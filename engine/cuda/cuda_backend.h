@@ -28,6 +28,7 @@ class CudaBackend : public Backend {
   void download(void* host_dst, const void* device_src, size_t bytes) override;
   void copy(void* device_dst, const void* device_src, size_t bytes) override;
   bool host_memory() const override { return false; }
+  size_t memory_capacity() const override;
   std::unique_ptr<DeviceStreams> make_device_streams(size_t streams, int events) override;
   std::unique_ptr<PreparedKernel> prepare(const plan::Kernel& kernel,
                                           std::vector<TensorView> inputs,

@@ -218,13 +218,17 @@ int launch(const LaunchOptions& options) {
   if (has_flag(options.run_args, "--plan")) {
     throw Error("piper-launch gives each rank its --plan from --plans; do not pass --plan");
   }
-  const std::vector<std::string> plans = find_rank_plans(options.plans_dir);
+  if (options.plans_dir.empty() == (options.ranks <= 0)) {
+    throw Error("give either --plans DIR (a rank per plan) or --ranks N (ranks without plans)");
+  }
+  const std::vector<std::string> plans =
+      options.plans_dir.empty() ? std::vector<std::string>() : find_rank_plans(options.plans_dir);
   const std::string program = options.piper_run.empty() ? default_piper_run() : options.piper_run;
   if (::access(program.c_str(), X_OK) != 0) {
     throw Error("cannot run piper-run at '" + program + "': " + std::strerror(errno) +
                 (options.piper_run.empty() ? " (it is looked for next to piper-launch)" : ""));
   }
-  const int world_size = static_cast<int>(plans.size());
+  const int world_size = plans.empty() ? options.ranks : static_cast<int>(plans.size());
   std::vector<std::string> run_args = options.run_args;
   std::unique_ptr<RankTraces> traces;
   if (!options.trace_path.empty()) {
@@ -259,14 +263,15 @@ int launch(const LaunchOptions& options) {
   ::sigemptyset(&action.sa_mask);
   for (int signal : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(signal, &action, nullptr);
 
-  std::vector<Child> children(plans.size());
+  std::vector<Child> children(static_cast<size_t>(world_size));
   std::vector<PrefixedOutput> outputs;
   for (int rank = 0; rank < world_size; ++rank) {
     int out_pipe[2], err_pipe[2];
     if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
       throw Error(std::string("pipe: ") + std::strerror(errno));
     }
-    std::vector<std::string> args = {"--plan", plans[static_cast<size_t>(rank)]};
+    std::vector<std::string> args;
+    if (!plans.empty()) args = {"--plan", plans[static_cast<size_t>(rank)]};
     args.insert(args.end(), common_args.begin(), common_args.end());
     args.insert(args.end(), run_args.begin(), run_args.end());
     std::vector<std::string> child_environment = environment;
@@ -374,7 +379,8 @@ int launch(const LaunchOptions& options) {
                 " " + status_text(child.status);
     }
     say(blame(outputs, failed.rank) + "rank " + std::to_string(failed.rank) + " " +
-        status_text(failed.status) + " (" + plans[static_cast<size_t>(failed.rank)] + ")" +
+        status_text(failed.status) +
+        (plans.empty() ? "" : " (" + plans[static_cast<size_t>(failed.rank)] + ")") +
         (others.empty() ? "" : "; then " + others));
     return 1;
   }

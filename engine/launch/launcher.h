@@ -11,6 +11,8 @@ namespace piper::engine {
 
 struct LaunchOptions {
   std::string plans_dir;  // holds rank0.plan, rank1.plan, ...
+  // Without plans_dir: start this many ranks, none given a plan (piper-run --profile-costs).
+  int ranks = 0;
   std::string piper_run;  // the piper-run to start; empty: the one next to this executable
   std::vector<std::string> run_args;  // passed to every piper-run after --plan and --rendezvous
   // After a rank fails (or Ctrl-C), how long the others get to exit on their own (and say what
@@ -29,11 +31,11 @@ std::vector<std::string> find_rank_plans(const std::string& dir);
 // The piper-run beside the running executable (/proc/self/exe).
 std::string default_piper_run();
 
-// Runs the job and returns piper-launch's exit status: 0 when every rank succeeded; 1 when a
-// rank failed (after stopping the others, and naming the first rank that failed and how on
-// stderr); 128 + signal when interrupted. Each child's stdout and stderr lines are copied to
-// this process's stdout and stderr behind "[rank N] ". Throws piper::Error when nothing could
-// be started (no plans, no piper-run, --plan among run_args).
+// Runs the job (one rank per plan of plans_dir, or `ranks` ranks) and returns piper-launch's exit
+// status: 0 when every rank succeeded; 1 when a rank failed (after stopping the others, and naming
+// the first rank that failed and how on stderr); 128 + signal when interrupted. Each child's stdout
+// and stderr lines are copied to this process's stdout and stderr behind "[rank N] ". Throws
+// piper::Error when nothing could be started (no plans, no piper-run, --plan among run_args).
 int launch(const LaunchOptions& options);
 
 }  // namespace piper::engine

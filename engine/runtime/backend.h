@@ -75,6 +75,8 @@ class Backend {
   virtual void copy(void* device_dst, const void* device_src, size_t bytes);
   // Whether device memory is host memory, which host code (and Gloo) may use directly.
   virtual bool host_memory() const { return true; }
+  // Bytes of memory the device has (free or not). Default: the host's physical memory.
+  virtual size_t memory_capacity() const;
   // The device queues and events of a plan's `streams` and `events`, or null (the default) when
   // kernels are complete when run() returns.
   virtual std::unique_ptr<DeviceStreams> make_device_streams(size_t streams, int events);

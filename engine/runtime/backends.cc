@@ -1,6 +1,7 @@
 // The registry of compute backends behind --device, and the defaults of Backend's optional
 // methods.
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -18,6 +19,11 @@ void Backend::copy(void* device_dst, const void* device_src, size_t bytes) {
 }
 
 std::unique_ptr<DeviceStreams> Backend::make_device_streams(size_t, int) { return nullptr; }
+
+size_t Backend::memory_capacity() const {
+  return static_cast<size_t>(::sysconf(_SC_PHYS_PAGES)) *
+         static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+}
 
 #ifdef PIPER_HAVE_CUDA
 namespace {

@@ -75,8 +75,7 @@ double attention_flops(const ir::OpGraph& graph, const ir::Op& op, size_t q, boo
   const double tk = static_cast<double>(keys.back());
   const double dv = static_cast<double>(values.back());
   const double batch = t * d > 0 ? static_cast<double>(ir::num_elements(query)) / (t * d) : 0;
-  const double scores = batch * t * tk;
-  return gradient ? scores * (6 * d + 4 * dv + 10) : scores * (2 * d + 2 * dv + 5);
+  return formats::attention_flops(batch, t, d, tk, dv, gradient);
 }
 
 // FLOPs per element of the op's largest tensor, for ops that are not
@@ -173,6 +172,37 @@ double flops_per_element(const std::string& type) {
   if (kFree.count(type)) return 0;
   const auto found = kCosts.find(type);
   return found == kCosts.end() ? 1.0 : found->second;
+}
+
+// The measured kernel whose curve prices `op` (formats/measured_costs.h): its own op type's, else
+// its class's (contractions as piper.MatMul, views as Reshape, the rest as the element-wise Add);
+// null when the profile has neither, and the rates price it.
+const formats::MeasuredKernel* measured_kernel(const ir::Op& op, const std::string& dtype,
+                                               const formats::MeasuredCosts& measured) {
+  if (measured.kernels.empty()) return nullptr;
+  if (const formats::MeasuredKernel* own = measured.kernel(op.type, dtype)) return own;
+  static const std::set<std::string> kContractions = {"MatMul", "Gemm", "Einsum"};
+  static const std::set<std::string> kViews = {"Flatten", "Squeeze", "Unsqueeze", "Identity"};
+  if (kContractions.count(op.type)) return measured.kernel("piper.MatMul", dtype);
+  if (kViews.count(op.type)) return measured.kernel("Reshape", dtype);
+  return measured.kernel("Add", dtype);
+}
+
+formats::CollectiveKind measured_kind(ir::TaskKind kind) {
+  switch (kind) {
+    case ir::TaskKind::kAllReduce:
+      return formats::CollectiveKind::kAllReduce;
+    case ir::TaskKind::kReduceScatter:
+      return formats::CollectiveKind::kReduceScatter;
+    case ir::TaskKind::kAllGather:
+      return formats::CollectiveKind::kAllGather;
+    case ir::TaskKind::kAllToAll:
+      return formats::CollectiveKind::kAllToAll;
+    case ir::TaskKind::kBroadcast:
+      return formats::CollectiveKind::kBroadcast;
+    default:  // send, recv
+      return formats::CollectiveKind::kTransfer;
+  }
 }
 
 std::optional<ir::TaskKind> reshard_kind(const std::string& op_type) {
@@ -288,6 +318,12 @@ double op_seconds(const ir::OpGraph& graph, const ir::Op& op, const DeviceRates&
   const bool bfloat16 = std::any_of(op.inputs.begin(), op.inputs.end(), [&](ir::TensorId in) {
     return in >= 0 && graph.tensor(in).dtype == ir::DType::kBFloat16;
   });
+  // A measured curve holds the kernel's whole time, its dispatch included.
+  if (const formats::MeasuredKernel* measured =
+          measured_kernel(op, bfloat16 ? "bfloat16" : "float32", rates.measured)) {
+    return measured->curve.seconds(measured->key == formats::CostKey::kFlops ? op_flops(graph, op)
+                                                                             : op_bytes(graph, op));
+  }
   return std::max(op_flops(graph, op) / (bfloat16 ? rates.bfloat16_flops : rates.flops),
                   op_bytes(graph, op) / rates.memory_bandwidth) +
          rates.op_overhead;
@@ -313,6 +349,13 @@ double collective_seconds(ir::TaskKind kind, const std::vector<int>& ranks, doub
       break;
   }
   if (!(factor > 0)) return 0;
+  // Curves were measured on one node: groups across nodes take the inter-node link's rates.
+  if (rates.within_node(ranks)) {
+    if (const formats::MeasuredCollective* measured =
+            rates.measured.collective(measured_kind(kind), static_cast<int>(ranks.size()))) {
+      return measured->curve.seconds(bytes);
+    }
+  }
   const formats::Link& link = rates.link(ranks);
   return link.latency + factor * bytes / link.bandwidth;
 }

@@ -16,6 +16,9 @@
 // all-gather and all-to-all (B the whole, unsharded tensor), 1 for send,
 // recv and broadcast; nothing when n = 1. The link is the slowest its ranks
 // span: within a node when all are on one (Cluster::link), else across nodes.
+// Where the rates carry measured curves (formats/measured_costs.h, piper-run
+// --profile-costs), a kernel takes its op type's curve (or its class's) at its FLOPs
+// or bytes, and a collective within one node its kind's and group size's curve at B.
 #pragma once
 
 #include <string>

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 #include "formats/error.h"
@@ -95,6 +96,71 @@ TEST(ClusterFile, LoadNamesAMissingFile) {
     EXPECT_NE(std::string(error.what()).find("/nonexistent/cluster.json"), std::string::npos)
         << error.what();
   }
+}
+
+const std::string kMeasured = R"(,
+  "measured": {
+    "on": "cpu (2 threads per rank), 2 ranks at once, gloo",
+    "kernels": [{"op": "piper.MatMul", "dtype": "float32", "by": "flops",
+                 "points": [[1e6, 1e-5], [1e9, 1e-2]]},
+                {"op": "Add", "dtype": "float32", "by": "bytes", "points": [[3072, 2e-6]]}],
+    "collectives": [{"kind": "all_reduce", "ranks": 2, "points": [[1024, 1e-4], [4096, 4e-4]]}]
+  }
+})";
+
+// kH100 with the measured section above.
+std::string measured(const std::string& from = "", const std::string& to = "") {
+  std::string text = kH100.substr(0, kH100.rfind('}') - 1) + kMeasured;
+  if (!from.empty()) text.replace(text.find(from), from.size(), to);
+  return text;
+}
+
+TEST(ClusterFile, ReadsMeasuredCurves) {
+  const Cluster cluster = parse_cluster(measured(), "h100.json");
+  ASSERT_EQ(cluster.measured.kernels.size(), 2u);
+  const MeasuredKernel* product = cluster.measured.kernel("piper.MatMul", "float32");
+  ASSERT_NE(product, nullptr);
+  EXPECT_EQ(product->key, CostKey::kFlops);
+  EXPECT_EQ(cluster.measured.kernel("piper.MatMul", "bfloat16"), nullptr);
+  EXPECT_EQ(cluster.measured.on, "cpu (2 threads per rank), 2 ranks at once, gloo");
+  ASSERT_NE(cluster.measured.collective(CollectiveKind::kAllReduce, 2), nullptr);
+  EXPECT_EQ(cluster.measured.collective(CollectiveKind::kAllReduce, 4), nullptr);
+  EXPECT_NE(cluster.describe().find("; measured: 2 kernels, 1 collectives (cpu"),
+            std::string::npos);
+  // Written and read back, the same curves.
+  const Cluster again = parse_cluster(cluster_json(cluster), "written.json");
+  EXPECT_EQ(again.measured.kernels[0].curve.points, product->curve.points);
+  EXPECT_EQ(again.measured.collectives[0].curve.points,
+            cluster.measured.collectives[0].curve.points);
+  EXPECT_DOUBLE_EQ(again.inter_node.bandwidth, 50e9);
+}
+
+TEST(ClusterFile, InterpolatesCurvesAsPowerLaws) {
+  const MeasuredCurve curve{{{1e3, 1e-6}, {1e5, 1e-4}, {1e6, 2e-4}}};
+  EXPECT_DOUBLE_EQ(curve.seconds(10), 1e-6);     // below the first point: its time
+  EXPECT_NEAR(curve.seconds(1e4), 1e-5, 1e-18);  // exponent 1 between the first two
+  EXPECT_DOUBLE_EQ(curve.seconds(1e5), 1e-4);
+  EXPECT_NEAR(curve.seconds(1e5 * std::sqrt(10.0)), 1e-4 * std::pow(2.0, 0.5), 1e-15);
+  EXPECT_DOUBLE_EQ(curve.seconds(4e6), 8e-4);  // beyond the last: at its rate
+}
+
+TEST(ClusterFile, RefusesBadCurvesNamingTheirPath) {
+  EXPECT_EQ(error_of(measured("[[1e6, 1e-5], [1e9, 1e-2]]", "[[1e6, 1e-5], [1e5, 1e-2]]")),
+            "h100.json: $.measured.kernels[0].points[1][0]: sizes must increase: 100000.0 "
+            "follows 1000000.0");
+  EXPECT_EQ(error_of(measured("[[3072, 2e-6]]", "[[3072, 0]]")),
+            "h100.json: $.measured.kernels[1].points[0][1]: expected a number > 0, got 0");
+  EXPECT_EQ(error_of(measured("\"by\": \"bytes\"", "\"by\": \"elements\"")),
+            "h100.json: $.measured.kernels[1].by: expected one of \"flops\", \"bytes\", got "
+            "\"elements\"");
+  EXPECT_EQ(
+      error_of(measured("\"ranks\": 2", "\"ranks\": 1")),
+      "h100.json: $.measured.collectives[0].ranks: expected an integer from 2 to 65536, got 1");
+  EXPECT_EQ(error_of(measured("all_reduce", "allreduce")).substr(0, 62),
+            "h100.json: $.measured.collectives[0].kind: expected one of \"al");
+  EXPECT_EQ(error_of(measured("\"points\": [[3072, 2e-6]]", "\"points\": []")),
+            "h100.json: $.measured.kernels[1].points: expected at least one [size, seconds] "
+            "pair, got []");
 }
 
 }  // namespace

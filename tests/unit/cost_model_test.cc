@@ -215,6 +215,62 @@ op 0 piper.AllToAll "/moe/dispatch" (x) -> (y) {over="replicas"}
   EXPECT_DOUBLE_EQ(task_seconds(graph, 0, rates), 1e-5 + share / 1e8);
 }
 
+// A profile of products (by FLOPs) and Add (by bytes), and of 2-rank all-reduces.
+DeviceRates measured_rates() {
+  DeviceRates rates;
+  rates.flops = 1e9;
+  rates.memory_bandwidth = 1e9;
+  rates.op_overhead = 1e-3;
+  rates.intra_node = {.bandwidth = 1e6, .latency = 1e-3};
+  rates.measured.kernels = {
+      {"piper.MatMul", "float32", formats::CostKey::kFlops, {{{1e5, 1e-5}, {1e7, 1e-4}}}},
+      {"Add", "float32", formats::CostKey::kBytes, {{{1e3, 2e-6}, {1e6, 1e-4}}}},
+  };
+  rates.measured.collectives = {
+      {formats::CollectiveKind::kAllReduce, 2, {{{1024, 5e-5}, {1 << 20, 1e-3}}}},
+  };
+  return rates;
+}
+
+TEST(CostModel, PricesMeasuredKernelsOffTheirCurves) {
+  const ir::TaskGraph graph = layers();
+  const ir::OpGraph& ops = graph.op_graph();
+  const DeviceRates rates = measured_rates();
+  // Gemm and MatMul are contractions: the piper.MatMul curve at their FLOPs (no overhead: the
+  // curve holds the whole kernel).
+  const formats::MeasuredCurve& products = rates.measured.kernels[0].curve;
+  EXPECT_DOUBLE_EQ(op_seconds(ops, ops.op(0), rates), products.seconds(op_flops(ops, ops.op(0))));
+  EXPECT_DOUBLE_EQ(op_seconds(ops, ops.op(3), rates), products.seconds(op_flops(ops, ops.op(3))));
+  // Relu was not measured: priced as the element-wise Add, by bytes.
+  EXPECT_DOUBLE_EQ(op_seconds(ops, ops.op(1), rates),
+                   rates.measured.kernels[1].curve.seconds(op_bytes(ops, ops.op(1))));
+  // Without an Add curve, an unmeasured op takes the rates.
+  DeviceRates products_only = rates;
+  products_only.measured.kernels.pop_back();
+  EXPECT_DOUBLE_EQ(op_seconds(ops, ops.op(1), products_only),
+                   op_bytes(ops, ops.op(1)) / 1e9 + 1e-3);
+}
+
+TEST(CostModel, PricesMeasuredCollectivesWithinANodeAndTheRatesAcross) {
+  ir::TaskGraph graph = layers();
+  ir::Task all_reduce;
+  all_reduce.kind = ir::TaskKind::kAllReduce;
+  all_reduce.devices = {0, 1};
+  all_reduce.tensors = {6};  // g: 8192 bytes
+  const ir::TaskId reduce = graph.add_task(all_reduce);
+  DeviceRates rates = measured_rates();
+  EXPECT_DOUBLE_EQ(task_seconds(graph, reduce, rates),
+                   rates.measured.collectives[0].curve.seconds(8192));
+  // Four ranks were not measured: the ring over the link.
+  graph.task(reduce).devices = {0, 1, 2, 3};
+  EXPECT_DOUBLE_EQ(task_seconds(graph, reduce, rates), 1e-3 + 2.0 * 3 / 4 * 8192 / 1e6);
+  // Two ranks on two nodes: the inter-node link, not the curve measured within one.
+  graph.task(reduce).devices = {0, 1};
+  rates.devices_per_node = 1;
+  rates.inter_node = {.bandwidth = 1e5, .latency = 1e-2};
+  EXPECT_DOUBLE_EQ(task_seconds(graph, reduce, rates), 1e-2 + 8192 / 1e5);
+}
+
 TEST(CostModel, RunsBfloat16KernelsAtTheBfloat16Rate) {
   const ir::TaskGraph graph = ir::build_task_graph(ir::parse(R"(
 tensor a bf16[64,64] input

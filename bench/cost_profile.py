@@ -1,0 +1,165 @@
+#!/usr/bin/python3
+"""Measured cost model against measured steps: profiles this machine with piper-run
+--profile-costs, plans the CPU benchmark model (bench/cpu_gpt.py's GPT) three ways with that
+profile, runs each plan, and prints the planned step beside the measured median step.
+
+    /usr/bin/python3 bench/cost_profile.py [--steps 8 --rounds 1 --build DIR --save DIR]
+
+The three configurations, all of samples/gpt at d=256, 4 layers, 4 heads, T=128, vocab 512:
+  single  one rank, global batch 8, all cores (bench/cpu_gpt.py's run)
+  1f1b    two ranks, blocks 0-1 and 2-3 as two stages, 1F1B over 4 microbatches, batch 16
+  zero2   two replicas under ZeRO-2, batch 16 (8 per rank)
+A profile describes one rank of a job laid out as the run is: the one-rank configuration is
+planned with a profile taken by one process on every core, the two-rank ones with a profile
+taken by two ranks at once, each on its share of the cores (--threads-per-rank). Profiles and
+runs are measured back to back in this one run, and the load average is printed before and
+after, since other processes on the machine change both. With --save DIR the two profiles
+are copied there (profiles/ holds the ones measured here, written so). This is a benchmark: nothing here
+asserts times.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import cpu_gpt
+
+CONFIG = dict(d=256, layers=4, heads=4, seq=128, vocab=512)
+OPTIMIZER = {"type": "adamw", "lr": 1e-3, "weight_decay": 0.01}
+
+
+def strategies():
+    pipeline = {
+        "batch": {"global": 16}, "optimizer": OPTIMIZER, "frozen": ["*mask*"],
+        "annotations": [{"match": "/blocks.[0-1]/*", "tags": {"PP": 0}},
+                        {"match": "/blocks.[2-3]/*", "tags": {"PP": 1}}],
+        "directives": [{"op": "pipeline", "schedule": "1f1b", "devices": [0, 1],
+                        "num_microbatches": 4}]}
+    zero2 = {"batch": {"global": 16}, "optimizer": OPTIMIZER, "frozen": ["*mask*"],
+             "directives": [{"op": "zero", "stage": 2, "devices": [0, 1]}]}
+    single = {"batch": {"global": 8}, "optimizer": OPTIMIZER, "frozen": ["*mask*"]}
+    return {"single": (single, 1), "1f1b": (pipeline, 2), "zero2": (zero2, 2)}
+
+
+def load():
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def run(cmd, env, what):
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"{what} failed (rc {r.returncode}): {' '.join(cmd)}\n{r.stdout[-3000:]}"
+                 f"{r.stderr[-3000:]}")
+    return r.stdout
+
+
+def thread_env(threads):
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = str(threads)
+    return env
+
+
+def planned_step(summary):
+    """The slowest rank's planned step in seconds, from piper-plan's summary."""
+    steps = []
+    for value, unit in re.findall(r"planned step ([0-9.]+) (us|ms|s)\b", summary):
+        steps.append(float(value) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[unit])
+    if not steps:
+        sys.exit(f"no planned step in piper-plan's summary:\n{summary}")
+    return max(steps)
+
+
+def measured_steps(metrics):
+    with open(metrics) as f:
+        return [json.loads(line)["seconds"] for line in f if line.strip()][1:]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=8, help="steps per run (the first is not counted)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="runs of every configuration, in turn (medians over all)")
+    p.add_argument("--threads", type=int, default=os.cpu_count(),
+                   help="threads of the one-rank run and its profile (default: all cores)")
+    p.add_argument("--threads-per-rank", type=int, default=max(1, os.cpu_count() // 2),
+                   help="threads of each of the two ranks and of their profile")
+    p.add_argument("--build", default=os.path.join(cpu_gpt.ROOT, "build"))
+    p.add_argument("--save", help="copy the two profiles into this folder")
+    p.add_argument("--keep", action="store_true", help="keep the temp directory")
+    args = p.parse_args()
+    tools = os.path.join(args.build, "tools")
+    tool = {name: os.path.join(tools, name) for name in ("piper-plan", "piper-run", "piper-launch")}
+    work = tempfile.mkdtemp(prefix="piper_cost_profile_")
+    one, two = thread_env(args.threads), thread_env(args.threads_per_rank)
+    print(f"load average at start: {load()}", flush=True)
+
+    ns = argparse.Namespace(**CONFIG)
+    gpt = cpu_gpt.load_gpt_module()
+    model = cpu_gpt.build(gpt, ns)
+    onnx_path = os.path.join(work, "model.onnx")
+    gpt.export_model(model, onnx_path, vocab=ns.vocab, block=ns.seq, batch=2)
+    data = os.path.join(work, "data")
+    os.makedirs(data)
+    cpu_gpt.make_data(data, ns.vocab, ns.seq)
+
+    cores = os.cpu_count()
+    profiles = {1: os.path.join(work, f"cpu-{cores}core-1rank.json"),
+                2: os.path.join(work, f"cpu-{cores}core-2ranks.json")}
+    print(run([tool["piper-run"], "--profile-costs", profiles[1]], one, "profile (1 rank)"),
+          flush=True)
+    print(run([tool["piper-launch"], "--ranks", "2", "--profile-costs", profiles[2]], two,
+              "profile (2 ranks)"), flush=True)
+    print(f"load average after profiling: {load()}", flush=True)
+
+    planned, default_planned, seconds = {}, {}, {}
+    for name, (strategy, ranks) in strategies().items():
+        path = os.path.join(work, f"{name}.json")
+        with open(path, "w") as f:
+            json.dump(strategy, f)
+        plans = os.path.join(work, f"plans-{name}")
+        planned[name] = planned_step(run([tool["piper-plan"], onnx_path, path, "-o", plans,
+                                          "--cluster", profiles[ranks]], one, f"plan {name}"))
+        default_planned[name] = planned_step(run([tool["piper-plan"], onnx_path, path, "-o",
+                                                  plans + "-default"], one, f"plan {name}"))
+    for round_ in range(args.rounds):
+        for name, (strategy, ranks) in strategies().items():
+            plans = os.path.join(work, f"plans-{name}")
+            metrics = os.path.join(work, f"{name}.jsonl")
+            common = ["--steps", str(args.steps), "--data", data, "--metrics", metrics]
+            if ranks == 1:
+                run([tool["piper-run"], "--plan", os.path.join(plans, "rank0.plan")] + common,
+                    one, f"run {name}")
+            else:
+                run([tool["piper-launch"], "--plans", plans] + common, two, f"run {name}")
+            seconds.setdefault(name, []).extend(measured_steps(metrics))
+    print(f"load average at the end: {load()}")
+
+    print()
+    print(f"samples/gpt d={ns.d} layers={ns.layers} heads={ns.heads} T={ns.seq} vocab={ns.vocab}; "
+          f"median of steps 2..{args.steps} over {args.rounds} round(s); one rank at "
+          f"{args.threads} threads, two at {args.threads_per_rank} each")
+    print(f"{'config':<8}{'planned ms':>12}{'measured ms':>13}{'planned/measured':>18}"
+          f"{'default rates ms':>18}")
+    for name in strategies():
+        measured = statistics.median(seconds[name])
+        print(f"{name:<8}{planned[name] * 1e3:>12.1f}{measured * 1e3:>13.1f}"
+              f"{planned[name] / measured:>18.3f}{default_planned[name] * 1e3:>18.1f}")
+    if args.save:
+        os.makedirs(args.save, exist_ok=True)
+        for ranks, path in profiles.items():
+            shutil.copy(path, os.path.join(args.save, os.path.basename(path)))
+        print(f"saved the profiles to {args.save}")
+    if args.keep:
+        print(f"kept {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

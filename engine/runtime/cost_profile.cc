@@ -1,0 +1,434 @@
+#include "engine/runtime/cost_profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <ostream>
+#include <vector>
+
+#include "engine/comm/launch_environment.h"
+#include "engine/comm/rendezvous.h"
+#include "engine/cpu/parallel.h"
+#include "engine/runtime/backend.h"
+#include "engine/runtime/profile_kernels.h"
+#include "formats/atomic_file.h"
+#include "formats/cluster.h"
+#include "formats/error.h"
+
+namespace piper::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using formats::CollectiveKind;
+using formats::MeasuredCurve;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t middle = values.size() / 2;
+  return values.size() % 2 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
+}
+
+// How long each measurement runs.
+struct Budget {
+  double kernel_s;            // a kernel runs back to back for this long, per round
+  int rounds;                 // rounds per size; the median counts
+  int max_repeats;            // of a collective per size (fewer for large ones)
+  double largest_collective;  // bytes
+};
+
+// The device queue of a backend whose kernels run asynchronously (CUDA): wait() returns once
+// the work issued so far is done. A no-op for the CPU.
+class DeviceQueue {
+ public:
+  explicit DeviceQueue(Backend& backend) : streams_(backend.make_device_streams(1, 0)) {
+    if (streams_) streams_->bind(0);
+  }
+  ~DeviceQueue() {
+    if (!streams_) return;
+    try {
+      streams_->finish(0);
+    } catch (const Error&) {
+      // Only a device fault, which wait() reported already, or one met while unwinding.
+    }
+  }
+  void wait() {
+    if (!streams_) return;
+    streams_->finish(0);
+    streams_->bind(0);
+  }
+
+ private:
+  std::unique_ptr<DeviceStreams> streams_;
+};
+
+// Device memory freed with the object.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(Backend& backend, size_t bytes)
+      : backend_(backend), data_(backend.allocate(bytes)) {}
+  ~DeviceBuffer() { backend_.release(data_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  Backend& backend_;
+  void* data_;
+};
+
+// Values every kernel takes without failing: floats in [0.5, 1), int64 0 (a valid label), false.
+std::vector<uint8_t> host_values(const ProfileTensor& tensor) {
+  const auto elements = static_cast<size_t>(num_elements(tensor.shape));
+  std::vector<uint8_t> bytes(elements * dtype_size(tensor.dtype), 0);
+  for (size_t i = 0; i < elements; ++i) {
+    const float value = 0.5f + static_cast<float>(i % 97) / 200.0f;
+    if (tensor.dtype == plan::FLOAT32) {
+      std::memcpy(bytes.data() + 4 * i, &value, 4);
+    } else if (tensor.dtype == plan::BFLOAT16) {
+      uint32_t bits = 0;
+      std::memcpy(&bits, &value, 4);
+      const auto upper = static_cast<uint16_t>(bits >> 16);
+      std::memcpy(bytes.data() + 2 * i, &upper, 2);
+    }
+  }
+  return bytes;
+}
+
+// Where this rank is and how it talks to the others: a Gloo group of every rank for barriers
+// and for averaging, and the factory of the measured communicators.
+struct Ranks {
+  int rank = 0;
+  int world_size = 1;
+  std::unique_ptr<Rendezvous> rendezvous;
+  std::unique_ptr<Communicator> control;      // every rank, Gloo; null for one rank
+  std::unique_ptr<CommunicatorFactory> nccl;  // with --comm nccl
+  CommunicatorFactory* measured = nullptr;    // the communicators collectives are timed on
+
+  void barrier() {
+    if (!control) return;
+    float token = 0;
+    control->all_reduce(&token, 1, false);
+  }
+  // The mean over the ranks of every rank's `value`.
+  double mean(double value) {
+    if (!control) return value;
+    auto single = static_cast<float>(value);
+    control->all_reduce(&single, 1, true);
+    return single;
+  }
+};
+
+// Seconds one call of `kernel` takes: the median over rounds of back-to-back calls, every rank
+// running its own calls at the same time.
+double time_kernel(PreparedKernel& kernel, DeviceQueue& queue, Ranks& ranks, const Budget& budget) {
+  const StepContext context;
+  kernel.run(context);  // warm: first touch of the memory, lazily built tables
+  queue.wait();
+  std::vector<double> per_call;
+  for (int round = 0; round < budget.rounds; ++round) {
+    ranks.barrier();
+    int64_t calls = 0;
+    int64_t batch = 1;
+    const Clock::time_point start = Clock::now();
+    double elapsed = 0;
+    while (elapsed < budget.kernel_s) {
+      for (int64_t i = 0; i < batch; ++i) kernel.run(context);
+      queue.wait();
+      calls += batch;
+      batch = std::min<int64_t>(batch * 2, 1024);
+      elapsed = seconds_since(start);
+    }
+    per_call.push_back(elapsed / static_cast<double>(calls));
+  }
+  return ranks.mean(median(per_call));
+}
+
+// The family's curve, or nullopt when the backend has no such kernel (said on `out`).
+std::optional<formats::MeasuredKernel> profile_family(const ProfileFamily& family, Backend& backend,
+                                                      DeviceQueue& queue, Ranks& ranks,
+                                                      const Budget& budget, std::ostream& out) {
+  formats::MeasuredKernel measured{family.op_type, family.dtype, family.key, {}};
+  for (int64_t scale : family.scales) {
+    const ProfileKernel instance = family.make(scale);
+    // Small scales of row kernels round up to one whole row: the same instance again.
+    const double size = profile_size(family, instance);
+    if (!measured.curve.points.empty() && size <= measured.curve.points.back().first) continue;
+    std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+    const auto place = [&](const std::vector<ProfileTensor>& tensors) {
+      std::vector<TensorView> views;
+      for (const ProfileTensor& tensor : tensors) {
+        const std::vector<uint8_t> values = host_values(tensor);
+        buffers.push_back(std::make_unique<DeviceBuffer>(backend, values.size()));
+        backend.upload(buffers.back()->data(), values.data(), values.size());
+        views.push_back({buffers.back()->data(), tensor.dtype, tensor.shape});
+      }
+      return views;
+    };
+    std::vector<TensorView> inputs = place(instance.inputs);
+    std::vector<TensorView> outputs = place(instance.outputs);
+    if (instance.view) outputs[0].data = inputs[0].data;
+    std::unique_ptr<PreparedKernel> kernel;
+    try {
+      kernel = backend.prepare(instance.kernel, inputs, outputs);
+    } catch (const Error& error) {
+      // Every rank runs the same backend, so every rank skips the same families.
+      if (!measured.curve.points.empty()) throw;
+      if (ranks.rank == 0) {
+        out << family.op_type << " " << family.dtype << ": not measured (" << error.what() << ")\n";
+      }
+      return std::nullopt;
+    }
+    const double seconds = time_kernel(*kernel, queue, ranks, budget);
+    measured.curve.points.emplace_back(size, seconds);
+  }
+  if (ranks.rank == 0) {
+    const auto& [first_size, first_s] = measured.curve.points.front();
+    const auto& [last_size, last_s] = measured.curve.points.back();
+    const bool flops = family.key == formats::CostKey::kFlops;
+    char line[256];
+    std::snprintf(line, sizeof line, "%s %s: %.1f us at %.3g %s .. %.3g %s/s at %.3g %s\n",
+                  family.op_type.c_str(), family.dtype.c_str(), first_s * 1e6, first_size,
+                  flops ? "FLOP" : "B", last_size / last_s / 1e9, flops ? "GFLOP" : "GB", last_size,
+                  flops ? "FLOP" : "B");
+    out << line;
+  }
+  return measured;
+}
+
+// A buffer a communicator reads and writes: host memory or, for NCCL, the backend's.
+class CommBuffer {
+ public:
+  CommBuffer(Backend& backend, bool host, size_t bytes) {
+    if (host) {
+      host_.assign(bytes, 1);
+    } else {
+      device_ = std::make_unique<DeviceBuffer>(backend, bytes);
+    }
+  }
+  void* data() { return device_ ? device_->data() : host_.data(); }
+
+ private:
+  std::vector<uint8_t> host_;
+  std::unique_ptr<DeviceBuffer> device_;
+};
+
+// One operation of `kind` over `bytes` (the collective's buffer) on member `group.rank()`.
+void run_collective(Communicator& group, CollectiveKind kind, size_t bytes, CommBuffer& in,
+                    CommBuffer& out, int tag) {
+  const auto n = static_cast<size_t>(group.size());
+  const size_t count = bytes / 4;
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+      group.all_reduce(in.data(), count, ElementType::kFloat32, false);
+      return;
+    case CollectiveKind::kReduceScatter:
+      group.reduce_scatter(in.data(), out.data(), count / n, ElementType::kFloat32, false);
+      return;
+    case CollectiveKind::kAllGather:
+      group.all_gather(in.data(), out.data(), count / n, ElementType::kFloat32);
+      return;
+    case CollectiveKind::kAllToAll:
+      group.all_to_all(in.data(), out.data(), bytes / n);
+      return;
+    case CollectiveKind::kBroadcast:
+      group.broadcast(in.data(), bytes, 0);
+      return;
+    case CollectiveKind::kTransfer:  // a round trip between members 0 and 1
+      if (group.rank() == 0) {
+        group.send(in.data(), bytes, 1, tag);
+        group.recv(out.data(), bytes, 1, tag);
+      } else if (group.rank() == 1) {
+        group.recv(out.data(), bytes, 0, tag);
+        group.send(in.data(), bytes, 0, tag);
+      }
+      return;
+  }
+}
+
+std::vector<size_t> collective_sizes(const Budget& budget) {
+  std::vector<size_t> sizes;
+  for (double bytes = 1024; bytes <= budget.largest_collective; bytes *= 4) {
+    sizes.push_back(static_cast<size_t>(bytes));
+  }
+  return sizes;
+}
+
+// Every collective over the group of ranks [0, n): member 0's median time per operation.
+std::vector<formats::MeasuredCollective> profile_group(int n, Backend& backend, DeviceQueue& queue,
+                                                       Ranks& ranks, const Budget& budget,
+                                                       std::ostream& out) {
+  std::vector<formats::MeasuredCollective> measured;
+  if (ranks.rank >= n) return measured;
+  std::vector<int> members(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) members[static_cast<size_t>(r)] = r;
+  std::unique_ptr<Communicator> group =
+      ranks.measured->connect("piper/profile/group" + std::to_string(n), members);
+  const std::vector<CollectiveKind> kinds =
+      n == 2
+          ? std::vector<CollectiveKind>{CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
+                                        CollectiveKind::kAllGather, CollectiveKind::kAllToAll,
+                                        CollectiveKind::kBroadcast, CollectiveKind::kTransfer}
+          : std::vector<CollectiveKind>{CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
+                                        CollectiveKind::kAllGather, CollectiveKind::kAllToAll,
+                                        CollectiveKind::kBroadcast};
+  int tag = 0;
+  for (CollectiveKind kind : kinds) {
+    formats::MeasuredCollective collective{kind, n, {}};
+    for (size_t bytes : collective_sizes(budget)) {
+      CommBuffer in(backend, group->host_buffers(), bytes);
+      CommBuffer result(backend, group->host_buffers(), bytes);
+      const int repeats =
+          std::clamp(static_cast<int>(budget.largest_collective / bytes), 3, budget.max_repeats);
+      run_collective(*group, kind, bytes, in, result, ++tag);  // warm: connections, buffers
+      queue.wait();
+      std::vector<double> times;
+      for (int i = 0; i < repeats; ++i) {
+        const Clock::time_point start = Clock::now();
+        run_collective(*group, kind, bytes, in, result, ++tag);
+        queue.wait();
+        times.push_back(seconds_since(start));
+      }
+      // A transfer is half its round trip.
+      const double seconds = median(times) / (kind == CollectiveKind::kTransfer ? 2 : 1);
+      collective.curve.points.emplace_back(static_cast<double>(bytes), seconds);
+    }
+    if (ranks.rank == 0) {
+      const auto& [first_bytes, first_s] = collective.curve.points.front();
+      const auto& [last_bytes, last_s] = collective.curve.points.back();
+      char line[256];
+      std::snprintf(line, sizeof line, "%s over %d ranks: %.1f us at %.0f B .. %.3g ms at %.3g B\n",
+                    formats::collective_name(kind), n, first_s * 1e6, first_bytes, last_s * 1e3,
+                    last_bytes);
+      out << line;
+    }
+    measured.push_back(std::move(collective));
+  }
+  return measured;
+}
+
+// The scalar rates from the curves: what piper-plan uses for kernels and groups they do not
+// cover (the largest product's and Add's rates, the smallest Add's time as the per-kernel
+// overhead, the 2-rank all-reduce's latency and ring bandwidth).
+void fit_rates(formats::Cluster& cluster) {
+  const formats::MeasuredCosts& measured = cluster.measured;
+  const auto rate = [](const formats::MeasuredKernel* kernel) {
+    const auto& [size, seconds] = kernel->curve.points.back();
+    return size / seconds;
+  };
+  if (const auto* product = measured.kernel("piper.MatMul", "float32")) {
+    cluster.flops = cluster.bfloat16_flops = rate(product);
+  }
+  if (const auto* product = measured.kernel("piper.MatMul", "bfloat16")) {
+    cluster.bfloat16_flops = rate(product);
+  }
+  if (const auto* add = measured.kernel("Add", "float32")) {
+    cluster.memory_bandwidth = rate(add);
+    cluster.op_overhead = add->curve.points.front().second;
+  }
+  if (const auto* all_reduce = measured.collective(CollectiveKind::kAllReduce, 2)) {
+    const auto& [first_bytes, first_s] = all_reduce->curve.points.front();
+    const auto& [last_bytes, last_s] = all_reduce->curve.points.back();
+    cluster.intra_node.latency = first_s;
+    // A ring all-reduce over 2 ranks sends the buffer once: 2(n-1)/n = 1.
+    cluster.intra_node.bandwidth = (last_bytes - first_bytes) / std::max(last_s - first_s, 1e-9);
+    cluster.inter_node = cluster.intra_node;
+  }
+}
+
+void connect_ranks(const CostProfileOptions& options, const std::string& comm, Backend& backend,
+                   Ranks& ranks) {
+  const LaunchEnvironment launch = read_launch_environment(options.rendezvous.value_or(""));
+  ranks.world_size = launch.world_size.value_or(1);
+  ranks.rank = launch.rank.value_or(0);
+  if (ranks.world_size <= 1) return;
+  if (!launch.rank || !launch.rendezvous) {
+    throw Error("--profile-costs with " + std::to_string(ranks.world_size) + " ranks (" +
+                launch.world_size_from +
+                ") needs each rank's RANK and a rendezvous (--rendezvous, PIPER_RENDEZVOUS or "
+                "MASTER_ADDR and MASTER_PORT); piper-launch --ranks N gives both");
+  }
+  RendezvousOptions meet;
+  meet.url = *launch.rendezvous;
+  meet.url_from = launch.rendezvous_from;
+  meet.rank = ranks.rank;
+  meet.world_size = ranks.world_size;
+  meet.plan_id = "cost-profile";
+  meet.plan_path = "--profile-costs " + options.path;
+  meet.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000));
+  meet.token = launch.token;
+  ranks.rendezvous = std::make_unique<Rendezvous>(meet);
+  std::vector<int> everyone(static_cast<size_t>(ranks.world_size));
+  for (int r = 0; r < ranks.world_size; ++r) everyone[static_cast<size_t>(r)] = r;
+  ranks.control = ranks.rendezvous->communicators().connect("piper/profile/control", everyone);
+  ranks.measured = &ranks.rendezvous->communicators();
+  if (comm == "nccl") {
+    ranks.nccl = make_nccl_communicators(backend, ranks.rendezvous->store(), ranks.rank,
+                                         "piper/profile", meet.timeout);
+    ranks.measured = ranks.nccl.get();
+  }
+}
+
+}  // namespace
+
+void profile_costs(const CostProfileOptions& options, std::ostream& out) {
+  if (options.path.empty()) throw Error("--profile-costs needs the file to write");
+  const std::string comm =
+      options.comm.empty() ? default_communicator(options.device) : options.comm;
+  if (comm == "nccl" && options.device != "cuda") {
+    throw Error("--comm nccl works on GPU memory: it needs --device cuda, not --device " +
+                options.device);
+  }
+  std::unique_ptr<Backend> backend = make_backend(options.device);
+  Ranks ranks;
+  connect_ranks(options, comm, *backend, ranks);
+  const Budget budget =
+      options.quick ? Budget{0.002, 3, 3, 16384.0} : Budget{0.03, 5, 20, 64.0 * 1024 * 1024};
+  std::string on = options.device;
+  if (options.device == "cpu") {
+    on += " (" + std::to_string(cpu::num_threads()) + " threads per rank)";
+  }
+  on += ", " + std::to_string(ranks.world_size) + (ranks.world_size == 1 ? " rank" : " ranks") +
+        " at once";
+  if (ranks.world_size > 1) on += ", " + comm;
+  if (options.quick) on += ", quick";
+  if (ranks.rank == 0) out << "profiling " << on << "\n";
+
+  formats::Cluster cluster;
+  cluster.measured.on = on;
+  cluster.devices_per_node = ranks.world_size;
+  cluster.memory_bytes = static_cast<double>(backend->memory_capacity());
+  if (backend->host_memory()) cluster.memory_bytes /= ranks.world_size;
+  {
+    DeviceQueue queue(*backend);
+    for (const ProfileFamily& family : profile_families(options.quick)) {
+      if (auto measured = profile_family(family, *backend, queue, ranks, budget, out)) {
+        cluster.measured.kernels.push_back(std::move(*measured));
+      }
+    }
+    std::vector<int> group_sizes;
+    for (int n = 2; n <= ranks.world_size; n *= 2) group_sizes.push_back(n);
+    if (ranks.world_size > 1 && group_sizes.back() != ranks.world_size) {
+      group_sizes.push_back(ranks.world_size);
+    }
+    for (int n : group_sizes) {
+      ranks.barrier();
+      for (auto& collective : profile_group(n, *backend, queue, ranks, budget, out)) {
+        cluster.measured.collectives.push_back(std::move(collective));
+      }
+    }
+    ranks.barrier();
+  }
+  fit_rates(cluster);
+  if (ranks.rank != 0) return;
+  formats::write_file_atomically(options.path, formats::cluster_json(cluster));
+  out << "wrote the profile to " << options.path << " (piper-plan --cluster " << options.path
+      << "); cost model: " << cluster.describe() << "\n";
+}
+
+}  // namespace piper::engine

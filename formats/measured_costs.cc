@@ -1,0 +1,184 @@
+#include "formats/measured_costs.h"
+
+#include <cmath>
+
+#include "formats/strategy_reader.h"
+
+namespace piper::formats {
+namespace {
+
+using strategy::reader::Context;
+using strategy::reader::json;
+using strategy::reader::Keys;
+using strategy::reader::Object;
+using strategy::reader::Range;
+
+constexpr CollectiveKind kCollectiveKinds[] = {
+    CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter, CollectiveKind::kAllGather,
+    CollectiveKind::kAllToAll,  CollectiveKind::kBroadcast,     CollectiveKind::kTransfer};
+
+// [[size, seconds], ...]: at least one point, sizes > 0 and increasing, seconds > 0.
+MeasuredCurve read_curve(const Context& ctx, const std::string& path, const json& value) {
+  const json& points = strategy::reader::read_array(ctx, path, value, "[size, seconds] pairs");
+  if (points.empty()) ctx.fail(path, "expected at least one [size, seconds] pair, got []");
+  MeasuredCurve curve;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const std::string at = strategy::reader::index_path(path, i);
+    const json& point = points[i];
+    if (!point.is_array() || point.size() != 2) ctx.expected(at, "a [size, seconds] pair", point);
+    const double size = strategy::reader::read_number(ctx, strategy::reader::index_path(at, 0),
+                                                      point[0], Range{.min = 0, .min_open = true});
+    const double seconds = strategy::reader::read_number(
+        ctx, strategy::reader::index_path(at, 1), point[1], Range{.min = 0, .min_open = true});
+    if (!curve.points.empty() && !(size > curve.points.back().first)) {
+      ctx.fail(strategy::reader::index_path(at, 0),
+               "sizes must increase: " + strategy::reader::shown(point[0]) + " follows " +
+                   strategy::reader::shown(points[i - 1][0]));
+    }
+    curve.points.emplace_back(size, seconds);
+  }
+  return curve;
+}
+
+json curve_json(const MeasuredCurve& curve) {
+  json points = json::array();
+  for (const auto& [size, seconds] : curve.points) points.push_back({size, seconds});
+  return points;
+}
+
+MeasuredKernel read_kernel(const Context& ctx, const std::string& path, const json& value) {
+  const Keys keys = {"op", "dtype", "by", "points"};
+  const Object o(ctx, value, path, keys, keys);
+  MeasuredKernel kernel;
+  kernel.op_type = *o.get("op", strategy::reader::read_string);
+  kernel.dtype = *o.choice("dtype", {"float32", "bfloat16"});
+  kernel.key = *o.choice("by", {"flops", "bytes"}) == "flops" ? CostKey::kFlops : CostKey::kBytes;
+  kernel.curve = *o.get("points", read_curve);
+  return kernel;
+}
+
+MeasuredCollective read_collective(const Context& ctx, const std::string& path, const json& value) {
+  const Keys keys = {"kind", "ranks", "points"};
+  const Object o(ctx, value, path, keys, keys);
+  Keys names;
+  for (CollectiveKind kind : kCollectiveKinds) names.push_back(collective_name(kind));
+  const std::string name = *o.choice("kind", names);
+  MeasuredCollective collective;
+  for (CollectiveKind kind : kCollectiveKinds) {
+    if (name == collective_name(kind)) collective.kind = kind;
+  }
+  collective.ranks = static_cast<int>(*o.integer("ranks", 2, strategy::reader::kMaxDevices));
+  if (collective.kind == CollectiveKind::kTransfer && collective.ranks != 2) {
+    o.fail("ranks", "a transfer is between 2 ranks, got " + std::to_string(collective.ranks));
+  }
+  collective.curve = *o.get("points", read_curve);
+  return collective;
+}
+
+}  // namespace
+
+double MeasuredCurve::seconds(double size) const {
+  if (points.empty()) return 0;
+  if (size <= points.front().first) return points.front().second;
+  if (size >= points.back().first) return points.back().second * size / points.back().first;
+  size_t i = 1;
+  while (points[i].first < size) ++i;
+  const auto [x0, y0] = points[i - 1];
+  const auto [x1, y1] = points[i];
+  const double exponent = std::log(y1 / y0) / std::log(x1 / x0);
+  return y0 * std::pow(size / x0, exponent);
+}
+
+const char* collective_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+      return "all_reduce";
+    case CollectiveKind::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveKind::kAllGather:
+      return "all_gather";
+    case CollectiveKind::kAllToAll:
+      return "all_to_all";
+    case CollectiveKind::kBroadcast:
+      return "broadcast";
+    case CollectiveKind::kTransfer:
+      return "transfer";
+  }
+  return "?";
+}
+
+const MeasuredKernel* MeasuredCosts::kernel(const std::string& op_type,
+                                            const std::string& dtype) const {
+  for (const MeasuredKernel& measured : kernels) {
+    if (measured.op_type == op_type && measured.dtype == dtype) return &measured;
+  }
+  return nullptr;
+}
+
+const MeasuredCollective* MeasuredCosts::collective(CollectiveKind kind, int ranks) const {
+  for (const MeasuredCollective& measured : collectives) {
+    if (measured.kind == kind && measured.ranks == ranks) return &measured;
+  }
+  return nullptr;
+}
+
+double attention_flops(double batch, double t, double d, double tk, double dv, bool gradient) {
+  const double scores = batch * t * tk;
+  return gradient ? scores * (6 * d + 4 * dv + 10) : scores * (2 * d + 2 * dv + 5);
+}
+
+MeasuredCosts read_measured_costs(const Object& top) {
+  const Keys keys = {"on", "kernels", "collectives"};
+  const Object o(top.ctx(), *top.find("measured"), top.at("measured"), keys, keys);
+  MeasuredCosts costs;
+  costs.on = *o.get("on", strategy::reader::read_string);
+  const json& kernels =
+      strategy::reader::read_array(o.ctx(), o.at("kernels"), *o.find("kernels"), "kernels");
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const std::string path = strategy::reader::index_path(o.at("kernels"), i);
+    MeasuredKernel kernel = read_kernel(o.ctx(), path, kernels[i]);
+    if (costs.kernel(kernel.op_type, kernel.dtype) != nullptr) {
+      o.ctx().fail(path, kernel.op_type + " in " + kernel.dtype + " is measured twice");
+    }
+    costs.kernels.push_back(std::move(kernel));
+  }
+  const json& collectives = strategy::reader::read_array(o.ctx(), o.at("collectives"),
+                                                         *o.find("collectives"), "collectives");
+  for (size_t i = 0; i < collectives.size(); ++i) {
+    const std::string path = strategy::reader::index_path(o.at("collectives"), i);
+    MeasuredCollective collective = read_collective(o.ctx(), path, collectives[i]);
+    if (costs.collective(collective.kind, collective.ranks) != nullptr) {
+      o.ctx().fail(path, std::string(collective_name(collective.kind)) + " over " +
+                             std::to_string(collective.ranks) + " ranks is measured twice");
+    }
+    costs.collectives.push_back(std::move(collective));
+  }
+  return costs;
+}
+
+std::string measured_costs_text(const MeasuredCosts& costs) {
+  const auto lines = [](const std::vector<json>& entries) {
+    std::string text = "[";
+    for (size_t i = 0; i < entries.size(); ++i) {
+      text += (i == 0 ? "\n    " : ",\n    ") + entries[i].dump();
+    }
+    return text + (entries.empty() ? "]" : "\n  ]");
+  };
+  std::vector<json> kernels;
+  for (const MeasuredKernel& kernel : costs.kernels) {
+    kernels.push_back({{"op", kernel.op_type},
+                       {"dtype", kernel.dtype},
+                       {"by", kernel.key == CostKey::kFlops ? "flops" : "bytes"},
+                       {"points", curve_json(kernel.curve)}});
+  }
+  std::vector<json> collectives;
+  for (const MeasuredCollective& collective : costs.collectives) {
+    collectives.push_back({{"kind", collective_name(collective.kind)},
+                           {"ranks", collective.ranks},
+                           {"points", curve_json(collective.curve)}});
+  }
+  return "{\n  \"on\": " + json(costs.on).dump() + ",\n  \"kernels\": " + lines(kernels) +
+         ",\n  \"collectives\": " + lines(collectives) + "\n}";
+}
+
+}  // namespace piper::formats

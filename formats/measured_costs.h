@@ -1,0 +1,90 @@
+// Measured costs of one device and its links (piper-run --profile-costs writes them into a
+// cluster file's "measured" section, docs/cost-model.md): for each kernel the profile timed, its
+// seconds at increasing FLOPs or bytes, and for each collective and group size its seconds at
+// increasing bytes. The cost model (planner/sim) reads a kernel's or collective's time off these
+// curves and falls back to the cluster's scalar rates for what was not measured.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace piper::formats {
+
+// Seconds at increasing sizes. Between two points the time follows the power law through them
+// (straight in log-log); below the first point it is the first point's (a kernel that small is
+// dispatch-bound); beyond the last it grows in proportion to the size (the last point's rate).
+struct MeasuredCurve {
+  std::vector<std::pair<double, double>> points;  // (size, seconds): sizes > 0 and increasing
+
+  double seconds(double size) const;
+};
+
+// What a kernel's curve is indexed by: its floating-point operations (products, attention), or
+// the bytes of every tensor it reads and writes (the rest).
+enum class CostKey { kFlops, kBytes };
+
+struct MeasuredKernel {
+  std::string op_type;  // the plan's kernel op type ("piper.MatMul", "Add")
+  std::string dtype;    // "float32" or "bfloat16": of its floating-point inputs
+  CostKey key = CostKey::kBytes;
+  MeasuredCurve curve;
+};
+
+// Collectives and transfers as the cost model prices them; kTransfer is a send matched by its
+// recv between two ranks.
+enum class CollectiveKind {
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kAllToAll,
+  kBroadcast,
+  kTransfer
+};
+
+// "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "transfer".
+const char* collective_name(CollectiveKind kind);
+
+struct MeasuredCollective {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  int ranks = 2;        // the group's size (2 for a transfer)
+  MeasuredCurve curve;  // by bytes: the collective's buffer (docs/cost-model.md, "Volume")
+};
+
+struct MeasuredCosts {
+  std::string on;  // what was measured, how: "cpu, 2 threads per rank, 2 ranks, gloo"
+  std::vector<MeasuredKernel> kernels;
+  std::vector<MeasuredCollective> collectives;  // groups within one node
+
+  bool empty() const { return kernels.empty() && collectives.empty(); }
+  // The curve of `op_type` in `dtype`, or null when the profile did not time it.
+  const MeasuredKernel* kernel(const std::string& op_type, const std::string& dtype) const;
+  // The curve of `kind` over `ranks` ranks, or null when the profile did not time it.
+  const MeasuredCollective* collective(CollectiveKind kind, int ranks) const;
+};
+
+// FLOPs of a matrix product of [m, k] by [k, n] (one multiply and one add per term): the key of
+// products' curves, as the cost model counts them.
+inline double product_flops(double m, double n, double k) { return 2 * m * n * k; }
+// FLOPs of piper.FusedAttention (or, `gradient`, piper.FusedAttentionGrad) over `batch` heads of
+// `t` queries of width `d` against `tk` keys with values of width `dv`: forward S = Q Kt,
+// softmax, Y = P V; backward S again, dV, dP, dQ, dKt.
+double attention_flops(double batch, double t, double d, double tk, double dv, bool gradient);
+
+}  // namespace piper::formats
+
+namespace piper::strategy::reader {
+class Object;
+}
+
+namespace piper::formats {
+
+// Reads the "measured" object at `o`'s key "measured"; throws piper::Error naming the JSON path
+// of what is wrong (sizes not increasing, an unknown collective, a group under 2 ranks).
+MeasuredCosts read_measured_costs(const strategy::reader::Object& o);
+// The "measured" object read_measured_costs reads, as JSON text laid out for a cluster file's
+// top level: one line per kernel and per collective.
+std::string measured_costs_text(const MeasuredCosts& costs);
+
+}  // namespace piper::formats
