@@ -59,7 +59,7 @@ class Layout:
         self.name = name
         self.vocab = vocab  # the embedding and head split along the vocabulary too
         self.sequence_parallel = sequence_parallel
-        self.precision = precision  # bf16 compares to bf16's rounding (one_process.tolerances)
+        self.precision = precision  # bf16: one_process.tolerances and assert_each_step_matches
         self.mesh = mesh
         self.directives = directives
         self.annotations = list(annotations)
