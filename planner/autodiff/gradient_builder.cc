@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "formats/error.h"
+#include "planner/precision/precision.h"
 
 namespace piper::planner {
 
@@ -54,16 +55,6 @@ std::vector<ir::TensorId> GradientBuilder::emit_multi(
   graph_.add_op(std::move(op));
   return outputs;
 }
-
-namespace {
-
-// Ops whose bfloat16 result is a float32 sum rounded once at the end.
-bool sums_in_float32(const std::string& type) {
-  return type == "MatMul" || type == "piper.MatMul" || type == "Gemm" || type == "Einsum" ||
-         type == "piper.SumTo";
-}
-
-}  // namespace
 
 ir::TensorId GradientBuilder::cast(ir::TensorId tensor, ir::DType dtype) {
   if (graph_.tensor(tensor).dtype == dtype) return tensor;

@@ -19,6 +19,11 @@
 // placed (Partitioner::track_replica_placements): the tokens' dispatch buffer goes from rows
 // to experts by an all-to-all and back by another, as GShard's.
 //
+// In bf16 a product whose result is a partial sum writes it in float32 (its kernel sums in
+// float32 anyway), the reshard adds the members' sums in float32, and a Cast then rounds the
+// whole sum to bfloat16 once, where one process rounds its whole product: rounding each
+// member's sum first, as Megatron's bf16 all-reduce does, adds up to another value.
+//
 // Expert and tensor parallelism compose (a shard over the data-parallel axis and one over a
 // tensor-parallel axis, in either order): the split over the replicas runs first, marking what
 // it places (Tensor::placed_over_replicas) and its reshards (attribute "over"), and the
@@ -28,6 +33,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "formats/error.h"
@@ -35,6 +41,7 @@
 #include "planner/directives/vocab_parallel.h"
 #include "planner/ir/placement.h"
 #include "planner/ir/replica_placements.h"
+#include "planner/precision/precision.h"
 
 namespace piper::planner {
 namespace {
@@ -70,6 +77,7 @@ class Partitioner final : public PlacingGraph {
     if (over_replicas_) track_replica_placements();
     place_parameters();
     for (ir::OpId id = 0; id < in_.num_ops(); ++id) place(in_.op(id));
+    round_unread_sums();
     if (over_replicas_) keep_replica_placements();
     localize();
     keep_expert_placements();
@@ -286,10 +294,14 @@ class Partitioner final : public PlacingGraph {
   }
 
   // A Sum of whole terms and several partial ones (gradient contributions) adds the partial
-  // ones first, so that one all-reduce makes them whole rather than one each.
+  // ones first, so that one all-reduce makes them whole rather than one each. A bf16 term
+  // whose rounding waits for its sum is summed and rounded alone, as one process rounds it.
   ir::Op sum_partial_terms_first(ir::Op op) {
     std::vector<ir::TensorId> partial, whole;
-    for (ir::TensorId in : op.inputs) (placement(in).is_partial() ? partial : whole).push_back(in);
+    for (ir::TensorId in : op.inputs) {
+      const bool partial_term = placement(in).is_partial() && !pending_sums_.count(in);
+      (partial_term ? partial : whole).push_back(in);
+    }
     if (partial.size() < 2 || whole.empty()) return op;
     ir::Op terms = op;
     terms.name = op.name + "/partial_terms";
@@ -316,7 +328,9 @@ class Partitioner final : public PlacingGraph {
   }
 
   // A Linear whose product is a partial sum (its input dimension split) adds its bias once,
-  // after the sum: the fused bias becomes an Add that the product's all-reduce precedes.
+  // after the sum: the fused bias becomes an Add that the product's all-reduce precedes. In
+  // bf16 the Add is float32 and a Cast rounds its result, so that the bias joins the float32
+  // sum before the one rounding, as the fused kernel adds it.
   void place_unfused_linear(ir::Op op) {
     if (!ir::attr_string(op.attributes, "activation", "").empty() || op.outputs.size() > 1 ||
         ir::attr_float(op.attributes, "beta", 1.0) != 1.0) {
@@ -326,20 +340,43 @@ class Partitioner final : public PlacingGraph {
                   "--no-fuse or split the layer along its output dimension");
     }
     const ir::TensorId y = op.outputs[0];
-    const ir::TensorId bias = op.inputs[2];
-    ir::Tensor product_tensor = fresh(y, "/product");
-    const ir::TensorId product = add_tensor(std::move(product_tensor));
+    ir::TensorId bias = op.inputs[2];
+    const bool rounds = out_.tensor(y).dtype == ir::DType::kBFloat16;
+    const auto float32 = [&](ir::TensorId like, const std::string& suffix) {
+      ir::Tensor tensor = fresh(like, suffix);
+      if (rounds) tensor.dtype = ir::DType::kFloat32;
+      return add_tensor(std::move(tensor));
+    };
+    const ir::TensorId product = float32(y, "/product");
+    const ir::TensorId sum = rounds ? float32(y, "/sum") : y;
+    const ir::Op linear = op;
     op.inputs.resize(2);
     op.outputs = {product};
-    ir::Op add;
-    add.type = "Add";
-    add.name = op.name + "/bias";
-    add.inputs = {product, bias};
-    add.outputs = {y};
-    add.pass = op.pass;
-    add.tags = op.tags;
     place_and_emit(std::move(op));
-    place_and_emit(std::move(add));
+    if (rounds) {
+      const ir::TensorId widened = float32(bias, "/f32");
+      place_and_emit(op_like(linear, "Cast", "/bias_f32", {bias}, {widened}, ir::DType::kFloat32));
+      bias = widened;
+    }
+    place_and_emit(op_like(linear, "Add", "/bias", {product, bias}, {sum}));
+    if (rounds) {
+      place_and_emit(op_like(linear, "Cast", "/rounded", {sum}, {y}, ir::DType::kBFloat16));
+    }
+  }
+
+  // An op of `like`'s pass and tags, named after it; a Cast to `cast_to`.
+  static ir::Op op_like(const ir::Op& like, const std::string& type, const std::string& suffix,
+                        std::vector<ir::TensorId> inputs, std::vector<ir::TensorId> outputs,
+                        std::optional<ir::DType> cast_to = std::nullopt) {
+    ir::Op op;
+    op.type = type;
+    op.name = like.name + suffix;
+    op.inputs = std::move(inputs);
+    op.outputs = std::move(outputs);
+    if (cast_to) op.attributes["to"] = ir::onnx_data_type(*cast_to);
+    op.pass = like.pass;
+    op.tags = like.tags;
+    return op;
   }
 
   void place_and_emit(ir::Op op) {
@@ -347,12 +384,15 @@ class Partitioner final : public PlacingGraph {
       emit_on_own_rows(std::move(op));
       return;
     }
-    const std::vector<Placement> given = presented_placements(op);
+    std::vector<Placement> given = presented_placements(op);
     const std::vector<Placement> preferred = preferred_placements(op);
-    ir::OpPlacement decision = meets_expert_split(op)
-                                   ? whole(op)
-                                   : ir::place_op(out_, op, sequence_split(op, given), whole_,
-                                                  parts_, over_replicas_ ? &preferred : nullptr);
+    const auto decide = [&] {
+      return meets_expert_split(op) ? whole(op)
+                                    : ir::place_op(out_, op, sequence_split(op, given), whole_,
+                                                   parts_, over_replicas_ ? &preferred : nullptr);
+    };
+    ir::OpPlacement decision = decide();
+    if (round_pending_sums(op, given, decision)) decision = decide();
     std::vector<std::pair<ir::TensorId, ir::TensorId>> redirected;  // (written, gradient)
     for (size_t j = 0; j < op.outputs.size(); ++j) {
       const ir::TensorId out = op.outputs[j];
@@ -386,13 +426,82 @@ class Partitioner final : public PlacingGraph {
     }
     for (size_t j = 0; j < op.outputs.size(); ++j) {
       if (op.outputs[j] < 0) continue;
-      placement(op.outputs[j]) = stored_placement(op.outputs[j], decision.outputs[j]);
+      const Placement placed = stored_placement(op.outputs[j], decision.outputs[j]);
+      const bool written_whole =
+          std::any_of(redirected.begin(), redirected.end(),
+                      [&](const auto& r) { return r.first == op.outputs[j]; });
+      if (placed.is_partial() && !written_whole && sums_in_float32(op.type) &&
+          out_.tensor(op.outputs[j]).dtype == ir::DType::kBFloat16) {
+        op.outputs[j] = defer_rounding(op.outputs[j]);
+      }
+      placement(op.outputs[j]) = placed;
       fixed_[op.outputs[j]] = true;
     }
     const ir::Op emitted = op;
     out_.add_op(std::move(op));
     for (const auto& [written, gradient] : redirected) {
       reshard_into(written, effective(written), written_placement(gradient, {}), emitted, gradient);
+    }
+  }
+
+  // A bf16 product's partial sum `tensor`, written instead as the float32 sum that its
+  // rounding waits for (pending_sums_); returns that float32 tensor.
+  ir::TensorId defer_rounding(ir::TensorId tensor) {
+    ir::Tensor sum = fresh(tensor, "/sum");
+    sum.dtype = ir::DType::kFloat32;
+    const ir::TensorId id = add_tensor(std::move(sum));
+    pending_sums_[tensor] = id;
+    placement(tensor) = Placement::partial();
+    fixed_[tensor] = true;
+    return id;
+  }
+
+  // `reader`'s inputs whose rounding waits for their sum are summed and rounded: into the
+  // placement `decision` reads them as, or, where it would take the partial sum on (a linear
+  // op), into summed_placement. Updates `given`; returns whether any input was rounded.
+  bool round_pending_sums(const ir::Op& reader, std::vector<Placement>& given,
+                          const ir::OpPlacement& decision) {
+    bool rounded = false;
+    for (size_t i = 0; i < reader.inputs.size(); ++i) {
+      const ir::TensorId in = reader.inputs[i];
+      if (in < 0 || !pending_sums_.count(in)) continue;
+      const Placement& needed = decision.inputs[i];
+      round_sum(in, needed.is_partial() ? summed_placement(in) : needed, reader);
+      rounded = true;
+    }
+    for (size_t i = 0; i < reader.inputs.size() && rounded; ++i) {
+      if (reader.inputs[i] >= 0) given[i] = effective(reader.inputs[i]);
+    }
+    return rounded;
+  }
+
+  // Where a sum goes that its reader would take on partial: whole, or under sequence
+  // parallelism an activation's (or its gradient's) block of the sequence, where Megatron
+  // reduce-scatters a row-parallel output and a column-parallel input gradient.
+  Placement summed_placement(ir::TensorId tensor) const {
+    const ir::Shape& shape = whole_[tensor];
+    const auto rank = static_cast<int>(shape.size());
+    if (shard_.sequence_parallel && rank >= 2 && shape[rank - 2] % parts_ == 0) {
+      return Placement::sharded(rank - 2);
+    }
+    return {};
+  }
+
+  // The bf16 `tensor` as its float32 sum over the group, placed `to`, rounded by a Cast.
+  void round_sum(ir::TensorId tensor, const Placement& to, const ir::Op& reader) {
+    const ir::TensorId sum = pending_sums_.at(tensor);
+    pending_sums_.erase(tensor);
+    const ir::TensorId whole = reshard(sum, Placement::partial(), to, reader);
+    out_.add_op(op_like(reader, "Cast", "/rounded_sum", {whole}, {tensor}, ir::DType::kBFloat16));
+    placement(tensor) = to;
+  }
+
+  // Sums nothing read: rounded whole after their product, so that every tensor has a writer.
+  void round_unread_sums() {
+    while (!pending_sums_.empty()) {
+      const auto [tensor, sum] = *pending_sums_.begin();
+      const ir::Op producer = out_.op(out_.producer(sum));
+      round_sum(tensor, Placement{}, producer);
     }
   }
 
@@ -725,6 +834,7 @@ class Partitioner final : public PlacingGraph {
   std::vector<Placement> held_;  // per tensor of in_: how the replicas hold it (expert parallelism)
   std::vector<bool> data_;       // per tensor of in_: computed from the batch
   ir::TensorId replica_scale_ = -1;
+  std::map<ir::TensorId, ir::TensorId> pending_sums_;  // bf16 tensor -> its float32 partial sum
   VocabParallel vocab_{*this};
 };
 

@@ -160,10 +160,16 @@ OpPlacement place_elementwise(const Site& site, const Elementwise& kind) {
   const bool single =
       kind.linearity == Linearity::kSingle && partial.size() == 1 &&
       std::count(kind.linear_inputs.begin(), kind.linear_inputs.end(), partial[0]) > 0;
-  const bool float_cast = site.op.type == "Cast" &&
-                          is_float(site.graph.tensor(site.op.outputs[0]).dtype) &&
-                          is_float(site.graph.tensor(site.op.inputs[0]).dtype);
-  if (!joint && !single && !float_cast) return result;
+  // A Cast to as wide a float dtype is the partial sum of the casts; a Cast to bfloat16
+  // rounds, which only the whole sum may be (the members' rounded terms add up to another
+  // value than one process rounds).
+  const auto float_cast = [&] {
+    if (site.op.type != "Cast") return false;
+    const DType from = site.graph.tensor(site.op.inputs[0]).dtype;
+    const DType to = site.graph.tensor(site.op.outputs[0]).dtype;
+    return is_float(to) && is_float(from) && !(to == DType::kBFloat16 && from == DType::kFloat32);
+  };
+  if (!joint && !single && !float_cast()) return result;
   for (size_t i : partial) result.inputs[i] = Placement::partial();
   for (Placement& out : result.outputs) out = Placement::partial();
   return result;

@@ -153,6 +153,11 @@ int insert_bf16_casts(ir::OpGraph& graph) {
   return graph.num_ops() - before;
 }
 
+bool sums_in_float32(const std::string& type) {
+  return type == "MatMul" || type == "piper.MatMul" || type == "Gemm" || type == "Einsum" ||
+         type == "piper.SumTo";
+}
+
 void allow_tf32(ir::OpGraph& graph) {
   for (ir::OpId id = 0; id < graph.num_ops(); ++id) {
     ir::Op& op = graph.op(id);

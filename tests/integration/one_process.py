@@ -3,6 +3,7 @@ steps, through piper-launch or on rank 0 alone, and checking a run against the s
 run of the same model and global batch."""
 import json
 import os
+import shutil
 import tempfile
 
 import numpy as np
@@ -13,27 +14,40 @@ from harness import Tools
 
 LOSS_RTOL = 1e-5
 WEIGHT_RTOL = 1e-4
-# In bf16 each member rounds its partial results to bf16 before a collective adds them (as
-# Megatron's bf16 all-reduce does), where one process rounds the whole once: the runs agree to
-# bf16's rounding, not to float32's.
-BF16_LOSS_RTOL = 1e-3
-BF16_WEIGHT_RTOL = 1e-2
+# bf16 (docs/strategy.md, "Precision"): a partial sum is added in float32 and rounded once, as
+# one process rounds its whole product, and all-to-alls move values unchanged, so each step
+# trained from one process's state matches one process's step within LOSS_RTOL and
+# WEIGHT_RTOL (SplitModels.each_step). Over a run the two drift apart further: a float32 sum
+# added in another order (a product's halves over the group, a weight gradient's rows over the
+# replicas, BLAS blocking by row count) rounds to the other bfloat16 neighbour when it lies
+# within its last bit of a rounding boundary, and that 2^-8 step grows through the next
+# roundings and AdamW's updates. Data parallelism alone, which splits no product, drifts as far:
+# 2 replicas against one process over 10 steps, samples/gpt 2.8e-4 (loss) and 6.5e-4 (weights),
+# samples/moe, whose top-2 routing flips on such a step, 2.8e-3 and 4.9e-3.
+BF16_DRIFT_RTOL = (1e-3, 1e-2)        # dense models: (loss, whole model's weights)
+BF16_ROUTED_DRIFT_RTOL = (5e-3, 2e-2)  # mixtures of experts
 
 
-def tolerances(precision):
-    """(loss, weight) relative tolerances against one process."""
-    return (LOSS_RTOL, WEIGHT_RTOL) if precision == "fp32" else (BF16_LOSS_RTOL, BF16_WEIGHT_RTOL)
+def tolerances(precision, drift=BF16_DRIFT_RTOL):
+    """(loss, weight) relative tolerances against one process over a run."""
+    return (LOSS_RTOL, WEIGHT_RTOL) if precision == "fp32" else drift
 
 
 def relative_error(got, want):
     return float(np.linalg.norm(got - want) / np.linalg.norm(want))
 
 
-def train(work, plans, data, steps, launch):
+def train(work, plans, data, steps, launch, more_flags=()):
     """`steps` steps from `plans` (every rank through piper-launch, or rank 0 alone); each
     step's loss and the saved weights (--save-onnx gathers split tensors whole)."""
-    records, weights = dp.train_plans_metrics(work, plans, data, launch, steps)
+    records, weights = dp.train_plans_metrics(work, plans, data, launch, steps, more_flags)
     return [record["loss"] for record in records], weights
+
+
+def whole_model_error(weights, want_weights):
+    names = sorted(want_weights)
+    return relative_error(np.concatenate([weights[n].ravel() for n in names]),
+                          np.concatenate([want_weights[n].ravel() for n in names]))
 
 
 class SplitModels:
@@ -82,17 +96,58 @@ class SplitModels:
         return work, plans
 
     @classmethod
-    def train(cls, work, plans, launch):
-        return train(work, plans, cls.data, cls.steps, launch)
+    def train(cls, work, plans, launch, more_flags=()):
+        return train(work, plans, cls.data, cls.steps, launch, more_flags)
+
+    @classmethod
+    def single(cls, model, precision):
+        """The single-process plans of `model` (work folder, plans), planned once."""
+        key = (model, precision, "plans")
+        if key not in cls.references:
+            cls.references[key] = cls.plan(model, f"single_{precision}", {"precision": precision})
+        return cls.references[key]
 
     @classmethod
     def reference(cls, model, precision="fp32"):
         """The single-process run of `model` with the same global batch."""
         key = (model, precision)
         if key not in cls.references:
-            work, plans = cls.plan(model, f"single_{precision}", {"precision": precision})
+            work, plans = cls.single(model, precision)
             cls.references[key] = cls.train(work, plans, launch=False)
         return cls.references[key]
+
+    @classmethod
+    def each_step(cls, model, precision, work, plans, launch=True):
+        """Every step s trained alone from one process's state after s steps (its checkpoint;
+        the initial weights for s = 0) by `plans` and by one process: per step, both runs'
+        (loss, weights after the step)."""
+        key = (model, precision, "each step")
+        if key not in cls.references:
+            single_work, single_plans = cls.single(model, precision)
+            checkpoints = os.path.join(single_work, "checkpoints")
+            cls.train(single_work, single_plans, launch=False,
+                      more_flags=["--checkpoint-dir", checkpoints, "--save-every", 1])
+            cls.references[key] = checkpoints, [
+                cls.train_step(single_work, single_plans, False, step, checkpoints)
+                for step in range(cls.steps)]
+        checkpoints, references = cls.references[key]
+        return [(cls.train_step(work, plans, launch, step, checkpoints), references[step])
+                for step in range(cls.steps)]
+
+    @classmethod
+    def train_step(cls, work, plans, launch, step, checkpoints):
+        """Step `step` of `plans` from one process's checkpoint of it: (loss, weights)."""
+        run = os.path.join(work, f"step{step}")
+        shutil.rmtree(run, ignore_errors=True)
+        os.makedirs(run)
+        flags = []
+        if step > 0:
+            folder = f"step-{step:06d}"
+            shutil.copytree(os.path.join(checkpoints, folder), os.path.join(run, "from", folder))
+            flags = ["--checkpoint-dir", os.path.join(run, "from"), "--resume"]
+        records, weights = dp.train_plans_metrics(run, plans, cls.data, launch, step + 1, flags)
+        assert [r["step"] for r in records] == [step + 1], records
+        return records[0]["loss"], weights
 
     @staticmethod
     def dump(plans, rank=0):
@@ -100,11 +155,11 @@ class SplitModels:
         return json.loads(harness.run_ok([Tools.dump, "--json", path]).stdout)
 
 
-def assert_matches(test, name, run, reference, steps, precision="fp32"):
+def assert_matches(test, name, run, reference, steps, precision="fp32", drift=BF16_DRIFT_RTOL):
     """Every step's loss and every final weight of `run` within the precision's tolerance of
-    `reference`, both (losses, weights)."""
+    `reference`, both (losses, weights); bf16 runs within `drift`."""
     (losses, weights), (want_losses, want_weights) = run, reference
-    loss_rtol, weight_rtol = tolerances(precision)
+    loss_rtol, weight_rtol = tolerances(precision, drift)
     test.assertEqual(len(losses), steps, name)
     largest = {"loss": 0.0, "weight": 0.0}
     for step, (got, want) in enumerate(zip(losses, want_losses)):
@@ -122,10 +177,29 @@ def assert_matches(test, name, run, reference, steps, precision="fp32"):
     if precision != "fp32":
         # AdamW moves a parameter near zero (a bias) by lr whatever its gradient's size, so
         # bf16's rounding shows in small tensors first: bf16 compares the whole model.
-        names = sorted(want_weights)
-        error = relative_error(np.concatenate([weights[n].ravel() for n in names]),
-                               np.concatenate([want_weights[n].ravel() for n in names]))
+        error = whole_model_error(weights, want_weights)
         largest["weight"] = error
         test.assertLessEqual(error, weight_rtol, f"[{name}] final weights: {error:.2e}")
     print(f"[{name}] losses match one process to {loss_rtol} (largest {largest['loss']:.1e}), "
           f"weights to {weight_rtol} (largest {largest['weight']:.1e})")
+
+
+def assert_each_step_matches(test, name, steps):
+    """Each step trained from one process's state (SplitModels.each_step): its loss within
+    LOSS_RTOL of one process's and the whole model after it within WEIGHT_RTOL (bf16 compares
+    the whole model, as assert_matches does)."""
+    largest = {"loss": 0.0, "weight": 0.0}
+    for step, ((loss, weights), (want_loss, want_weights)) in enumerate(steps):
+        loss_error = abs(loss - want_loss) / abs(want_loss)
+        weight_error = whole_model_error(weights, want_weights)
+        test.assertLessEqual(loss_error, LOSS_RTOL,
+                             f"[{name}] step {step} from one process's state: {loss!r} vs "
+                             f"{want_loss!r}")
+        test.assertLessEqual(weight_error, WEIGHT_RTOL,
+                             f"[{name}] weights after step {step} from one process's state: "
+                             f"{weight_error:.2e}")
+        largest = {"loss": max(largest["loss"], loss_error),
+                   "weight": max(largest["weight"], weight_error)}
+    print(f"[{name}] each step from one process's state: losses within {LOSS_RTOL} (largest "
+          f"{largest['loss']:.1e}), weights after it within {WEIGHT_RTOL} (largest "
+          f"{largest['weight']:.1e})")

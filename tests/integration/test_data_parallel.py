@@ -48,12 +48,13 @@ def train_plans(work, plans, data, launch):
     return [record["loss"] for record in records], weights
 
 
-def train_plans_metrics(work, plans, data, launch, steps):
-    """As train_plans for `steps` steps; returns rank 0's metrics records and the weights."""
+def train_plans_metrics(work, plans, data, launch, steps, more_flags=()):
+    """As train_plans for `steps` steps (piper-run also given `more_flags`); returns rank 0's
+    metrics records and the weights."""
     metrics = os.path.join(work, "metrics.jsonl")
     trained = os.path.join(work, "trained.onnx")
     flags = ["--steps", steps, "--data", data, "--metrics", metrics, "--save-onnx", trained,
-             "--timeout", 60]
+             "--timeout", 60] + list(more_flags)
     if launch:
         harness.run_ok([launch_path(), "--plans", plans] + flags, timeout=240)
     else:
