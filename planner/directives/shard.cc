@@ -32,6 +32,7 @@
 
 #include "formats/error.h"
 #include "planner/directives/directive.h"
+#include "planner/directives/expert_modules.h"
 #include "planner/directives/vocab_parallel.h"
 #include "planner/ir/placement.h"
 #include "planner/ir/replica_placements.h"
@@ -732,10 +733,16 @@ class Partitioner final : public PlacingGraph {
 
 void apply_shard(ir::TaskGraph& graph, const DirectiveContext& context) {
   const auto& shard = std::get<strategy::ShardDirective>(context.directive.spec);
-  if (shard.style == "expert") {
-    throw Error(context.where("style") +
-                ": expert parallelism is not planned yet; split experts as batched parameters "
-                "with \"params\" once it is");
+  if (shard.style == "expert" && !shard.over_replicas) {
+    throw Error(context.where("devices") +
+                ": style \"expert\" spreads experts over data-parallel replicas, but no "
+                "replicate (or zero) directive replicates over these devices; replicate over the "
+                "same devices or mesh axis");
+  }
+  if (shard.style == "expert" && (!shard.filter.tags.empty() || shard.filter.pass)) {
+    throw Error(context.where("filter") +
+                ": the tag numbers the experts' nodes, which decides what is spread; drop the "
+                "filter");
   }
   if (!shard.filter.tags.empty() || shard.filter.pass) {
     throw Error(context.where("filter") +
@@ -754,6 +761,10 @@ void apply_shard(ir::TaskGraph& graph, const DirectiveContext& context) {
     }
   }
   const int64_t parts = static_cast<int64_t>(shard.groups.front().size());
+  if (shard.style == "expert") {
+    graph = ir::build_task_graph(spread_expert_modules(graph.op_graph(), parts, context));
+    return;
+  }
   ir::OpGraph partitioned = Partitioner(graph.op_graph(), shard, parts, context).run();
   graph = ir::build_task_graph(std::move(partitioned));
   if (shard.over_replicas) return;
