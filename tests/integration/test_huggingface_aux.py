@@ -12,8 +12,9 @@ microbatches the means couple them, and planning is refused naming the mean.
 HF Mixtral's experts, one module each (experts.N, its own dropless dispatch), spread over 2
 replicas by a shard of style "expert" (docs/strategy.md, Expert parallelism): 2 experts on each,
 the rows each replica routed to an expert exchanged by all-to-all-v, train as one process and as
-PyTorch do, alone and with ZeRO-2, within the same tolerances; planning refuses experts that do
-not spread evenly or are not numbered 0 … E-1, naming the directive's tag. Runs under
+PyTorch do, alone, with ZeRO-2 and 2 microbatches, and over 4 replicas (one expert each), within
+the same tolerances; planning refuses experts that do not spread evenly or are not numbered
+0 … E-1, naming the directive's tag. Runs under
 --hf-python as test_huggingface.py does, with its harness."""
 import collections
 import json
@@ -93,18 +94,21 @@ class MixtralExpertModules(test_huggingface.HuggingFaceHarness, unittest.TestCas
         cls.sample = expert_parallel_sample()
         cls.shard = cls.sample["directives"][1]
 
-    def train_spread(self, name, directives):
+    def train_spread(self, name, directives, replicas=REPLICAS):
         losses, weights, _ = self.train(name, directives, self.sample["annotations"],
-                                        mesh=self.sample["mesh"])
+                                        mesh=[["dp", replicas]])
         return losses, weights
 
-    def test_two_replicas_spread_the_experts_as_one_process_trains(self):
+    def test_replicas_spread_the_experts_as_one_process_trains(self):
         one = self.train("one_rank")[:2]
         self.compare("one_rank", *one, loss_rtol=LOSS_RTOL, weight_rtol=WEIGHT_RTOL)
-        for name, directives in [
-                ("ep2", self.sample["directives"]),
-                ("ep2_zero2", [{"op": "zero", "stage": 2, "axis": "dp"}, self.shard])]:
-            spread = self.train_spread(name, directives)
+        for name, directives, replicas in [
+                ("ep2", self.sample["directives"], REPLICAS),
+                ("ep2_zero2_mb2", [{"op": "split", "dim_name": "MB", "num_microbatches": 2},
+                                   {"op": "zero", "stage": 2, "axis": "dp"}, self.shard],
+                 REPLICAS),
+                ("ep4", self.sample["directives"], 4)]:
+            spread = self.train_spread(name, directives, replicas)
             self.compare(name, *spread, loss_rtol=LOSS_RTOL, weight_rtol=WEIGHT_RTOL)
             self.compare(f"{name} vs one_rank", *spread, reference=one, loss_rtol=LOSS_RTOL,
                          weight_rtol=WEIGHT_RTOL)
