@@ -4,7 +4,6 @@
 #include <cstring>
 #include <map>
 #include <numeric>
-#include <optional>
 #include <queue>
 #include <set>
 #include <stdexcept>
@@ -306,11 +305,14 @@ class ExpertSpreader {
     op.name = in_.tensor(t).name + "/all_to_all_v";
     op.inputs = pieces;
     op.inputs.insert(op.inputs.end(), counts.begin(), counts.end());
-    const ir::TensorId rows = fresh(t, "/to_experts");
-    op.outputs = {rows};
-    if (exchange.total < 0) {
+    const bool first = exchange.total < 0;
+    if (first) {  // declared before the rows they size, as the IR's text form needs
       exchange.total = scalar_count(in_.tensor(t).name + "/rows_received", {});
       exchange.rows_from = scalar_count(in_.tensor(t).name + "/rows_from", {group_});
+    }
+    const ir::TensorId rows = fresh(t, "/to_experts");
+    op.outputs = {rows};
+    if (first) {
       op.outputs.push_back(exchange.total);
       op.outputs.push_back(exchange.rows_from);
     } else {

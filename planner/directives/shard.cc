@@ -17,7 +17,8 @@
 // When the groups are data-parallel replica sets (expert parallelism), the op graph stays
 // each replica's program on its own rows and only the ops that meet the split experts are
 // placed (Partitioner::track_replica_placements): the tokens' dispatch buffer goes from rows
-// to experts by an all-to-all and back by another, as GShard's.
+// to experts by an all-to-all and back by another, as GShard's. Experts written as one module
+// each ("style": "expert") are spread by expert_modules.h instead.
 //
 // Expert and tensor parallelism compose (a shard over the data-parallel axis and one over a
 // tensor-parallel axis, in either order): the split over the replicas runs first, marking what

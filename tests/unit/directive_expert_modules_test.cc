@@ -111,13 +111,14 @@ TEST(ExpertModules, EachMemberRunsItsExpertOnEveryMembersRows) {
   // reduction; expert 1's ops are gone.
   EXPECT_TRUE(has_line(text,
                        "tensor w0 f32[4,3] parameter init=w0 over=replicas "
-                       "replica_inits=[w0, w1]"))
+                       "replica_inits=[w0,w1]"))
       << text;
+  EXPECT_EQ(ir::print(ir::parse(text)), text);  // the text form reads the binding back
   EXPECT_EQ(text.find("/experts.1/"), std::string::npos) << text;
   // Forward: every member's rows for the slot's expert, with the counts first, and back.
   EXPECT_NE(text.find(" piper.AllToAllV \"rows0/all_to_all_v\" (rows0, rows1, count0, count1) "
                       "-> (rows0/to_experts, rows0/rows_received, rows0/rows_from) "
-                      "{over=\"replicas\"}\n"),
+                      "{over=\"replicas\"} pass=F tags={}\n"),
             std::string::npos)
       << text;
   EXPECT_TRUE(has_line(text,
@@ -126,7 +127,7 @@ TEST(ExpertModules, EachMemberRunsItsExpertOnEveryMembersRows) {
       << text;
   EXPECT_NE(text.find(" piper.AllToAllVReturn \"/experts.0/fc/all_to_all_v_return\" "
                       "(y0/from_members, rows0/rows_from, count0, count1) -> (y0, y1) "
-                      "{over=\"replicas\"}\n"),
+                      "{over=\"replicas\"} pass=F tags={}\n"),
             std::string::npos)
       << text;
   // Backward: the output gradient's rows travel as the forward's did (aligned with its total),
