@@ -161,6 +161,12 @@ class ExpertSpreader {
     std::map<ir::TensorId, ir::TensorId> replaced;  // what the slot reads instead
     for (size_t p = 0; p < ops.size(); ++p) {
       ir::Op op = in_.op(ops[p]);
+      if (op.type == "Dropout") {
+        throw Error(where("tag") + ": " + node(ops[p]) +
+                    " is a Dropout inside an expert, whose mask Piper keys by the rows' place in "
+                    "a replica's tensor, which spreading the experts changes; drop it from the "
+                    "experts or train them unspread");
+      }
       op.attributes.erase("expert");
       const auto counterparts = [&](bool input, size_t i) {
         std::vector<ir::TensorId> tensors;

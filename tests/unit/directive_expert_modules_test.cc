@@ -200,6 +200,14 @@ TEST(ExpertModules, RefusesWhatCannotSpreadNamingTheNode) {
     {"op": "replicate", "devices": [0, 1, 2]},
     {"op": "shard", "devices": [0, 1, 2], "style": "expert", "tag": "EXPERT"}])",
                  "the 2 experts tagged \"EXPERT\" do not spread evenly over groups of 3 devices");
+  // A Dropout inside the experts: its mask is keyed by the rows' place, which the spread moves.
+  ir::TaskGraph dropout = expert_graph();
+  for (ir::OpId id = 0; id < dropout.op_graph().num_ops(); ++id) {
+    ir::Op& op = dropout.op_graph().op(id);
+    if (op.name == "/experts.0/fc" || op.name == "/experts.1/fc") op.type = "Dropout";
+  }
+  expect_refused(std::move(dropout), kSpread,
+                 "the node '/experts.0/fc' is a Dropout inside an expert");
   // Experts spread over devices no replicate spans.
   expect_refused(expert_graph(), R"([
     {"op": "shard", "devices": [0, 1], "style": "expert", "tag": "EXPERT"}])",
