@@ -38,6 +38,8 @@ CommKind kind_of(plan::Collective::Kind kind) {
     case plan::Collective::ALL_GATHER:
       return CommKind::kAllGather;
     case plan::Collective::ALL_TO_ALL:
+    case plan::Collective::ALL_TO_ALL_V:
+    case plan::Collective::ALL_TO_ALL_V_RETURN:
       return CommKind::kAllToAll;
     default:
       return CommKind::kBroadcast;

@@ -125,6 +125,10 @@ std::string collective_kind_to_text(plan::Collective::Kind kind) {
       return "broadcast";
     case plan::Collective::ALL_TO_ALL:
       return "all-to-all";
+    case plan::Collective::ALL_TO_ALL_V:
+      return "all-to-all-v";
+    case plan::Collective::ALL_TO_ALL_V_RETURN:
+      return "all-to-all-v-return";
     default:
       return "collective(" + std::to_string(static_cast<int>(kind)) + ")";
   }

@@ -167,6 +167,15 @@ void infer_run_time_extents(ir::OpGraph& graph, const std::string& model_path) {
   }
 }
 
+// The tag numbering the experts of a shard directive of style "expert" (empty without one).
+std::string expert_tag(const strategy::Strategy& strategy) {
+  for (const strategy::Directive& directive : strategy.directives) {
+    const auto* shard = std::get_if<strategy::ShardDirective>(&directive.spec);
+    if (shard && shard->style == "expert") return shard->tag.value_or("");
+  }
+  return "";
+}
+
 ir::OpGraph training_graph(const std::string& model_path, const strategy::Strategy& strategy,
                            const PlanningOptions& options, PlanningResult& result) {
   onnx::ModelProto model = load_model_for_import(model_path, &result.external_files);
@@ -176,7 +185,7 @@ ir::OpGraph training_graph(const std::string& model_path, const strategy::Strate
   check_op_dtypes(graph, model_path);
   make_token_means_global(graph, strategy.global_batch / planned_batch(strategy), model_path,
                           strategy.source);
-  annotate(graph, strategy.annotations, strategy.source);
+  annotate(graph, strategy.annotations, strategy.source, expert_tag(strategy));
   if (options.fuse) result.fusions = fuse(graph, default_fusion_rules());
   if (strategy.precision == "bf16") result.bf16_casts = insert_bf16_casts(graph);
   try {
@@ -190,6 +199,7 @@ ir::OpGraph training_graph(const std::string& model_path, const strategy::Strate
   make_batch_means_global(graph, parts.replicas, parts.microbatches, model_path, strategy.source);
   if (strategy.precision == "tf32") allow_tf32(graph);
   infer_run_time_extents(graph, model_path);
+  if (const std::string tag = expert_tag(strategy); !tag.empty()) mark_experts(graph, tag);
   return graph;
 }
 

@@ -62,6 +62,13 @@ class Communicator {
   // Slice j (bytes_per_rank bytes) of `in` goes to member j, which receives it as slice
   // rank() of its `out`; `in` and `out` may be the same buffer.
   virtual void all_to_all(const void* in, void* out, size_t bytes_per_rank) = 0;
+  // Piece j (send_bytes[j] bytes at send[j]) goes to member j, which receives it as its piece
+  // rank() (recv_bytes[rank()] bytes at recv[rank()]): an all-to-all of pieces of any size, whose
+  // sizes every member knows beforehand (an all_to_all of the counts tells them). Each vector
+  // has size() entries; a piece of 0 bytes moves nothing; pieces must not overlap.
+  virtual void all_to_all_v(const std::vector<const void*>& send,
+                            const std::vector<size_t>& send_bytes, const std::vector<void*>& recv,
+                            const std::vector<size_t>& recv_bytes) = 0;
   // Sends `bytes` to member `peer`, matched by the recv of the same `tag` there (tags alone pair
   // transfers, on whichever channel); returns once the data left this process's buffer.
   virtual void send(const void* data, size_t bytes, int peer, int tag) = 0;

@@ -33,6 +33,17 @@ void SelfCommunicator::all_to_all(const void* in, void* out, size_t bytes_per_ra
   if (out != in) copy_(out, in, bytes_per_rank);
 }
 
+void SelfCommunicator::all_to_all_v(const std::vector<const void*>& send,
+                                    const std::vector<size_t>& send_bytes,
+                                    const std::vector<void*>& recv,
+                                    const std::vector<size_t>& recv_bytes) {
+  if (send_bytes.at(0) != recv_bytes.at(0)) {
+    throw Error("all_to_all_v in a group of one sends " + std::to_string(send_bytes[0]) +
+                " bytes to itself but receives " + std::to_string(recv_bytes[0]));
+  }
+  if (send_bytes[0] > 0 && recv.at(0) != send.at(0)) copy_(recv[0], send[0], send_bytes[0]);
+}
+
 void SelfCommunicator::send(const void*, size_t, int peer, int tag) {
   throw Error("send of tag " + std::to_string(tag) + " to member " + std::to_string(peer) +
               " of a group of one");

@@ -30,6 +30,8 @@ class SelfCommunicator : public Communicator {
   void all_gather(const void* in, void* out, size_t count_per_rank, ElementType type) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void all_to_all(const void* in, void* out, size_t bytes_per_rank) override;
+  void all_to_all_v(const std::vector<const void*>& send, const std::vector<size_t>& send_bytes,
+                    const std::vector<void*>& recv, const std::vector<size_t>& recv_bytes) override;
   // Throw piper::Error: a group of one has no peer.
   void send(const void* data, size_t bytes, int peer, int tag) override;
   void recv(void* data, size_t bytes, int peer, int tag) override;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "engine/runtime/row_exchange.h"
 #include "formats/error.h"
 
 namespace piper::engine {
@@ -20,6 +21,10 @@ const char* kind_name(plan::Collective::Kind kind) {
       return "broadcast";
     case plan::Collective::ALL_TO_ALL:
       return "all_to_all";
+    case plan::Collective::ALL_TO_ALL_V:
+      return "all_to_all_v";
+    case plan::Collective::ALL_TO_ALL_V_RETURN:
+      return "all_to_all_v_return";
     default:
       return "unknown";
   }
@@ -305,6 +310,10 @@ std::vector<Pair> checked_pairs(const plan::Collective& collective, std::vector<
 
 void check_collective(const plan::Collective& collective, std::vector<CommTensor> inputs,
                       std::vector<CommTensor> outputs, size_t group_size) {
+  if (is_row_exchange(collective.kind())) {
+    check_row_exchange(collective, inputs, outputs, group_size);
+    return;
+  }
   checked_pairs(collective, std::move(inputs), std::move(outputs), group_size);
 }
 
@@ -312,6 +321,10 @@ std::unique_ptr<PreparedKernel> prepare_collective(const plan::Collective& colle
                                                    std::vector<CommTensor> inputs,
                                                    std::vector<CommTensor> outputs,
                                                    Communicator& communicator, Backend& memory) {
+  if (is_row_exchange(collective.kind())) {
+    return prepare_row_exchange(collective, std::move(inputs), std::move(outputs), communicator,
+                                memory);
+  }
   std::vector<Pair> pairs = checked_pairs(collective, std::move(inputs), std::move(outputs),
                                           static_cast<size_t>(communicator.size()));
   const ElementType type =

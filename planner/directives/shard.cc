@@ -17,7 +17,8 @@
 // When the groups are data-parallel replica sets (expert parallelism), the op graph stays
 // each replica's program on its own rows and only the ops that meet the split experts are
 // placed (Partitioner::track_replica_placements): the tokens' dispatch buffer goes from rows
-// to experts by an all-to-all and back by another, as GShard's.
+// to experts by an all-to-all and back by another, as GShard's. Experts written as one module
+// each ("style": "expert") are spread by expert_modules.h instead.
 //
 // In bf16 a product whose result is a partial sum writes it in float32 (its kernel sums in
 // float32 anyway), the reshard adds the members' sums in float32, and a Cast then rounds the
@@ -38,6 +39,7 @@
 
 #include "formats/error.h"
 #include "planner/directives/directive.h"
+#include "planner/directives/expert_modules.h"
 #include "planner/directives/vocab_parallel.h"
 #include "planner/ir/placement.h"
 #include "planner/ir/replica_placements.h"
@@ -842,10 +844,16 @@ class Partitioner final : public PlacingGraph {
 
 void apply_shard(ir::TaskGraph& graph, const DirectiveContext& context) {
   const auto& shard = std::get<strategy::ShardDirective>(context.directive.spec);
-  if (shard.style == "expert") {
-    throw Error(context.where("style") +
-                ": expert parallelism is not planned yet; split experts as batched parameters "
-                "with \"params\" once it is");
+  if (shard.style == "expert" && !shard.over_replicas) {
+    throw Error(context.where("devices") +
+                ": style \"expert\" spreads experts over data-parallel replicas, but no "
+                "replicate (or zero) directive replicates over these devices; replicate over the "
+                "same devices or mesh axis");
+  }
+  if (shard.style == "expert" && (!shard.filter.tags.empty() || shard.filter.pass)) {
+    throw Error(context.where("filter") +
+                ": the tag numbers the experts' nodes, which decides what is spread; drop the "
+                "filter");
   }
   if (!shard.filter.tags.empty() || shard.filter.pass) {
     throw Error(context.where("filter") +
@@ -864,6 +872,10 @@ void apply_shard(ir::TaskGraph& graph, const DirectiveContext& context) {
     }
   }
   const int64_t parts = static_cast<int64_t>(shard.groups.front().size());
+  if (shard.style == "expert") {
+    graph = ir::build_task_graph(spread_expert_modules(graph.op_graph(), parts, context));
+    return;
+  }
   ir::OpGraph partitioned = Partitioner(graph.op_graph(), shard, parts, context).run();
   graph = ir::build_task_graph(std::move(partitioned));
   if (shard.over_replicas) return;

@@ -138,6 +138,13 @@ strategy::Strategy on_shard_groups(const strategy::Strategy& strategy) {
   // Expert with tensor parallelism: the split over the replicas runs first (see the header).
   std::vector<strategy::Directive> leading;
   if (shards.size() == 2) {
+    for (const strategy::Directive& shard : shards) {
+      if (shard_of(shard).style != "expert") continue;
+      throw Error(strategy.source + ": " + shard.path +
+                  ": style \"expert\" (one module per expert) does not compose with a second "
+                  "shard directive yet; split experts written as batched parameters with "
+                  "\"params\" to combine expert and tensor parallelism");
+    }
     const std::optional<size_t> expert = expert_shard(strategy, shards);
     if (!expert) {
       throw Error(strategy.source + ": " + shards[1].path +

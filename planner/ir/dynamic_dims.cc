@@ -370,6 +370,40 @@ std::vector<Dims> reduce(const OpView& view) {
   return {out};
 }
 
+// piper.AllToAllV (directives/expert_modules.h): n pieces of rows, their n counts and, for an
+// exchange aligned with an earlier one, the total that one received. The rows received are the
+// pieces' bounds together, their extent that total or the one this exchange writes (output 1).
+std::vector<Dims> rows_exchanged(const OpView& view) {
+  const bool aligned = view.op.outputs.size() == 1;
+  const size_t n = (view.op.inputs.size() - (aligned ? 1 : 0)) / 2;
+  Dims rows = view.input(0);
+  if (rows.empty()) view.fail("exchanges a scalar");
+  int64_t bound = 0;
+  for (size_t j = 0; j < n; ++j) {
+    const Dims& piece = view.input(j);
+    if (piece.size() != rows.size()) view.fail("exchanges pieces of different ranks");
+    bound += piece[0].bound;
+  }
+  rows[0] = {bound, aligned ? view.op.inputs.back() : view.op.outputs.at(1), 1};
+  if (aligned) return {rows};
+  return {rows, static_dims(view.out.at(1)), static_dims(view.out.at(2))};
+}
+
+// piper.AllToAllVReturn: the rows of input 0 back to the n members they came from; output j
+// gets an n-th of their bound and as many rows as count input 2 + j says.
+std::vector<Dims> rows_returned(const OpView& view) {
+  const Dims& rows = view.input(0);
+  if (rows.empty()) view.fail("returns a scalar");
+  const size_t n = view.op.outputs.size();
+  std::vector<Dims> pieces;
+  for (size_t j = 0; j < n; ++j) {
+    Dims piece = rows;
+    piece[0] = {rows[0].bound / static_cast<int64_t>(n), view.op.inputs.at(2 + j), 1};
+    pieces.push_back(std::move(piece));
+  }
+  return pieces;
+}
+
 const std::map<std::string, Rule>& rules() {
   static const std::map<std::string, Rule> kRules = [] {
     std::map<std::string, Rule> table = {
@@ -395,6 +429,8 @@ const std::map<std::string, Rule>& rules() {
         {"piper.GatherGrad", planned_output},
         {"piper.GatherElementsGrad", planned_output},
         {"piper.GatherNDGrad", planned_output},
+        {"piper.AllToAllV", rows_exchanged},
+        {"piper.AllToAllVReturn", rows_returned},
     };
     for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}) table[op] = reshape;
     for (const char* op :

@@ -97,6 +97,10 @@ struct Tensor {
   // expert parallelism splits), not over their devices' tensor-parallel group: with both,
   // each tensor is split along one of the two and whole along the other.
   bool placed_over_replicas = false;
+  // For a parameter each data-parallel replica binds to an initializer of its own (an expert
+  // slot of expert parallelism over one module per expert, directives/expert_modules.h): the
+  // initializer replica r loads, one per replica of the tasks using it.
+  std::vector<std::string> replica_initializers{};
 
   LabelCount label_count{};
 };

@@ -1,9 +1,9 @@
 // The IR's text form. One item per line, in this order when printed:
 //
 //   tensor NAME DTYPE[DIMS] ROLE [init=NAME] [high=INT] [accumulated=1]
-//          [shard_of=NAME] [placement=S(DIM) | placement=P] [over=replicas] [dynamic=[(DIM, NAME,
-//          SCALE), ...]] [counts=(NAME, IGNORE[, [(START, STEP, COUNT), ...]])] [data=0xHEX |
-//          data=[NUMBERS]]
+//          [shard_of=NAME] [placement=S(DIM) | placement=P] [over=replicas]
+//          [replica_inits=[NAME, ...]] [dynamic=[(DIM, NAME, SCALE), ...]] [counts=(NAME, IGNORE[,
+//          [(START, STEP, COUNT), ...]])] [data=0xHEX | data=[NUMBERS]]
 //   op INDEX TYPE "NAME" (IN, ...) -> (OUT, ...) [{KEY=VALUE, ...}] [pass=PASS] [tags={K:V, ...}]
 //   inputs NAME ...
 //   loss NAME [seed=NAME]
@@ -200,6 +200,11 @@ class Printer {
     if (tensor.shard_of >= 0) out_ += " shard_of=" + tensor_ref(tensor.shard_of);
     if (!tensor.placement.is_replicated()) out_ += " placement=" + to_string(tensor.placement);
     if (tensor.placed_over_replicas) out_ += " over=replicas";
+    if (!tensor.replica_initializers.empty()) {
+      out_ +=
+          " replica_inits=" + list_text(tensor.replica_initializers,
+                                        [](const std::string& name) { return name_text(name); });
+    }
     if (!tensor.dynamic.empty()) {
       out_ += " dynamic=" + list_text(tensor.dynamic, [this](const DynamicDim& dim) {
                 return "(" + std::to_string(dim.dim) + ", " + tensor_ref(dim.extent) + ", " +
@@ -645,8 +650,8 @@ class Parser {
     tensor.role = in.choice(
         "a role (input, activation, parameter, gradient, optimizer_state, loss, constant)",
         parse_role);
-    in.fields({"init", "high", "accumulated", "shard_of", "placement", "over", "dynamic", "counts",
-               "data"},
+    in.fields({"init", "high", "accumulated", "shard_of", "placement", "over", "replica_inits",
+               "dynamic", "counts", "data"},
               [&](const std::string& key) {
                 if (key == "init") tensor.initializer = in.name("an initializer name");
                 if (key == "high") tensor.int_high = in.integer("an integer");
@@ -654,6 +659,11 @@ class Parser {
                 if (key == "shard_of") tensor.shard_of = tensor_ref(in);
                 if (key == "placement") tensor.placement = placement(in);
                 if (key == "over") tensor.placed_over_replicas = over_replicas(in);
+                if (key == "replica_inits") {
+                  in.list("[", "]", [&] {
+                    tensor.replica_initializers.push_back(in.name("an initializer name"));
+                  });
+                }
                 if (key == "dynamic") tensor.dynamic = dynamic_dims(in);
                 if (key == "counts") tensor.label_count = label_count(in);
                 if (key == "data") tensor.data = parse_data(in, tensor.dtype);

@@ -123,6 +123,10 @@ class Lowering {
       microbatches_ = std::max(microbatches_, task.microbatch + 1);
       holds_different_parameters_ |= task.kind == ir::TaskKind::kSend;
     }
+    // Replicas bound to initializers of their own (experts) hold different parameters too.
+    for (const ir::Tensor& tensor : ops_.tensors()) {
+      holds_different_parameters_ |= !tensor.replica_initializers.empty();
+    }
     if (holds_different_parameters_) collect_group_ = group_id(everyone_);
   }
 
@@ -332,6 +336,10 @@ class Lowering {
       emit_tensor_parallel_collective(out, task, id, op);
       return;
     }
+    if (op.type == "piper.AllToAllV" || op.type == "piper.AllToAllVReturn") {
+      emit_row_exchange(out, task, id, op);
+      return;
+    }
     plan::Kernel& kernel = *instruction(out, task, id, op.name)->mutable_kernel();
     kernel.set_op_type(op.type);
     for (const auto& [name, value] : op.attributes) add_attribute(kernel, name, value);
@@ -373,7 +381,7 @@ class Lowering {
     for (const ir::TrainedParameter& trained : ops_.trained) {
       const ir::Tensor& parameter = ops_.tensor(trained.parameter);
       parameters[trained.gradient] =
-          parameter.initializer.empty() ? parameter.name : parameter.initializer;
+          parameter.initializer.empty() ? parameter.name : initializer_here(parameter);
     }
     plan::GradientNorm& norm = *plan_.mutable_gradient_norm();
     for (size_t i = 0; i < op.inputs.size(); ++i) {
@@ -414,6 +422,17 @@ class Lowering {
     collective.set_average(ir::attr_int(op.attributes, "average", 0) != 0);
     collective.add_inputs(use(op.inputs.at(0), task.microbatch));
     collective.add_outputs(use(op.outputs.at(0), task.microbatch));
+  }
+
+  // Expert parallelism's all-to-all-v (directives/expert_modules.h): over the task's replicas,
+  // every input and output as the op lists them.
+  void emit_row_exchange(plan::Stream& out, const ir::Task& task, ir::TaskId id, const ir::Op& op) {
+    plan::Collective& collective = *instruction(out, task, id, op.name)->mutable_collective();
+    collective.set_kind(op.type == "piper.AllToAllV" ? plan::Collective::ALL_TO_ALL_V
+                                                     : plan::Collective::ALL_TO_ALL_V_RETURN);
+    collective.set_group(placement_group(task, true));
+    for (ir::TensorId in : op.inputs) collective.add_inputs(use(in, task.microbatch));
+    for (ir::TensorId out_id : op.outputs) collective.add_outputs(use(out_id, task.microbatch));
   }
 
   // A gradient whole on every member of a tensor-parallel group is the same on each: only the
@@ -564,7 +583,7 @@ class Lowering {
     const int index = plan_.tensors_size() - 1;
     if (!tensor.initializer.empty()) {
       plan::ParameterLoad& load = *plan_.add_parameters();
-      load.set_initializer(tensor.initializer);
+      load.set_initializer(initializer_here(tensor));
       load.set_tensor(index);
       if (tensor.shard_of >= 0) describe_shard(*load.mutable_shard(), tensor);
       const ir::TensorId whole = tensor.shard_of >= 0 ? tensor.shard_of : key.tensor;
@@ -577,6 +596,13 @@ class Lowering {
       constant.set_data(tensor.data.data(), tensor.data.size());
     }
     return index;
+  }
+
+  // The initializer this rank loads for `tensor`: its own, or where each replica binds one of
+  // its own (an expert slot), the one of this rank's replica of the task being emitted.
+  const std::string& initializer_here(const ir::Tensor& tensor) const {
+    if (tensor.replica_initializers.empty()) return tensor.initializer;
+    return tensor.replica_initializers.at(static_cast<size_t>(replica_index(*using_task_)));
   }
 
   // This rank's slice of a sharded parameter: the one at its place among the

@@ -209,7 +209,10 @@ std::optional<ir::TaskKind> reshard_kind(const std::string& op_type) {
   if (op_type == "piper.AllReduce") return ir::TaskKind::kAllReduce;
   if (op_type == "piper.ReduceScatter") return ir::TaskKind::kReduceScatter;
   if (op_type == "piper.AllGather") return ir::TaskKind::kAllGather;
-  if (op_type == "piper.AllToAll") return ir::TaskKind::kAllToAll;
+  if (op_type == "piper.AllToAll" || op_type == "piper.AllToAllV" ||
+      op_type == "piper.AllToAllVReturn") {
+    return ir::TaskKind::kAllToAll;
+  }
   return std::nullopt;
 }
 

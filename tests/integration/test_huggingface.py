@@ -52,7 +52,7 @@ OPTIMIZER = {"type": "adamw", "lr": 1e-3, "weight_decay": 0.01}
 DECODER_LAYERS = ["/model/model/layers.0/*", "/model/model/layers.1/*"]
 # Megatron's plan on HF's Linear weights ([out, in]): q, k, v, gate and up split by output
 # features, o and down by input features (biases follow their weights). Mixtral's experts stay
-# whole (expert parallelism is not planned yet): only its attention splits.
+# whole: only its attention splits (test_huggingface_aux.py spreads its experts over replicas).
 LLAMA_TENSOR_PARALLEL = {"*.self_attn.q_proj.weight": 0, "*.self_attn.k_proj.weight": 0,
                          "*.self_attn.v_proj.weight": 0, "*.self_attn.o_proj.weight": 1,
                          "*.mlp.gate_proj.weight": 0, "*.mlp.up_proj.weight": 0,
@@ -156,20 +156,21 @@ class HuggingFaceHarness:
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def plan(self, name, directives=(), annotations=(), precision="fp32"):
+    def plan(self, name, directives=(), annotations=(), precision="fp32", mesh=None):
         work = os.path.join(self.tmp.name, name)
         os.makedirs(work)
+        extra = {"mesh": mesh} if mesh else {}
         strategy = harness.write_json(
             os.path.join(work, "strategy.json"),
             harness.strategy(GLOBAL_BATCH, OPTIMIZER, directives=list(directives),
-                             annotations=list(annotations), precision=precision))
+                             annotations=list(annotations), precision=precision, **extra))
         plans = os.path.join(work, "plans")
         planned = harness.run_ok([Tools.plan, self.model_path, strategy, "-o", plans])
         return work, plans, planned.stdout
 
-    def train(self, name, directives=(), annotations=(), precision="fp32"):
+    def train(self, name, directives=(), annotations=(), precision="fp32", mesh=None):
         """Piper's losses and final weights, and piper-plan's summary."""
-        work, plans, summary = self.plan(name, directives, annotations, precision)
+        work, plans, summary = self.plan(name, directives, annotations, precision, mesh)
         metrics = os.path.join(work, "metrics.jsonl")
         trained = os.path.join(work, "trained.onnx")
         flags = ["--steps", STEPS, "--data", self.data, "--metrics", metrics,

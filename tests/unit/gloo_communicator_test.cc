@@ -170,6 +170,35 @@ TEST_P(GlooCommunicatorTest, AllToAllTransposesSlices) {
   });
 }
 
+TEST_P(GlooCommunicatorTest, AllToAllVMovesPiecesOfEverySize) {
+  RunGroup([&](int rank, Communicator& communicator) {
+    // Member `from` sends (from + to) % 3 values to member `to` (some pieces empty).
+    auto size = [](int from, int to) { return static_cast<size_t>((from + to) % 3); };
+    auto value = [](int from, int to, size_t i) {
+      return from * 100 + to * 10 + static_cast<int>(i);
+    };
+    std::vector<std::vector<int32_t>> in(static_cast<size_t>(n())), out(in.size());
+    std::vector<const void*> send;
+    std::vector<void*> recv;
+    std::vector<size_t> send_bytes, recv_bytes;
+    for (int peer = 0; peer < n(); ++peer) {
+      auto& piece = in[static_cast<size_t>(peer)];
+      for (size_t i = 0; i < size(rank, peer); ++i) piece.push_back(value(rank, peer, i));
+      out[static_cast<size_t>(peer)].assign(size(peer, rank), -1);
+      send.push_back(piece.data());
+      send_bytes.push_back(piece.size() * sizeof(int32_t));
+      recv.push_back(out[static_cast<size_t>(peer)].data());
+      recv_bytes.push_back(size(peer, rank) * sizeof(int32_t));
+    }
+    communicator.all_to_all_v(send, send_bytes, recv, recv_bytes);
+    for (int from = 0; from < n(); ++from) {
+      for (size_t i = 0; i < size(from, rank); ++i) {
+        ASSERT_EQ(out[static_cast<size_t>(from)][i], value(from, rank, i)) << "rank " << rank;
+      }
+    }
+  });
+}
+
 TEST_P(GlooCommunicatorTest, SendAndRecvAroundTheRingByTag) {
   RunGroup([&](int rank, Communicator& communicator) {
     const int right = (rank + 1) % n(), left = (rank + n() - 1) % n();

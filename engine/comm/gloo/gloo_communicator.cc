@@ -401,6 +401,26 @@ class GlooCommunicator : public Communicator {
     exchange.wait();
   }
 
+  void all_to_all_v(const std::vector<const void*>& send, const std::vector<size_t>& send_bytes,
+                    const std::vector<void*>& recv,
+                    const std::vector<size_t>& recv_bytes) override {
+    const Operation op = begin("all_to_all_v");
+    const size_t r = static_cast<size_t>(rank());
+    Exchange exchange(*group_, op);
+    for (size_t peer = 0; peer < static_cast<size_t>(size()); ++peer) {
+      if (peer == r) continue;
+      exchange.recv(recv.at(peer), recv_bytes.at(peer), static_cast<int>(peer), slot(0));
+      exchange.send(send.at(peer), send_bytes.at(peer), static_cast<int>(peer), slot(0));
+    }
+    if (send_bytes.at(r) != recv_bytes.at(r)) {
+      throw Error("rank " + std::to_string(group_->global_rank()) + ": all_to_all_v sends " +
+                  std::to_string(send_bytes[r]) + " bytes to itself but receives " +
+                  std::to_string(recv_bytes[r]));
+    }
+    if (send_bytes[r] > 0) std::memmove(recv.at(r), send.at(r), send_bytes[r]);
+    exchange.wait();
+  }
+
   void send(const void* data, size_t bytes, int peer, int tag) override {
     transfer(const_cast<void*>(data), bytes, peer, tag, true);
   }

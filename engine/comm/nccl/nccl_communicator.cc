@@ -211,6 +211,26 @@ class NcclCommunicator : public Communicator {
     });
   }
 
+  // NCCL's all-to-all-v: one group of point-to-point calls, a send and a receive per member.
+  void all_to_all_v(const std::vector<const void*>& send, const std::vector<size_t>& send_bytes,
+                    const std::vector<void*>& recv,
+                    const std::vector<size_t>& recv_bytes) override {
+    issue("all_to_all_v", others(), [&](ncclComm_t comm, cudaStream_t stream) {
+      ncclResult_t status = ncclGroupStart();
+      for (int peer = 0; peer < size() && status == ncclSuccess; ++peer) {
+        const size_t p = static_cast<size_t>(peer);
+        if (send_bytes.at(p) > 0) {
+          status = ncclSend(send.at(p), send_bytes[p], ncclUint8, peer, comm, stream);
+        }
+        if (status == ncclSuccess && recv_bytes.at(p) > 0) {
+          status = ncclRecv(recv.at(p), recv_bytes[p], ncclUint8, peer, comm, stream);
+        }
+      }
+      const ncclResult_t ended = ncclGroupEnd();
+      return status != ncclSuccess ? status : ended;
+    });
+  }
+
   void send(const void* data, size_t bytes, int peer, int) override {
     issue("send", member(peer), [&](ncclComm_t comm, cudaStream_t stream) {
       return ncclSend(data, bytes, ncclUint8, peer, comm, stream);
