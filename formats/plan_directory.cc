@@ -34,8 +34,10 @@ std::string staging_name(const std::string& stem) {
   return std::string(kStagingPrefix) + stem + std::to_string(::getpid());
 }
 
-void write_plans_into(const std::vector<plan::Plan>& plans, const fs::path& folder) {
-  for (const plan::Plan& plan : plans) {
+// Each plan is made just before it is written and dropped after: one is held at a time.
+void write_plans_into(int world_size, const PlanOfRank& plan_of, const fs::path& folder) {
+  for (int rank = 0; rank < world_size; ++rank) {
+    const plan::Plan plan = plan_of(rank);
     write_plan_file((folder / plan_file_name(static_cast<int>(plan.header().rank()))).string(),
                     plan);
   }
@@ -56,11 +58,11 @@ void staged(const fs::path& staging, Write write) {
 }
 
 // `target` does not exist: the whole folder appears by one rename.
-void write_new_directory(const std::vector<plan::Plan>& plans, const fs::path& target) {
+void write_new_directory(int world_size, const PlanOfRank& plan_of, const fs::path& target) {
   fs::create_directories(target.parent_path());
   const fs::path staging = target.parent_path() / staging_name(target.filename().string() + ".");
   staged(staging, [&] {
-    write_plans_into(plans, staging);
+    write_plans_into(world_size, plan_of, staging);
     fs::rename(staging, target);
   });
 }
@@ -77,14 +79,14 @@ std::string describe_foreign(std::vector<std::string> names) {
 }
 
 // `target` is a folder: each plan file is replaced in place, nothing else is touched.
-void write_into_directory(const std::vector<plan::Plan>& plans, const fs::path& target,
+void write_into_directory(int world_size, const PlanOfRank& plan_of, const fs::path& target,
                           bool force) {
   std::vector<std::string> foreign;
   std::vector<fs::path> stale;
   for (const auto& entry : fs::directory_iterator(target)) {
     const std::string name = entry.path().filename().string();
     if (const auto rank = rank_of_plan_file(name)) {
-      if (*rank >= static_cast<int>(plans.size())) stale.push_back(entry.path());
+      if (*rank >= world_size) stale.push_back(entry.path());
     } else if (is_staging_folder(name)) {
       stale.push_back(entry.path());
     } else {
@@ -99,9 +101,9 @@ void write_into_directory(const std::vector<plan::Plan>& plans, const fs::path& 
   }
   const fs::path staging = target / staging_name("");
   staged(staging, [&] {
-    write_plans_into(plans, staging);
-    for (const plan::Plan& plan : plans) {
-      const std::string name = plan_file_name(static_cast<int>(plan.header().rank()));
+    write_plans_into(world_size, plan_of, staging);
+    for (int rank = 0; rank < world_size; ++rank) {
+      const std::string name = plan_file_name(rank);
       fs::rename(staging / name, target / name);
     }
   });
@@ -137,6 +139,12 @@ std::vector<std::string> rank_plan_paths(const std::string& dir, const std::stri
 
 void write_plan_directory(const std::vector<plan::Plan>& plans, const std::string& dir,
                           bool force) {
+  write_plan_directory(
+      static_cast<int>(plans.size()), [&](int rank) { return plans.at(rank); }, dir, force);
+}
+
+void write_plan_directory(int world_size, const PlanOfRank& plan_of, const std::string& dir,
+                          bool force) {
   try {
     // Canonical, so that "." and "plans/" name the folder itself and staging lands beside or
     // inside it, never in a folder that is then replaced.
@@ -145,9 +153,9 @@ void write_plan_directory(const std::vector<plan::Plan>& plans, const std::strin
     std::error_code error;
     const fs::file_status status = fs::status(target, error);
     if (!fs::exists(status)) {
-      write_new_directory(plans, target);
+      write_new_directory(world_size, plan_of, target);
     } else if (fs::is_directory(status)) {
-      write_into_directory(plans, target, force);
+      write_into_directory(world_size, plan_of, target, force);
     } else {
       throw Error("-o '" + target.string() + "' exists and is not a folder");
     }

@@ -1,6 +1,7 @@
 // A plan folder: the rank<N>.plan files one piper-plan run writes (docs/plan-format.md).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,5 +21,13 @@ std::vector<std::string> rank_plan_paths(const std::string& dir, const std::stri
 // beyond the new world size (of an earlier, larger plan) are removed. Throws piper::Error
 // naming `dir`, and what in it is not Piper's, leaving `dir` as it was.
 void write_plan_directory(const std::vector<plan::Plan>& plans, const std::string& dir, bool force);
+
+// The plan of a rank, made when asked for.
+using PlanOfRank = std::function<plan::Plan(int rank)>;
+
+// The same for the plans of ranks 0 to world_size - 1, each made by plan_of just before it is
+// written and dropped after, so that one plan is held at a time however many ranks there are.
+void write_plan_directory(int world_size, const PlanOfRank& plan_of, const std::string& dir,
+                          bool force);
 
 }  // namespace piper::formats

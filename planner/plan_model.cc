@@ -203,26 +203,13 @@ ir::OpGraph training_graph(const std::string& model_path, const strategy::Strate
   return graph;
 }
 
-// The simulated step of each device the tasks name, given to every rank of its group.
-void plan_timeline(const ir::TaskGraph& graph, const sim::DeviceRates& rates,
-                   std::vector<plan::Plan>& plans) {
-  if (graph.shard_groups.empty()) {
-    sim::add_planned_timeline(graph, rates, plans);
-    return;
-  }
-  std::vector<plan::Plan> leaders;
-  for (const auto& group : graph.shard_groups) {
-    leaders.push_back(std::move(plans.at(group.front())));
-  }
-  sim::add_planned_timeline(graph, rates, leaders);
-  for (size_t g = 0; g < leaders.size(); ++g) {
+// The DAG's device that rank `rank` runs: its tensor-parallel group's, or its own.
+int device_of_rank(const ir::TaskGraph& graph, int rank) {
+  for (size_t g = 0; g < graph.shard_groups.size(); ++g) {
     const auto& group = graph.shard_groups[g];
-    for (size_t member = 1; member < group.size(); ++member) {
-      *plans[group[member]].mutable_planned_tasks() = leaders[g].planned_tasks();
-      *plans[group[member]].mutable_planned_step() = leaders[g].planned_step();
-    }
-    plans[group.front()] = std::move(leaders[g]);
+    if (std::find(group.begin(), group.end(), rank) != group.end()) return static_cast<int>(g);
   }
+  return rank;
 }
 
 }  // namespace
@@ -233,7 +220,25 @@ strategy::Strategy expand_strategy(const std::string& model_path,
       resolve_auto_stages(model_path, written, import_options(expand_generators(written))));
 }
 
-PlanningResult plan_model(const std::string& model_path, const strategy::Strategy& written,
+struct RankPlans::State {
+  State(ir::TaskGraph planned, LowerContext context, const sim::DeviceRates& rates)
+      : graph(std::move(planned)),
+        index(graph),
+        lower_context(std::move(context)),
+        timeline(graph, rates) {}
+  const ir::TaskGraph graph;
+  const DagIndex index;
+  const LowerContext lower_context;
+  const sim::PlannedTimeline timeline;  // every member of a tensor-parallel group gets its device's
+};
+
+plan::Plan RankPlans::plan(int rank) const {
+  plan::Plan plan = lower(state_->index, rank, state_->lower_context);
+  state_->timeline.add_to(plan, device_of_rank(state_->graph, rank));
+  return plan;
+}
+
+PlanningResult plan_ranks(const std::string& model_path, const strategy::Strategy& written,
                           const PlanningOptions& options) {
   const strategy::Strategy strategy = expand_strategy(model_path, written);
   check_device_numbering(strategy);
@@ -270,10 +275,20 @@ PlanningResult plan_model(const std::string& model_path, const strategy::Strateg
   lower_context.optimizer = strategy.optimizer;
   result.num_tasks = graph.num_tasks();
   result.num_ops = num_ops;
-  for (int rank = 0; rank < graph.num_ranks(); ++rank) {
-    result.plans.push_back(lower(graph, rank, lower_context));
+  auto ranks = std::make_shared<RankPlans>();
+  ranks->num_ranks_ = graph.num_ranks();
+  ranks->state_ =
+      std::make_shared<const RankPlans::State>(std::move(graph), lower_context, options.rates);
+  result.ranks = std::move(ranks);
+  return result;
+}
+
+PlanningResult plan_model(const std::string& model_path, const strategy::Strategy& written,
+                          const PlanningOptions& options) {
+  PlanningResult result = plan_ranks(model_path, written, options);
+  for (int rank = 0; rank < result.ranks->num_ranks(); ++rank) {
+    result.plans.push_back(result.ranks->plan(rank));
   }
-  plan_timeline(graph, options.rates, result.plans);
   return result;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,8 +27,12 @@ struct PlanningOptions {
   sim::DeviceRates rates;
 };
 
+class RankPlans;
+
 struct PlanningResult {
-  std::vector<plan::Plan> plans;  // index = rank
+  std::vector<plan::Plan> plans;  // index = rank; plan_ranks leaves it empty
+  // Where each rank's plan comes from, one at a time.
+  std::shared_ptr<const RankPlans> ranks;
   int num_tasks = 0;
   int num_ops = 0;
   // Fusions made, per fusion rule (empty when fusion is off).
@@ -45,6 +50,28 @@ struct PlanningResult {
 // `piper-plan --expand` prints.
 strategy::Strategy expand_strategy(const std::string& model_path,
                                    const strategy::Strategy& written);
+
+// The planned DAG, with what lowering it needs, from which each rank's plan is made when it is
+// asked for: a large job is written one plan at a time (piper-plan), never held whole. The
+// DAG is indexed (lower/dag_index.h) and its step simulated (sim/planned_timeline.h) once.
+class RankPlans {
+ public:
+  int num_ranks() const { return num_ranks_; }
+  // Rank `rank`'s plan, its planned timeline included.
+  plan::Plan plan(int rank) const;
+
+ private:
+  friend PlanningResult plan_ranks(const std::string&, const strategy::Strategy&,
+                                   const PlanningOptions&);
+  struct State;
+  std::shared_ptr<const State> state_;
+  int num_ranks_ = 0;
+};
+
+// Plans everything but the ranks' plans: `plans` stays empty and `ranks` makes them.
+// Throws as plan_model.
+PlanningResult plan_ranks(const std::string& model_path, const strategy::Strategy& strategy,
+                          const PlanningOptions& options = {});
 
 // Throws piper::Error naming the file, JSON path or ONNX node at fault.
 PlanningResult plan_model(const std::string& model_path, const strategy::Strategy& strategy,

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "formats/cluster.h"
 #include "formats/comm_volume.h"
@@ -82,9 +85,36 @@ piper::planner::sim::DeviceRates cost_rates(const CLI::App& app, const std::stri
   return rates;
 }
 
-void print_summary(const piper::planner::PlanningResult& result, const std::string& dir,
+// The lines piper-plan prints for one rank's plan: instructions and memory, planned step,
+// communication.
+std::string rank_summary(const piper::plan::Plan& plan,
+                         const piper::planner::sim::DeviceRates& rates) {
+  std::ostringstream out;
+  const auto& memory = plan.memory();
+  size_t instructions = 0;
+  for (const auto& stream : plan.streams()) instructions += stream.instructions_size();
+  out << "  rank " << plan.header().rank() << ": " << instructions << " instructions, arena "
+      << human_bytes(memory.arena_bytes()) << " (parameters "
+      << human_bytes(memory.parameter_bytes()) << ", gradients "
+      << human_bytes(memory.gradient_bytes()) << ", optimizer "
+      << human_bytes(memory.optimizer_bytes()) << ", activations peak "
+      << human_bytes(memory.activation_bytes()) << ")\n";
+  const auto& step = plan.planned_step();
+  char bubble[32];
+  std::snprintf(bubble, sizeof(bubble), "%.1f%%", step.bubble_fraction() * 100);
+  out << "  rank " << plan.header().rank() << ": planned step " << human_seconds(step.step_s())
+      << ", compute busy " << human_seconds(step.busy_s()) << ", bubble " << bubble
+      << ", peak activations " << human_bytes(memory.activation_bytes())
+      << device_memory(memory, rates) << "\n";
+  out << "  rank " << plan.header().rank() << ": communication per step: "
+      << piper::formats::comm_volume_line(piper::formats::comm_volume(plan)) << "\n";
+  return out.str();
+}
+
+void print_summary(const piper::planner::PlanningResult& result,
+                   const std::vector<std::string>& ranks, const std::string& dir,
                    const piper::planner::sim::DeviceRates& rates) {
-  std::cout << "planned " << result.plans.size() << " rank(s), " << result.num_ops << " ops in "
+  std::cout << "planned " << ranks.size() << " rank(s), " << result.num_ops << " ops in "
             << result.num_tasks << " tasks -> " << dir << "\n";
   if (!result.fusions.empty()) {
     std::cout << "  fused:";
@@ -97,26 +127,7 @@ void print_summary(const piper::planner::PlanningResult& result, const std::stri
               << " casts (matrix products in bfloat16; normalization, softmax, losses and "
                  "reductions in float32; float32 master weights)\n";
   }
-  for (const auto& plan : result.plans) {
-    const auto& memory = plan.memory();
-    size_t instructions = 0;
-    for (const auto& stream : plan.streams()) instructions += stream.instructions_size();
-    std::cout << "  rank " << plan.header().rank() << ": " << instructions
-              << " instructions, arena " << human_bytes(memory.arena_bytes()) << " (parameters "
-              << human_bytes(memory.parameter_bytes()) << ", gradients "
-              << human_bytes(memory.gradient_bytes()) << ", optimizer "
-              << human_bytes(memory.optimizer_bytes()) << ", activations peak "
-              << human_bytes(memory.activation_bytes()) << ")\n";
-    const auto& step = plan.planned_step();
-    char bubble[32];
-    std::snprintf(bubble, sizeof(bubble), "%.1f%%", step.bubble_fraction() * 100);
-    std::cout << "  rank " << plan.header().rank() << ": planned step "
-              << human_seconds(step.step_s()) << ", compute busy " << human_seconds(step.busy_s())
-              << ", bubble " << bubble << ", peak activations "
-              << human_bytes(memory.activation_bytes()) << device_memory(memory, rates) << "\n";
-    std::cout << "  rank " << plan.header().rank() << ": communication per step: "
-              << piper::formats::comm_volume_line(piper::formats::comm_volume(plan)) << "\n";
-  }
+  for (const std::string& lines : ranks) std::cout << lines;
   std::cout << "  cost model: " << rates.describe()
             << " (--cluster FILE, --flops, --memory-bandwidth, --link-bandwidth, --link-latency,"
                " --op-overhead; piper-dump --schedule DIR draws the planned step)\n";
@@ -214,9 +225,18 @@ int main(int argc, char** argv) {
     options.verify = !no_verify;
     rates.inter_node = rates.intra_node;
     options.rates = cost_rates(app, cluster_path, rates);
-    const auto result = piper::planner::plan_model(model_path, strategy, options);
-    piper::formats::write_plan_directory(result.plans, output_dir, force);
-    print_summary(result, output_dir, options.rates);
+    // Each rank's plan is lowered, summarised and written in turn, never all held at once.
+    const auto result = piper::planner::plan_ranks(model_path, strategy, options);
+    std::vector<std::string> ranks;
+    piper::formats::write_plan_directory(
+        result.ranks->num_ranks(),
+        [&](int rank) {
+          piper::plan::Plan plan = result.ranks->plan(rank);
+          ranks.push_back(rank_summary(plan, options.rates));
+          return plan;
+        },
+        output_dir, force);
+    print_summary(result, ranks, output_dir, options.rates);
   } catch (const std::exception& error) {
     std::cerr << "piper-plan: error: " << error.what() << "\n";
     return 1;

@@ -1,9 +1,11 @@
 #include "planner/directives/transfers.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include "formats/error.h"
 
@@ -41,6 +43,7 @@ class Router {
       }
       route(edge.from, edge.to);
     }
+    index_parameter_use();
     for (const ir::TrainedParameter& trained : ops_.trained) sync_parameter(trained.parameter);
     deliver_loss();
   }
@@ -150,22 +153,13 @@ class Router {
   void sync_parameter(ir::TensorId trained) {
     const ir::TensorId sliced = ops_.tensor(trained).shard_of;
     const ir::TensorId parameter = sliced >= 0 ? sliced : trained;
+    // Optimizer ops update their first input in place.
     std::vector<ir::TaskId> writers;
-    std::map<std::vector<int>, std::vector<ir::TaskId>> readers;  // by device set
-    for (ir::TaskId id = 0; id < graph_.num_tasks(); ++id) {
-      const ir::Task& task = graph_.task(id);
-      // Optimizer ops update their first input in place.
-      const bool updates = task.kind == ir::TaskKind::kCompute && task.pass == ir::Pass::kUpdate &&
-                           reads(task, trained);
-      const bool gathers = task.kind == ir::TaskKind::kAllGather && task.tensors.size() > 1 &&
-                           task.tensors[1] == parameter;
-      if (updates || gathers) writers.push_back(id);
-      if (task.kind == ir::TaskKind::kCompute && task.pass != ir::Pass::kUpdate &&
-          reads(task, parameter)) {
-        readers[task.devices].push_back(id);
-      }
-    }
+    std::merge(updates_[trained].begin(), updates_[trained].end(), gathers_[parameter].begin(),
+               gathers_[parameter].end(), std::back_inserter(writers));
     if (writers.empty()) return;
+    std::map<std::vector<int>, std::vector<ir::TaskId>> readers;  // by device set
+    for (ir::TaskId id : readers_[parameter]) readers[graph_.task(id).devices].push_back(id);
     const std::vector<int> owners = graph_.task(writers[0]).devices;
     for (const auto& [devices, tasks] : readers) {
       if (devices == owners) continue;
@@ -180,11 +174,25 @@ class Router {
     }
   }
 
-  bool reads(const ir::Task& task, ir::TensorId tensor) const {
-    return std::any_of(task.ops.begin(), task.ops.end(), [&](ir::OpId op) {
-      const auto& inputs = ops_.op(op).inputs;
-      return std::find(inputs.begin(), inputs.end(), tensor) != inputs.end();
-    });
+  // For sync_parameter, in task order: the update tasks that read each tensor, the all-gathers
+  // that write each as their first output, and the other compute tasks that read each. One
+  // pass over the DAG, not one per parameter; the transfers sync_parameter adds are none of
+  // these.
+  void index_parameter_use() {
+    for (ir::TaskId id = 0; id < graph_.num_tasks(); ++id) {
+      const ir::Task& task = graph_.task(id);
+      if (task.kind == ir::TaskKind::kAllGather && task.tensors.size() > 1) {
+        gathers_[task.tensors[1]].push_back(id);
+      }
+      if (task.kind != ir::TaskKind::kCompute) continue;
+      auto& index = task.pass == ir::Pass::kUpdate ? updates_ : readers_;
+      for (ir::OpId op : task.ops) {
+        for (ir::TensorId in : ops_.op(op).inputs) {
+          std::vector<ir::TaskId>& tasks = index[in];
+          if (tasks.empty() || tasks.back() != id) tasks.push_back(id);
+        }
+      }
+    }
   }
 
   // Every rank reports the step's loss: each microbatch's loss goes to every
@@ -225,6 +233,8 @@ class Router {
   const ir::OpGraph& ops_;
   const DirectiveContext& context_;
   std::map<Key, Transfer> transfers_;
+  // index_parameter_use: tensor -> tasks, in task order.
+  std::unordered_map<ir::TensorId, std::vector<ir::TaskId>> updates_, gathers_, readers_;
 };
 
 }  // namespace

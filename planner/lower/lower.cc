@@ -93,53 +93,26 @@ void add_attribute(plan::Kernel& kernel, const std::string& name, const ir::Attr
 
 class Lowering {
  public:
-  Lowering(const ir::TaskGraph& graph, int rank, const LowerContext& context)
-      : graph_(graph), ops_(graph.op_graph()), rank_(rank), context_(context) {
+  Lowering(const DagIndex& index, int rank, const LowerContext& context)
+      : dag_(index),
+        graph_(index.graph()),
+        ops_(graph_.op_graph()),
+        rank_(rank),
+        context_(context) {
     locate_rank();
-    for (int r = 0; r < graph.num_ranks(); ++r) everyone_.push_back(r);
-    const ir::OpId norm = ops_.grad_norm >= 0 ? ops_.producer(ops_.grad_norm) : -1;
-    if (norm >= 0) norm_squares_ = ops_.op(norm).inputs.at(0);
-    // Group ids are the same on every rank: tensor-parallel groups first, then the groups of
-    // each collective task as every member of a tensor-parallel group runs it.
-    for (const auto& group : graph.shard_groups) group_id(group);
-    for (int member = 0; member < parts_; ++member) {
-      for (const ir::Task& task : graph.tasks()) {
-        if (task.kind != ir::TaskKind::kCompute && task.kind != ir::TaskKind::kSend &&
-            task.kind != ir::TaskKind::kRecv) {
-          group_id(collective_ranks(task, member));
-        }
-      }
-    }
-    // Expert parallelism's reshards and the batch means' averages run over the replicas of
-    // the task that needs them.
-    for (const ir::Task& task : graph.tasks()) {
-      if (task.kind != ir::TaskKind::kCompute || task.devices.size() < 2 ||
-          (ops_.replica_group == 0 && !averages_over_replicas(task))) {
-        continue;
-      }
-      for (int member = 0; member < parts_; ++member) group_id(ranks_of(task.devices, member));
-    }
-    for (const ir::Task& task : graph.tasks()) {
-      microbatches_ = std::max(microbatches_, task.microbatch + 1);
-      holds_different_parameters_ |= task.kind == ir::TaskKind::kSend;
-    }
-    // Replicas bound to initializers of their own (experts) hold different parameters too.
-    for (const ir::Tensor& tensor : ops_.tensors()) {
-      holds_different_parameters_ |= !tensor.replica_initializers.empty();
-    }
-    if (holds_different_parameters_) collect_group_ = group_id(everyone_);
+    group_ids_ = index.group_ids(parts_);
+    if (index.holds_different_parameters()) collect_group_ = group_ids_.at(index.everyone());
   }
 
   plan::Plan run() {
     write_header();
     order_ = local_tasks();
     find_replicas();
-    local_edges_ = graph_.edges();
     add_release_edges();
     for (ir::TaskId id : order_) emit_task(id);
     add_groups();
-    plan_.set_collect_parameters(holds_different_parameters_);
-    if (holds_different_parameters_) plan_.set_collect_group(collect_group_);
+    plan_.set_collect_parameters(dag_.holds_different_parameters());
+    if (dag_.holds_different_parameters()) plan_.set_collect_group(collect_group_);
     add_batch_inputs();
     add_loss();
     place_tensors();
@@ -196,26 +169,11 @@ class Lowering {
     }
   }
 
-  // The ranks that run `devices` as member `member` of their groups.
   std::vector<int> ranks_of(const std::vector<int>& devices, int member) const {
-    if (graph_.shard_groups.empty()) return devices;
-    std::vector<int> ranks;
-    for (int device : devices) ranks.push_back(graph_.shard_groups.at(device).at(member));
-    return ranks;
+    return dag_.ranks_of(devices, member);
   }
 
-  int group_id(const std::vector<int>& ranks) {
-    return group_ids_.emplace(ranks, static_cast<int>(group_ids_.size())).first->second;
-  }
-
-  std::vector<ir::TaskId> local_tasks() const {
-    std::vector<ir::TaskId> local;
-    for (ir::TaskId id : graph_.topological_order()) {
-      const auto& devices = graph_.task(id).devices;
-      if (std::find(devices.begin(), devices.end(), device_) != devices.end()) local.push_back(id);
-    }
-    return local;
-  }
+  std::vector<ir::TaskId> local_tasks() const { return dag_.device_tasks(device_); }
 
   // A send's buffer may be reused once the send is done: the second compute
   // task after the one that wrote it waits for that, so the send overlaps
@@ -226,11 +184,29 @@ class Lowering {
       int computes = 0;
       for (size_t j = i + 1; j < order_.size(); ++j) {
         if (graph_.task(order_[j]).kind == ir::TaskKind::kCompute && ++computes == 2) {
-          local_edges_.push_back({order_[i], order_[j], ir::EdgeKind::kTemporal});
+          release_into_[order_[j]].push_back({order_[i], order_[j], ir::EdgeKind::kTemporal});
+          release_out_of_[order_[i]].push_back({order_[i], order_[j], ir::EdgeKind::kTemporal});
           break;
         }
       }
     }
+  }
+
+  // The DAG's edges into (out of) a task, then this rank's release edges: the edges the plan
+  // orders by.
+  template <typename Visit>
+  void for_each_edge_into(ir::TaskId id, Visit visit) const {
+    for (const ir::Edge& edge : dag_.edges_into(id)) visit(edge);
+    const auto release = release_into_.find(id);
+    if (release == release_into_.end()) return;
+    for (const ir::Edge& edge : release->second) visit(edge);
+  }
+  template <typename Visit>
+  void for_each_edge_out_of(ir::TaskId id, Visit visit) const {
+    for (const ir::Edge& edge : dag_.edges_out_of(id)) visit(edge);
+    const auto release = release_out_of_.find(id);
+    if (release == release_out_of_.end()) return;
+    for (const ir::Edge& edge : release->second) visit(edge);
   }
 
   plan::Stream& stream(const std::string& name) {
@@ -247,13 +223,12 @@ class Lowering {
   void emit_task(ir::TaskId id) {
     const ir::Task& task = graph_.task(id);
     plan::Stream& out = stream(task.stream);
-    for (const ir::Edge& edge : local_edges_) {
-      if (edge.to != id) continue;
+    for_each_edge_into(id, [&](const ir::Edge& edge) {
       const auto event = events_.find(edge.from);
       if (event != events_.end() && graph_.task(edge.from).stream != task.stream) {
         instruction(out, task, id, "wait")->mutable_wait()->set_event(event->second);
       }
-    }
+    });
     first_position_[id] = position_;
     using_task_ = &task;
     using_id_ = id;
@@ -264,10 +239,10 @@ class Lowering {
     } else {
       emit_collective(out, task, id);
     }
-    const bool needed_elsewhere =
-        std::any_of(local_edges_.begin(), local_edges_.end(), [&](const ir::Edge& edge) {
-          return edge.from == id && graph_.task(edge.to).stream != task.stream;
-        });
+    bool needed_elsewhere = false;
+    for_each_edge_out_of(id, [&](const ir::Edge& edge) {
+      needed_elsewhere |= graph_.task(edge.to).stream != task.stream;
+    });
     if (needed_elsewhere) {
       const int event = plan_.num_events();
       plan_.set_num_events(event + 1);
@@ -370,8 +345,8 @@ class Lowering {
     InstancePlace place;
     place.member = member_;
     place.parts = parts_;
-    place.instance = replica_index(task) * microbatches_ + std::max(task.microbatch, 0);
-    place.instances = static_cast<int>(task.devices.size()) * microbatches_;
+    place.instance = replica_index(task) * dag_.microbatches() + std::max(task.microbatch, 0);
+    place.instances = static_cast<int>(task.devices.size()) * dag_.microbatches();
     *kernel.mutable_dropout() = dropout_key(ops_, op, *replica_rows_, place);
   }
 
@@ -389,12 +364,6 @@ class Lowering {
       gradient.set_tensor(kernel.inputs(static_cast<int>(i)));
       gradient.set_parameter(parameters.at(op.inputs[i]));
     }
-  }
-
-  bool averages_over_replicas(const ir::Task& task) const {
-    return std::any_of(task.ops.begin(), task.ops.end(), [&](ir::OpId op) {
-      return ir::attr_string(ops_.op(op).attributes, "group", "") == "replicas";
-    });
   }
 
   static bool is_tensor_parallel_collective(const std::string& type) {
@@ -452,12 +421,8 @@ class Lowering {
     }
   }
 
-  // The ranks of a collective task as member `member` of each group runs it. The norm's sum
-  // of squares adds every rank's share, across tensor-parallel groups too.
   std::vector<int> collective_ranks(const ir::Task& task, int member) const {
-    const bool norm = task.kind == ir::TaskKind::kAllReduce && norm_squares_ >= 0 &&
-                      task.tensors.at(0) == norm_squares_;
-    return norm && parts_ > 1 ? everyone_ : ranks_of(task.devices, member);
+    return dag_.collective_ranks(task, member, parts_);
   }
 
   void emit_collective(plan::Stream& out, const ir::Task& task, ir::TaskId id) {
@@ -514,15 +479,8 @@ class Lowering {
     plan::Recv& recv = *inst.mutable_recv();
     recv.set_tensor(index);
     recv.set_peer(ranks_of({task.peer}, member_).front());
-    recv.set_tag(sending_task(id));
+    recv.set_tag(dag_.sending_task(id));
     comm_outputs_[id].push_back(index);
-  }
-
-  ir::TaskId sending_task(ir::TaskId recv) const {
-    for (const ir::Edge& edge : graph_.edges()) {
-      if (edge.to == recv && graph_.task(edge.from).kind == ir::TaskKind::kSend) return edge.from;
-    }
-    throw std::logic_error(graph_.describe(recv) + " has no send");
   }
 
   void add_groups() {
@@ -647,7 +605,8 @@ class Lowering {
       // A batch input read by one replica here is that replica's rows.
       const int replica =
           key.replica > 0 ? key.replica : *replicas_.at({key.tensor, key.microbatch}).begin();
-      input.set_sample_offset((replica * microbatches_ + std::max(key.microbatch, 0)) * samples);
+      input.set_sample_offset((replica * dag_.microbatches() + std::max(key.microbatch, 0)) *
+                              samples);
       input.set_int_high(tensor.int_high);
     }
   }
@@ -792,12 +751,10 @@ class Lowering {
   void keep_comm_buffers_alive(const std::vector<std::vector<bool>>& ancestors) {
     for (const auto& [id, inputs] : comm_inputs_) {
       int waiter = position_;
-      for (const ir::Edge& edge : local_edges_) {
+      for_each_edge_out_of(id, [&](const ir::Edge& edge) {
         const auto found = first_position_.find(edge.to);
-        if (edge.from == id && found != first_position_.end()) {
-          waiter = std::min(waiter, found->second);
-        }
-      }
+        if (found != first_position_.end()) waiter = std::min(waiter, found->second);
+      });
       for (int index : inputs) lifetimes_[index].last = std::max(lifetimes_[index].last, waiter);
       const auto& before = ancestors[local_index_.at(id)];
       int start = position_;
@@ -849,12 +806,11 @@ class Lowering {
       if (previous != last_on_stream.end()) predecessors[i].push_back(previous->second);
       last_on_stream[graph_.task(order_[i]).stream] = i;
     }
-    for (const ir::Edge& edge : local_edges_) {
-      const auto from = local_index_.find(edge.from);
-      const auto to = local_index_.find(edge.to);
-      if (from != local_index_.end() && to != local_index_.end()) {
-        predecessors[to->second].push_back(from->second);
-      }
+    for (size_t i = 0; i < order_.size(); ++i) {
+      for_each_edge_into(order_[i], [&](const ir::Edge& edge) {
+        const auto from = local_index_.find(edge.from);
+        if (from != local_index_.end()) predecessors[i].push_back(from->second);
+      });
     }
     std::vector<std::vector<bool>> ancestors(order_.size(), std::vector<bool>(order_.size()));
     for (size_t i = 0; i < order_.size(); ++i) {
@@ -868,6 +824,7 @@ class Lowering {
     return ancestors;
   }
 
+  const DagIndex& dag_;
   const ir::TaskGraph& graph_;
   const ir::OpGraph& ops_;
   const int rank_;
@@ -877,22 +834,18 @@ class Lowering {
   std::vector<BufferRequest> lifetimes_;
   std::map<ir::TaskId, int> events_;
   int position_ = 0;
-  int microbatches_ = 1;
   // (tensor, microbatch) -> the replicas whose values reach this rank (find_replicas).
   std::map<std::pair<ir::TensorId, int>, std::set<int>> replicas_;
   std::map<std::vector<int>, int> group_ids_;  // ranks, in group order -> id
-  int device_ = 0;  // this rank's device in the DAG: its tensor-parallel group's
-  int member_ = 0;  // its place in that group
-  int parts_ = 1;   // the group's size
-  // Pipelines: stages hold different parameters, which --save-onnx collects.
-  bool holds_different_parameters_ = false;
-  std::vector<int> everyone_;  // every rank of the job
-  int collect_group_ = -1;
+  int device_ = 0;          // this rank's device in the DAG: its tensor-parallel group's
+  int member_ = 0;          // its place in that group
+  int parts_ = 1;           // the group's size
+  int collect_group_ = -1;  // pipelines: the group --save-onnx collects parameters over
   std::optional<ir::ReplicaRows> replica_rows_;  // computed for the first Dropout
-  ir::TensorId norm_squares_ = -1;               // the gradient norm's all-reduced sum of squares
   std::vector<ir::TaskId> order_;                // this rank's tasks in emission order
-  // The DAG's edges plus this rank's release edges (add_release_edges).
-  std::vector<ir::Edge> local_edges_;
+  // This rank's release edges (add_release_edges), by the task they enter and leave.
+  std::map<ir::TaskId, std::vector<ir::Edge>> release_into_;
+  std::map<ir::TaskId, std::vector<ir::Edge>> release_out_of_;
   std::map<ir::TaskId, size_t> local_index_;
   const ir::Task* using_task_ = nullptr;  // the task being emitted
   std::map<ir::TaskId, int> first_position_;
@@ -905,8 +858,12 @@ class Lowering {
 
 }  // namespace
 
+plan::Plan lower(const DagIndex& index, int rank, const LowerContext& context) {
+  return Lowering(index, rank, context).run();
+}
+
 plan::Plan lower(const ir::TaskGraph& graph, int rank, const LowerContext& context) {
-  return Lowering(graph, rank, context).run();
+  return lower(DagIndex(graph), rank, context);
 }
 
 }  // namespace piper::planner

@@ -6,6 +6,7 @@
 
 #include "formats/strategy.h"
 #include "planner/ir/task_graph.h"
+#include "planner/lower/dag_index.h"
 #include "schemas/plan.pb.h"
 
 namespace piper::planner {
@@ -27,5 +28,7 @@ plan::Pass to_plan(ir::Pass pass);
 // placed by plan_memory, parameters to load, constants, batch inputs and the
 // loss terms.
 plan::Plan lower(const ir::TaskGraph& graph, int rank, const LowerContext& context);
+// The same, from an index of the DAG made once for all its ranks.
+plan::Plan lower(const DagIndex& index, int rank, const LowerContext& context);
 
 }  // namespace piper::planner

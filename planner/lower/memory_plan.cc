@@ -47,26 +47,25 @@ MemoryPlan plan_memory(const std::vector<BufferRequest>& requests) {
   }
   std::stable_sort(transient.begin(), transient.end(),
                    [&](size_t a, size_t b) { return requests[a].bytes > requests[b].bytes; });
-  std::vector<size_t> placed;
+  // Placed buffers by offset: the first fit is the first gap, in offset order, between those
+  // alive at the same time, found without collecting and sorting them for every buffer.
+  std::vector<size_t> by_offset;
   uint64_t end = persistent_end;
   for (size_t index : transient) {
     const BufferRequest& request = requests[index];
-    // Intervals taken by already placed buffers alive at the same time.
-    std::vector<std::pair<uint64_t, uint64_t>> taken;
-    for (size_t other : placed) {
-      if (overlaps_in_time(request, requests[other])) {
-        taken.emplace_back(plan.offsets[other], plan.offsets[other] + align(requests[other].bytes));
-      }
-    }
-    std::sort(taken.begin(), taken.end());
+    const uint64_t size = align(request.bytes);
     uint64_t offset = persistent_end;
-    for (const auto& [begin, finish] : taken) {
-      if (offset + align(request.bytes) <= begin) break;
-      offset = std::max(offset, finish);
+    for (size_t other : by_offset) {
+      if (!overlaps_in_time(request, requests[other])) continue;
+      if (offset + size <= plan.offsets[other]) break;
+      offset = std::max(offset, plan.offsets[other] + align(requests[other].bytes));
     }
     plan.offsets[index] = offset;
-    end = std::max(end, offset + align(request.bytes));
-    placed.push_back(index);
+    end = std::max(end, offset + size);
+    const auto after =
+        std::upper_bound(by_offset.begin(), by_offset.end(), offset,
+                         [&](uint64_t value, size_t other) { return value < plan.offsets[other]; });
+    by_offset.insert(after, index);
   }
   plan.arena_bytes = end;
   plan.peak_transient_bytes = peak_live_bytes(requests);

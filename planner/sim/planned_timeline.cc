@@ -59,6 +59,8 @@ std::vector<Entry> entries_of(const ir::TaskGraph& graph, const DeviceRates& rat
   return entries;
 }
 
+}  // namespace
+
 // Where the pipeline's stages run: the devices of each stage's tasks (the tag "PP" of its
 // forwards), in replica order, and each rank's stages.
 class StageLayout {
@@ -120,8 +122,6 @@ class StageLayout {
   bool v_shaped_ = false;
 };
 
-}  // namespace
-
 std::string task_label(const ir::TaskGraph& graph, const ir::Task& task) {
   const std::string microbatch = std::to_string(task.microbatch);
   const bool loss = std::find(task.tensors.begin(), task.tensors.end(), graph.op_graph().loss) !=
@@ -138,41 +138,52 @@ std::string task_label(const ir::TaskGraph& graph, const ir::Task& task) {
   }
 }
 
+PlannedTimeline::PlannedTimeline(const ir::TaskGraph& graph, const DeviceRates& rates)
+    : graph_(graph),
+      rates_(rates),
+      simulation_(simulate(graph, rates)),
+      layout_(std::make_unique<const StageLayout>(graph)) {}
+
+PlannedTimeline::~PlannedTimeline() = default;
+
+void PlannedTimeline::add_to(plan::Plan& plan, int device) const {
+  if (device < 0 || device >= static_cast<int>(simulation_.devices.size())) return;
+  const DeviceTimeline& timeline = simulation_.devices[device];
+  plan.clear_planned_tasks();
+  for (const Entry& entry : entries_of(graph_, rates_, device, timeline)) {
+    const ir::Task& task = graph_.task(entry.span.task);
+    plan::PlannedTask& out = *plan.add_planned_tasks();
+    out.set_task(entry.span.task);
+    out.set_stream(task.stream);
+    out.set_pass(planner::to_plan(task.pass));
+    out.set_microbatch(task.microbatch);
+    out.set_kind(ir::to_string(entry.kind));
+    out.set_label(entry.reshard ? kind_label(entry.kind) : task_label(graph_, task));
+    out.set_start_s(entry.span.start);
+    out.set_end_s(entry.span.end);
+    if (const std::optional<int> stage = StageLayout::stage_of(task)) {
+      out.set_stage(*stage);
+      out.set_chunk(layout_->chunk(device, *stage));
+      out.set_direction(layout_->direction(task, device, *stage));
+    }
+  }
+  double flops = 0;
+  for (const TaskSpan& span : timeline.tasks) {
+    const ir::Task& task = graph_.task(span.task);
+    if (task.kind == ir::TaskKind::kCompute) flops += task_flops(graph_, task);
+  }
+  plan::PlannedStep& step = *plan.mutable_planned_step();
+  step.set_flops(flops);
+  step.set_step_s(simulation_.step);
+  step.set_busy_s(timeline.busy);
+  step.set_bubble_fraction(timeline.bubble_fraction);
+}
+
 void add_planned_timeline(const ir::TaskGraph& graph, const DeviceRates& rates,
                           std::vector<plan::Plan>& plans) {
-  const StepSimulation simulation = simulate(graph, rates);
-  const StageLayout layout(graph);
-  for (size_t rank = 0; rank < plans.size() && rank < simulation.devices.size(); ++rank) {
-    const DeviceTimeline& device = simulation.devices[rank];
-    plan::Plan& plan = plans[rank];
-    plan.clear_planned_tasks();
-    for (const Entry& entry : entries_of(graph, rates, static_cast<int>(rank), device)) {
-      const ir::Task& task = graph.task(entry.span.task);
-      plan::PlannedTask& out = *plan.add_planned_tasks();
-      out.set_task(entry.span.task);
-      out.set_stream(task.stream);
-      out.set_pass(planner::to_plan(task.pass));
-      out.set_microbatch(task.microbatch);
-      out.set_kind(ir::to_string(entry.kind));
-      out.set_label(entry.reshard ? kind_label(entry.kind) : task_label(graph, task));
-      out.set_start_s(entry.span.start);
-      out.set_end_s(entry.span.end);
-      if (const std::optional<int> stage = StageLayout::stage_of(task)) {
-        out.set_stage(*stage);
-        out.set_chunk(layout.chunk(static_cast<int>(rank), *stage));
-        out.set_direction(layout.direction(task, static_cast<int>(rank), *stage));
-      }
-    }
-    double flops = 0;
-    for (const TaskSpan& span : device.tasks) {
-      const ir::Task& task = graph.task(span.task);
-      if (task.kind == ir::TaskKind::kCompute) flops += task_flops(graph, task);
-    }
-    plan::PlannedStep& step = *plan.mutable_planned_step();
-    step.set_flops(flops);
-    step.set_step_s(simulation.step);
-    step.set_busy_s(device.busy);
-    step.set_bubble_fraction(device.bubble_fraction);
+  const PlannedTimeline timeline(graph, rates);
+  for (size_t rank = 0; rank < plans.size(); ++rank) {
+    timeline.add_to(plans[rank], static_cast<int>(rank));
   }
 }
 

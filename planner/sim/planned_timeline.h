@@ -3,11 +3,13 @@
 // piper-dump --schedule.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "planner/ir/task_graph.h"
 #include "planner/sim/cost_model.h"
+#include "planner/sim/step_simulation.h"
 #include "schemas/plan.pb.h"
 
 namespace piper::planner::sim {
@@ -24,5 +26,23 @@ std::string task_label(const ir::TaskGraph& graph, const ir::Task& task);
 // and direction (schemas/plan.proto). Throws piper::Error as simulate() does.
 void add_planned_timeline(const ir::TaskGraph& graph, const DeviceRates& rates,
                           std::vector<plan::Plan>& plans);
+
+class StageLayout;
+
+// The same, one plan at a time: the step is simulated once, when this is made, and add_to
+// writes device `device`'s share into a plan (nothing for a device the DAG does not use), so
+// that plans lowered one by one need not all be held. `graph` must outlive this.
+class PlannedTimeline {
+ public:
+  PlannedTimeline(const ir::TaskGraph& graph, const DeviceRates& rates);
+  ~PlannedTimeline();
+  void add_to(plan::Plan& plan, int device) const;
+
+ private:
+  const ir::TaskGraph& graph_;
+  const DeviceRates rates_;
+  const StepSimulation simulation_;
+  std::unique_ptr<const StageLayout> layout_;
+};
 
 }  // namespace piper::planner::sim
