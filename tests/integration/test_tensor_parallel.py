@@ -55,8 +55,9 @@ class Layout:
 
     def __init__(self, name, mesh, directives, annotations=(), zero=0, microbatches=1,
                  layers=tp_models.LAYERS, sequence_parallel=False, precision="fp32",
-                 vocab=False):
+                 vocab=False, weight_rtol=None):
         self.name = name
+        self.weight_rtol = weight_rtol  # None: one_process's float32 tolerance
         self.vocab = vocab  # the embedding and head split along the vocabulary too
         self.sequence_parallel = sequence_parallel
         self.precision = precision  # bf16: one_process.tolerances and assert_each_step_matches
@@ -115,10 +116,15 @@ def tp_pp(vocab=False):
     half = tp_models.LAYERS // 2
     stages = [{"match": f"/blocks.{layer}/*", "tags": {"PP": layer // half}}
               for layer in range(tp_models.LAYERS)]
+    # The tied model's block 1 q weights end 1.3e-4 from one process's on this machine's
+    # OpenBLAS kernels (SkylakeX on Emerald Rapids) after 10 AdamW steps at lr 1e-2; with SGD
+    # every weight is within 1e-6, so the split computes what one process computes and AdamW,
+    # which moves an element by about lr whatever its gradient's size, carries the products'
+    # last-bit rounding of near-cancelling gradients into the weights: 2e-4 here.
     return Layout("tp2_pp2_1f1b" + suffix(vocab), [("pp", 2), ("tp", 2)],
                   [{"op": "pipeline", "schedule": "1f1b", "axis": "pp",
                     "num_microbatches": MICROBATCHES}],
-                  stages, microbatches=MICROBATCHES, layers=half, vocab=vocab)
+                  stages, microbatches=MICROBATCHES, layers=half, vocab=vocab, weight_rtol=2e-4)
 
 
 # Each strategy and the models it trains: every model under TP=2; TP=4 needs 4 query and
@@ -181,7 +187,7 @@ class TensorParallel(one_process.SplitModels, unittest.TestCase):
         name = f"{model}_{layout.name}"
         one_process.assert_matches(self, name, self.train(work, plans, launch=True),
                                    self.reference(model, layout.precision), STEPS,
-                                   layout.precision)
+                                   layout.precision, weight_rtol=layout.weight_rtol)
         if layout.precision == "bf16":
             one_process.assert_each_step_matches(
                 self, name, self.each_step(model, layout.precision, work, plans))
