@@ -8,6 +8,7 @@
 
 #include "formats/error.h"
 #include "formats/slice_range.h"
+#include "planner/ir/scalar_constant.h"
 
 namespace piper::planner {
 namespace {
@@ -106,11 +107,7 @@ ir::TensorId add_scalar(ir::OpGraph& graph, std::string name, ir::Role role) {
 }
 
 ir::TensorId add_constant(ir::OpGraph& graph, std::string name, float value) {
-  const ir::TensorId id = add_scalar(graph, std::move(name), ir::Role::kConstant);
-  ir::Tensor& tensor = graph.tensor(id);
-  tensor.data.resize(sizeof value);
-  std::memcpy(tensor.data.data(), &value, sizeof value);
-  return id;
+  return graph.add_tensor(ir::scalar_constant(std::move(name), value));
 }
 
 void insert_op(ir::OpGraph& graph, ir::OpId position, const std::string& type, std::string name,

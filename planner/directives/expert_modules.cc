@@ -1,7 +1,6 @@
 #include "planner/directives/expert_modules.h"
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <numeric>
 #include <queue>
@@ -10,6 +9,7 @@
 
 #include "formats/error.h"
 #include "planner/ir/dynamic_dims.h"
+#include "planner/ir/scalar_constant.h"
 
 namespace piper::planner {
 namespace {
@@ -358,13 +358,8 @@ class ExpertSpreader {
   ir::TensorId scaled_gradient(ir::TensorId gradient, ir::OpId producer, const ir::Op& writer) {
     const ir::TensorId sum = fresh(gradient, "/members_sum");
     if (replica_scale_ < 0) {
-      ir::Tensor scale;
-      scale.name = "expert_parallel/replica_mean";
-      scale.role = ir::Role::kConstant;
-      const float value = 1.0f / static_cast<float>(group_);
-      scale.data.resize(sizeof value);
-      std::memcpy(scale.data.data(), &value, sizeof value);
-      replica_scale_ = out_.add_tensor(std::move(scale));
+      replica_scale_ = out_.add_tensor(
+          ir::scalar_constant("expert_parallel/replica_mean", 1.0f / static_cast<float>(group_)));
     }
     ir::Op op;
     op.type = "Mul";

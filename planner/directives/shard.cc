@@ -43,6 +43,7 @@
 #include "planner/directives/vocab_parallel.h"
 #include "planner/ir/placement.h"
 #include "planner/ir/replica_placements.h"
+#include "planner/ir/scalar_constant.h"
 #include "planner/precision/precision.h"
 
 namespace piper::planner {
@@ -687,13 +688,8 @@ class Partitioner final : public PlacingGraph {
   // the replicated ones' over the replicas: it is scaled to their mean.
   ir::TensorId mean_over_replicas(ir::TensorId gradient, const ir::Op& producer) {
     if (replica_scale_ < 0) {
-      ir::Tensor scale;
-      scale.name = "expert_parallel/replica_mean";
-      scale.role = ir::Role::kConstant;
-      const float value = 1.0f / static_cast<float>(parts_);
-      scale.data.resize(sizeof value);
-      std::memcpy(scale.data.data(), &value, sizeof value);
-      replica_scale_ = add_tensor(std::move(scale));
+      replica_scale_ = add_tensor(
+          ir::scalar_constant("expert_parallel/replica_mean", 1.0f / static_cast<float>(parts_)));
     }
     ir::Tensor out = fresh(gradient, "/replica_mean");
     return emit("Mul", "/replica_mean", {gradient, replica_scale_}, std::move(out),
