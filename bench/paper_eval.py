@@ -44,6 +44,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 
 import numpy as np
 
@@ -146,14 +147,18 @@ class Planner:
         with open(self.cluster, "w") as f:
             json.dump(CLUSTER, f, indent=1)
         self.models = {}
+        # plan_all's threads share the models: one writes each while the others wait for it
+        # (without the lock a second thread planned a half-written model.onnx).
+        self.models_lock = threading.Lock()
 
     def model(self, config, seq=SEQ, weights="none"):
         key = (config, seq, weights)
-        if key not in self.models:
-            path = os.path.join(self.work, f"{config}_T{seq}_{weights}", "model.onnx")
-            decoder_graph.write(config, seq, path, weights)
-            self.models[key] = path
-        return self.models[key]
+        with self.models_lock:
+            if key not in self.models:
+                path = os.path.join(self.work, f"{config}_T{seq}_{weights}", "model.onnx")
+                decoder_graph.write(config, seq, path, weights)
+                self.models[key] = path
+            return self.models[key]
 
     def plan(self, p, out=None, cluster=True, precision="bf16", lr=1e-4):
         cfg = decoder_graph.CONFIGS[p["config"]]
