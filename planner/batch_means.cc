@@ -94,12 +94,7 @@ void make_batch_means_global(ir::OpGraph& graph, int64_t replicas, int64_t micro
     averaged[op.outputs[0]] = all_reduce.outputs[0];
     result.add_op(std::move(all_reduce));
   }
-  result.inputs = graph.inputs;
-  result.loss = graph.loss;
-  result.loss_seed = graph.loss_seed;
-  result.trained = graph.trained;
-  result.grad_norm = graph.grad_norm;
-  result.replica_group = graph.replica_group;
+  result.keep_roles_of(graph);
   graph = std::move(result);
 }
 

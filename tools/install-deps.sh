@@ -22,6 +22,8 @@ packages=(
   # reference and test data: PyTorch and ONNX for the sample export and the
   # integration tests, the ONNX backend test cases for conformance tests
   python3-torch python3-onnx python3-numpy python3-venv libonnx-testdata
+  # /usr/bin/time -v measures a CPU rank's resident memory (tests/gpu/test_cli_device.py)
+  time
 )
 
 # transformers 4.40 is the last release that runs on Debian's torch 1.13; safetensors reads

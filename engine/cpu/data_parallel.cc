@@ -37,12 +37,9 @@ std::unique_ptr<PreparedKernel> shard_factory(const KernelArgs& args) {
 }  // namespace
 
 void check_accumulate(const KernelArgs& args) {
-  args.expect_inputs(1, 1);
-  args.expect_outputs(1, 1);
+  check_float_unary(args);
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
-  args.expect_dtype(x, plan::FLOAT32, "input 0");
-  args.expect_dtype(y, plan::FLOAT32, "output 0");
   if (x.elements() != y.elements()) {
     args.fail("input 0 has " + std::to_string(x.elements()) + " elements but output 0 has " +
               std::to_string(y.elements()));

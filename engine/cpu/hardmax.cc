@@ -50,12 +50,9 @@ std::unique_ptr<PreparedKernel> hardmax_factory(const KernelArgs& args) {
 }  // namespace
 
 AxisLines check_along_axis(const KernelArgs& args) {
-  args.expect_inputs(1, 1);
-  args.expect_outputs(1, 1);
+  check_float_unary(args);
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
-  args.expect_dtype(x, plan::FLOAT32, "input 0");
-  args.expect_dtype(y, plan::FLOAT32, "output 0");
   args.expect_same_shape(x, "input 0", y, "output 0");
   return axis_lines(args, x);
 }

@@ -15,6 +15,14 @@
 
 namespace piper::engine::cpu {
 
+// X -> Y, both float32: the checks every one-input float32 kernel starts with.
+inline void check_float_unary(const KernelArgs& args) {
+  args.expect_inputs(1, 1);
+  args.expect_outputs(1, 1);
+  args.expect_dtype(args.input(0), plan::FLOAT32, "input 0");
+  args.expect_dtype(args.output(0), plan::FLOAT32, "output 0");
+}
+
 // piper.MatMul's optional Bias (input 2), a vector over Y's last dimension; null when absent.
 const TensorView* check_matmul_bias(const KernelArgs& args);
 // piper.MatMul's attribute `activation`: "" (one output) or "gelu_tanh", Y = GELU(product

@@ -273,12 +273,9 @@ KernelFactory reduce_factory(ReduceFormula r) {
 
 // piper.SumTo: X summed over its broadcast dimensions down to Y's shape.
 std::unique_ptr<PreparedKernel> sum_to_factory(const KernelArgs& args) {
-  args.expect_inputs(1, 1);
-  args.expect_outputs(1, 1);
+  check_float_unary(args);
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
-  args.expect_dtype(x, plan::FLOAT32, "input 0");
-  args.expect_dtype(y, plan::FLOAT32, "output 0");
   if (!broadcasts_to(y.shape, x.shape)) {
     args.fail("output shape " + shape_string(y.shape) + " does not broadcast to the input shape " +
               shape_string(x.shape) + ", so X cannot be summed down to it");
@@ -377,12 +374,9 @@ std::unique_ptr<PreparedKernel> reduce_prod_grad_factory(const KernelArgs& args)
 }  // namespace
 
 Shape check_broadcast_to(const KernelArgs& args) {
-  args.expect_inputs(1, 1);
-  args.expect_outputs(1, 1);
+  check_float_unary(args);
   const TensorView& x = args.input(0);
   const TensorView& y = args.output(0);
-  args.expect_dtype(x, plan::FLOAT32, "input 0");
-  args.expect_dtype(y, plan::FLOAT32, "output 0");
   const auto axes = args.attributes().get_ints("axes", {});
   const int64_t rank = x.rank() + static_cast<int64_t>(axes.size());
   if (rank > y.rank()) {

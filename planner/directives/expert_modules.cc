@@ -42,14 +42,11 @@ class ExpertSpreader {
     }
     emit_in_order();
     check_nothing_reads_a_dropped_expert();
-    out_.inputs = in_.inputs;
-    out_.loss = in_.loss;
-    out_.loss_seed = in_.loss_seed;
-    out_.grad_norm = in_.grad_norm;
+    out_.keep_roles_of(in_);
     out_.replica_group = group_;
-    for (const ir::TrainedParameter& trained : in_.trained) {
-      if (!dropped_parameters_.count(trained.parameter)) out_.trained.push_back(trained);
-    }
+    std::erase_if(out_.trained, [&](const ir::TrainedParameter& trained) {
+      return dropped_parameters_.count(trained.parameter) > 0;
+    });
     try {
       ir::infer_dynamic_dims(out_);
     } catch (const Error& error) {

@@ -84,11 +84,7 @@ class Partitioner final : public PlacingGraph {
     if (over_replicas_) keep_replica_placements();
     localize();
     keep_expert_placements();
-    out_.inputs = in_.inputs;
-    out_.loss = in_.loss;
-    out_.loss_seed = in_.loss_seed;
-    out_.trained = in_.trained;
-    out_.grad_norm = in_.grad_norm;
+    out_.keep_roles_of(in_);
     out_.replica_group = over_replicas_ ? parts_ : in_.replica_group;
     return std::move(out_);
   }

@@ -50,6 +50,15 @@ std::optional<TensorId> OpGraph::find_tensor(const std::string& name) const {
   return std::nullopt;
 }
 
+void OpGraph::keep_roles_of(const OpGraph& source) {
+  inputs = source.inputs;
+  loss = source.loss;
+  loss_seed = source.loss_seed;
+  trained = source.trained;
+  grad_norm = source.grad_norm;
+  replica_group = source.replica_group;
+}
+
 OpId OpGraph::producer(TensorId tensor) const {
   for (OpId id = 0; id < num_ops(); ++id) {
     for (TensorId output : ops_[id].outputs) {

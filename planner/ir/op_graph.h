@@ -142,6 +142,10 @@ class OpGraph {
   // The op writing `tensor`, or -1 for inputs, parameters and constants.
   OpId producer(TensorId tensor) const;
   std::vector<OpId> consumers(TensorId tensor) const;
+  // Takes the graph-level roles below (inputs, loss, loss seed, trained parameters, gradient
+  // norm, replica group) from `source`, for a pass that rebuilds the ops and tensors but keeps
+  // the tensor ids those roles name.
+  void keep_roles_of(const OpGraph& source);
 
   // Graph inputs fed per step, in ONNX order.
   std::vector<TensorId> inputs;

@@ -1,8 +1,10 @@
 """piper-run --device cuda where no GPU is usable (as on CI machines) fails in one
 line that suggests --device cpu; --comm nccl without --device cuda fails likewise.
 Where a GPU is usable, the first check is skipped (tests/gpu covers that case). A CPU rank
-maps no CUDA library: the CUDA backend is a plugin loaded only for --device cuda."""
+maps no CUDA library: the CUDA backend is a plugin loaded only for --device cuda, and stays
+under 100 MiB resident, as its own peak_rss_bytes reports."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -62,6 +64,20 @@ class DeviceErrors(unittest.TestCase):
             name in os.path.basename(path)
             for name in ("libcuda", "libcublas", "libnccl", "libcudnn", "libpiper_cuda")))
         self.assertEqual(cuda, [], "a CPU rank mapped CUDA libraries")
+
+    def test_a_cpu_rank_is_lean_and_reports_its_peak(self):
+        # /usr/bin/time, a small process, forks the rank: a child of this Python process would
+        # inherit its high-water mark through the exec (getrusage's ru_maxrss).
+        metrics = os.path.join(self.tmp, "lean.jsonl")
+        result = harness.run_ok(["/usr/bin/time", "-v", Tools.run, "--plan", self.plan,
+                                 "--steps", "20", "--metrics", metrics])
+        found = re.search(r"Maximum resident set size \(kbytes\): (\d+)", result.stderr)
+        self.assertIsNotNone(found, result.describe())
+        measured = int(found[1]) * 1024
+        self.assertLessEqual(measured, 100 << 20, result.describe())
+        reported = max(record["peak_rss_bytes"] for record in harness.read_metrics(metrics))
+        self.assertLessEqual(abs(reported - measured), 0.05 * measured,
+                             f"peak_rss_bytes {reported}, /usr/bin/time {measured}")
 
     def test_nccl_needs_cuda(self):
         result = harness.run([Tools.run, "--plan", self.plan, "--steps", "1", "--comm", "nccl"])
