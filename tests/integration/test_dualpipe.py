@@ -191,22 +191,27 @@ class DualPipe(one_process.SplitModels, unittest.TestCase):
     def test_dualpipe_moe_ep2_zero2(self):
         """Expert parallelism over each stage's mirror pair, the stages' data-parallel
         replicas: rank 0 exchanges tokens by 4 all-to-alls per MoE layer of each of its two
-        stages and microbatch (2 forward, 2 backward)."""
+        stages and microbatch (2 forward, 2 backward), each a task of its own on the exchange
+        stream of the stage's compute stream."""
         value = dualpipe("moe", 4, zero=2)
         value["directives"].append({"op": "shard", "devices": [[0, 1]], "params": EXPERT_PARAMS})
         plans = self.check_training("moe", "dualpipe_ep2_zero2", value)
-        instructions = [inst for stream in self.dump(plans)["streams"]
-                        for inst in stream.get("instructions", [])]
-        exchanges = [inst for inst in instructions
+        exchanges = [(stream["name"], inst) for stream in self.dump(plans)["streams"]
+                     for inst in stream.get("instructions", [])
                      if inst.get("collective", {}).get("kind") == "ALL_TO_ALL"]
         self.assertEqual(len(exchanges), 4 * 2 * 2)
+        # Each on the exchange stream of its stage's compute stream, half on each.
+        streams = [name for name, _ in exchanges]
+        self.assertEqual(streams.count("a2a_compute"), 8, streams)
+        self.assertEqual(streams.count("a2a_compute2"), 8, streams)
 
     def test_dualpipe_moe_ep2_hides_all_to_all_in_the_trace(self):
         """bench/dualpipe_overlap.py's experiment (samples/moe at d=256, seq=128, 2 ranks,
         experts split over the mirror pair), 3 steps traced: rank r's all-to-alls (expert
-        dispatch and combine) run on the stream of their microbatch's stage while the other
-        stage's stream computes the paired microbatch, so part of their time lies under that
-        computation in the trace (bench/trace_overlap.py reads it)."""
+        dispatch and combine) run on the exchange stream of their microbatch's stage
+        (a2a_compute, a2a_compute2) while the other stage's stream computes the paired
+        microbatch, so part of their time lies under that computation in the trace
+        (bench/trace_overlap.py reads it)."""
         work = os.path.join(self.tmp.name, "moe_ep2_trace")
         os.makedirs(work)
         _, shares = measure(os.path.dirname(Tools.plan), work, d=256, seq=128, batch=16, steps=3)
