@@ -3,15 +3,17 @@
 computation, measured from Piper's CPU traces (issue 16).
 
     /usr/bin/python3 bench/dualpipe_overlap.py [--d 128] [--seq 64] [--batch 16] [--steps 4]
+        [--microbatches 4]
 
 Exports samples/moe's GPT with batched experts at the given width (2 blocks, 4 experts), plans
-it under `dualpipe` on 2 devices (4 microbatches, ZeRO-2) with the experts split over each
-stage's mirror pair (expert parallelism: tokens reach their experts by all-to-all), trains it
-with piper-launch and records the last step's trace on every rank (read by trace_overlap.py,
-which tests/integration/test_dualpipe.py shares). A device's two stages
+it under `dualpipe` on 2 devices (4 microbatches unless told, ZeRO-2) with the experts split
+over each stage's mirror pair (expert parallelism: tokens reach their experts by all-to-all),
+trains it with piper-launch and records the last step's trace on every rank (read by
+trace_overlap.py, which tests/integration/test_dualpipe.py shares). A device's two stages
 compute on streams `compute` and `compute2`, so an overlapped pair's forward and backward run
-at once; the figure is, per rank, the share of the all-to-all kernels' time (on either compute
-stream) during which the other compute stream runs a kernel that is not a collective.
+at once, and each stage's all-to-alls run on its exchange stream, `a2a_compute` or
+`a2a_compute2`; the figure is, per rank, the share of the all-to-all kernels' time during
+which the other stage's compute stream runs a kernel that is not a collective.
 A benchmark, not a test: nothing asserts it.
 """
 import argparse
@@ -40,7 +42,7 @@ def moe_sample():
     return module
 
 
-def measure(tools, work, d, seq, batch, steps):
+def measure(tools, work, d, seq, batch, steps, microbatches=4):
     """Plans and trains the experiment in `work` with the binaries in `tools`: (the median
     step's seconds after the first, [(all-to-all us, of it hidden us) per rank])."""
     moe = moe_sample()
@@ -61,7 +63,7 @@ def measure(tools, work, d, seq, batch, steps):
         "annotations": [{"match": f"/blocks.{s}/*", "tags": {"PP": s}} for s in range(2)],
         "directives": [
             {"op": "pipeline", "schedule": "dualpipe", "devices": [0, 1],
-             "num_microbatches": 4, "zero": 2},
+             "num_microbatches": microbatches, "zero": 2},
             {"op": "shard", "devices": [[0, 1]], "params": EXPERTS}]}
     strategy_path = os.path.join(work, "strategy.json")
     with open(strategy_path, "w") as f:
@@ -86,13 +88,18 @@ def main():
     parser.add_argument("--seq", type=int, default=64)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--microbatches", type=int, default=4,
+                        help="DualPipe's microbatches per step, even and >= 4 (half enter at "
+                             "each end); more give more overlapped pairs between warm-up and "
+                             "cool-down")
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="piper_dualpipe_overlap_")
     step, shares = measure(os.path.join(args.build, "tools"), tmp, args.d, args.seq, args.batch,
-                           args.steps)
-    print(f"dualpipe x EP=2 on 2 CPU ranks, d={args.d}, seq={args.seq}, batch={args.batch}: "
+                           args.steps, args.microbatches)
+    print(f"dualpipe x EP=2 on 2 CPU ranks, d={args.d}, seq={args.seq}, batch={args.batch}, "
+          f"{args.microbatches} microbatches: "
           f"step {1000 * step:.1f} ms (median of steps 2..{args.steps})")
     for rank, (total, hidden) in enumerate(shares):
         print(f"  rank {rank}: all-to-all {total / 1000:.2f} ms, of it under the other "

@@ -1,13 +1,18 @@
 """How much of the expert-parallel communication in a Piper CPU trace (piper-run --trace)
 hides behind the other compute stream's computation: DualPipe's overlapped pairs run a
-forward and a backward of two microbatches at once on streams `compute` and `compute2`, so
-an all-to-all kernel of one can run while the other computes.
+forward and a backward of two microbatches at once on streams `compute` and `compute2`, and
+each one's expert all-to-alls run on a communication stream of their own, `a2a_compute` and
+`a2a_compute2` (planner/expert_exchanges.h), so an all-to-all of one microbatch can run while
+the other microbatch computes.
 
 Shared by bench/dualpipe_overlap.py and tests/integration/test_dualpipe.py.
 """
 import json
 
-COLLECTIVES = {"ALL_TO_ALL", "ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER"}
+COLLECTIVES = {"ALL_TO_ALL", "ALL_TO_ALL_V", "ALL_TO_ALL_V_RETURN", "ALL_REDUCE", "ALL_GATHER",
+               "REDUCE_SCATTER"}
+EXCHANGES = {"ALL_TO_ALL", "ALL_TO_ALL_V", "ALL_TO_ALL_V_RETURN"}
+EXCHANGE_STREAM = "a2a_"  # the prefix of an exchange stream's name: "a2a_" + its compute stream
 
 
 def covered(span, others):
@@ -22,22 +27,28 @@ def covered(span, others):
     return total
 
 
+def own_compute_stream(name):
+    """The compute stream whose microbatch an exchange on stream `name` belongs to: the stream
+    an a2a_ stream was cut from, or the stream itself (plans that run exchanges inline)."""
+    return name[len(EXCHANGE_STREAM):] if name.startswith(EXCHANGE_STREAM) else name
+
+
 def hidden_share(trace_path):
-    """(all-to-all microseconds, of them under a kernel that is not a collective on another
-    compute stream) of one rank's trace."""
+    """(all-to-all microseconds, of them under a kernel that is not a collective on a compute
+    stream other than the exchange's own microbatch's) of one rank's trace."""
     with open(trace_path) as f:
         trace = json.load(f)
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     streams = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     compute = {tid for tid, name in streams.items() if name.startswith("compute")}
-    kernels = [e for e in events
-               if e.get("ph") == "X" and e.get("cat") == "kernel" and e["tid"] in compute]
-    exchanges = [e for e in kernels if e["name"] == "ALL_TO_ALL"]
-    work = [e for e in kernels if e["name"] not in COLLECTIVES]
+    kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    exchanges = [e for e in kernels if e["name"] in EXCHANGES]
+    work = [e for e in kernels if e["tid"] in compute and e["name"] not in COLLECTIVES]
     total = hidden = 0.0
     for exchange in exchanges:
+        own = own_compute_stream(streams[exchange["tid"]])
         span = (exchange["ts"], exchange["ts"] + exchange["dur"])
-        others = [(w["ts"], w["ts"] + w["dur"]) for w in work if w["tid"] != exchange["tid"]]
+        others = [(w["ts"], w["ts"] + w["dur"]) for w in work if streams[w["tid"]] != own]
         total += exchange["dur"]
         hidden += covered(span, others)
     return total, hidden

@@ -143,8 +143,10 @@ CommVolume comm_volume(const plan::Plan& plan) {
     for (int i = 0; i < stream.instructions_size(); ++i) {
       const plan::Instruction& instruction = stream.instructions(i);
       if (instruction.has_collective()) {
-        add_collective(plan, instruction.collective(), computing.count(instruction.task()) > 0,
-                       where(plan, stream, i), volume);
+        // Only reshards exchange blocks; expert parallelism's run as tasks of their own.
+        const bool reshard = computing.count(instruction.task()) > 0 ||
+                             kind_of(instruction.collective().kind()) == CommKind::kAllToAll;
+        add_collective(plan, instruction.collective(), reshard, where(plan, stream, i), volume);
       } else if (instruction.has_send()) {
         add_transfer(CommKind::kSend,
                      tensor_bytes(plan, instruction.send().tensor(), where(plan, stream, i)),

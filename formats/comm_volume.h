@@ -22,8 +22,9 @@ namespace piper::formats {
 enum class CommKind { kAllReduce, kReduceScatter, kAllGather, kAllToAll, kBroadcast, kSend, kRecv };
 inline constexpr size_t kNumCommKinds = 7;
 
-// Reshards inside compute tasks (tensor, sequence and expert parallelism: a collective
-// whose Instruction.task also has kernels) or the instructions of comm tasks, which lower
+// Reshards of tensor, sequence and expert parallelism (a collective whose Instruction.task
+// also has kernels, or an all-to-all: expert parallelism's run as tasks of their own on
+// streams a2a_<stream>) or the instructions of comm tasks, which lower
 // to their collective or transfer alone (data parallelism, ZeRO, the gradient norm,
 // pipeline transfers).
 enum class CommScope { kReshard, kTask };

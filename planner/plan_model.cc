@@ -20,6 +20,7 @@
 #include "planner/directives/directive.h"
 #include "planner/directives/expand.h"
 #include "planner/directives/transfers.h"
+#include "planner/expert_exchanges.h"
 #include "planner/fusion/fusion.h"
 #include "planner/gradient_norm.h"
 #include "planner/import/frozen.h"
@@ -220,21 +221,39 @@ strategy::Strategy expand_strategy(const std::string& model_path,
       resolve_auto_stages(model_path, written, import_options(expand_generators(written))));
 }
 
+namespace {
+
+// `graph` with expert parallelism's exchanges as tasks of their own on communication streams
+// (expert_exchanges.h), verified: the DAG lowered.
+ir::TaskGraph with_exchanges_apart(const ir::TaskGraph& graph) {
+  ir::TaskGraph lowered = graph;
+  if (separate_expert_exchanges(lowered) > 0) {
+    ir::verify_or_throw(lowered, "after separating the expert exchanges");
+  }
+  return lowered;
+}
+
+}  // namespace
+
 struct RankPlans::State {
   State(ir::TaskGraph planned, LowerContext context, const sim::DeviceRates& rates)
-      : graph(std::move(planned)),
+      : simulated(std::move(planned)),
+        timeline(simulated, rates),
+        graph(with_exchanges_apart(simulated)),
         index(graph),
-        lower_context(std::move(context)),
-        timeline(graph, rates) {}
-  const ir::TaskGraph graph;
+        lower_context(std::move(context)) {}
+  // The DAG whose step the cost model simulates, each expert exchange inside its task (priced
+  // as a reshard the overlapped partner hides); planned_tasks name its tasks.
+  const ir::TaskGraph simulated;
+  const sim::PlannedTimeline timeline;  // every member of a tensor-parallel group gets its device's
+  const ir::TaskGraph graph;            // the DAG lowered: `simulated` with its exchanges apart
   const DagIndex index;
   const LowerContext lower_context;
-  const sim::PlannedTimeline timeline;  // every member of a tensor-parallel group gets its device's
 };
 
 plan::Plan RankPlans::plan(int rank) const {
   plan::Plan plan = lower(state_->index, rank, state_->lower_context);
-  state_->timeline.add_to(plan, device_of_rank(state_->graph, rank));
+  state_->timeline.add_to(plan, device_of_rank(state_->simulated, rank));
   return plan;
 }
 

@@ -145,6 +145,16 @@ std::vector<ir::TaskId> cut_task(ir::TaskGraph& graph, ir::TaskId id,
     chain(graph, parts[k - 1], parts[k]);
     begin = end;
   }
+  // A part that reads what a part before the previous one writes (a residual across a cut)
+  // is joined to it too.
+  for (size_t k = 2; k < parts.size(); ++k) {
+    const TensorSet read = tensors_of(graph, parts[k], false);
+    for (size_t j = 0; j + 1 < k; ++j) {
+      if (intersects(tensors_of(graph, parts[j], true), read)) {
+        graph.add_edge(parts[j], parts[k], ir::EdgeKind::kData);
+      }
+    }
+  }
   for (const ir::Edge& edge : edges) {
     if (edge.to == id && edge.kind == ir::EdgeKind::kData) {
       // Each part that reads what the edge carries is joined to its writer.

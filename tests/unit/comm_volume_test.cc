@@ -71,6 +71,23 @@ plan::Plan small_plan() {
   return plan;
 }
 
+// Expert parallelism's all-to-alls run as tasks of their own (planner/expert_exchanges.h), on
+// an exchange stream: still reshards.
+TEST(CommVolume, CountsALoneAllToAllAsAReshard) {
+  plan::Plan plan;
+  plan.mutable_header()->set_rank(0);
+  add_group(plan, 0, {0, 1});
+  const int rows = add_tensor(plan, 512);
+  const int blocks = add_tensor(plan, 512);
+  plan::Stream& exchange = *plan.add_streams();
+  exchange.set_name("a2a_compute");
+  add_collective(exchange, 5, plan::Collective::ALL_TO_ALL, 0, {rows}, {blocks});
+  add_collective(exchange, 6, plan::Collective::ALL_TO_ALL_V, 0, {rows}, {blocks});
+  const CommVolume volume = comm_volume(plan);
+  EXPECT_EQ(volume.at(CommScope::kReshard, CommKind::kAllToAll).count, 2);
+  EXPECT_EQ(volume.at(CommScope::kTask, CommKind::kAllToAll).count, 0);
+}
+
 TEST(CommVolume, CountsEachKindInItsScopeWithWhatARingSends) {
   const CommVolume volume = comm_volume(small_plan());
   const CommTotal& reshard_reduce = volume.at(CommScope::kReshard, CommKind::kAllReduce);

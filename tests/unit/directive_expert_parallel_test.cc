@@ -4,6 +4,7 @@
 
 #include "directive_fixture.h"
 #include "formats/error.h"
+#include "planner/expert_exchanges.h"
 #include "planner/ir/text.h"
 #include "planner/lower/lower.h"
 
@@ -128,6 +129,59 @@ TEST(ExpertParallel, LowersEachReplicasExpertsAndExchangesOverTheReplicas) {
       }
     }
     EXPECT_EQ(exchanges, 3);
+  }
+}
+
+// Each exchange is a task of its own on the exchange stream of its compute stream, between
+// the parts of the task it was cut from; lowered, it waits for the ops before it and the ops
+// after it wait for it.
+TEST(ExpertParallel, ExchangesRunAsTasksOnTheirOwnStream) {
+  ir::TaskGraph graph = expert_task_graph(4);
+  apply_planned(graph, kExpertParallel);
+  const int before = graph.num_tasks();
+  EXPECT_EQ(planner::separate_expert_exchanges(graph), 3);
+  ir::verify_or_throw(graph, "after separating the expert exchanges");
+  EXPECT_EQ(planner::exchange_stream("compute"), "a2a_compute");
+  const std::string text = ir::print(graph);
+  const ir::OpGraph& ops = graph.op_graph();
+  int exchanges = 0;
+  for (ir::TaskId id = 0; id < graph.num_tasks(); ++id) {
+    const ir::Task& task = graph.task(id);
+    const bool exchange = task.ops.size() == 1 && ops.op(task.ops[0]).type == "piper.AllToAll";
+    if (!exchange) {
+      for (ir::OpId op : task.ops) EXPECT_NE(ops.op(op).type, "piper.AllToAll") << text;
+      continue;
+    }
+    ++exchanges;
+    EXPECT_GE(id, before);
+    const std::string line = "task " + std::to_string(id) + " compute " + ir::to_string(task.pass) +
+                             " mb=0 tags={} devices=[0,1] " + "stream=a2a_compute ops=[" +
+                             std::to_string(task.ops[0]) + "]";
+    EXPECT_TRUE(has_line(text, line)) << line << " in\n" << text;
+    // Its parts on the compute stream before and after it, joined by data edges.
+    int from_compute = 0, to_compute = 0;
+    for (const ir::Edge& edge : graph.edges()) {
+      if (edge.kind != ir::EdgeKind::kData) continue;
+      if (edge.to == id && graph.task(edge.from).stream == "compute") ++from_compute;
+      if (edge.from == id && graph.task(edge.to).stream == "compute") ++to_compute;
+    }
+    EXPECT_GE(from_compute, 1) << line;
+    EXPECT_GE(to_compute, 1) << line;
+  }
+  EXPECT_EQ(exchanges, 3);
+  EXPECT_EQ(ir::print(ir::parse(text)), text);
+  for (int rank = 0; rank < 2; ++rank) {
+    const plan::Plan plan = planner::lower(graph, rank, {});
+    for (const plan::Stream& stream : plan.streams()) {
+      const auto& instructions = stream.instructions();
+      for (int i = 0; i < instructions.size(); ++i) {
+        if (instructions[i].collective().kind() != plan::Collective::ALL_TO_ALL) continue;
+        ASSERT_EQ(stream.name(), "a2a_compute") << instructions[i].label();
+        ASSERT_TRUE(i > 0 && instructions[i - 1].has_wait()) << instructions[i].label();
+        ASSERT_TRUE(i + 1 < instructions.size() && instructions[i + 1].has_record())
+            << instructions[i].label();
+      }
+    }
   }
 }
 
