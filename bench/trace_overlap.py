@@ -5,6 +5,12 @@ each one's expert all-to-alls run on a communication stream of their own, `a2a_c
 `a2a_compute2` (planner/expert_exchanges.h), so an all-to-all of one microbatch can run while
 the other microbatch computes.
 
+`pair_hidden_share` measures what issue 16 asks of the overlapped pairs: of the exchanges of
+each microbatch that the schedule pairs with another (an order group of two tasks), the share
+of time under the paired microbatch's own computation. `hidden_share` measures every exchange
+of the rank against any computation on another stage's stream, warm-up and cool-down included,
+where no microbatch is paired.
+
 Shared by bench/dualpipe_overlap.py and tests/integration/test_dualpipe.py.
 """
 import json
@@ -33,13 +39,61 @@ def own_compute_stream(name):
     return name[len(EXCHANGE_STREAM):] if name.startswith(EXCHANGE_STREAM) else name
 
 
-def hidden_share(trace_path):
-    """(all-to-all microseconds, of them under a kernel that is not a collective on a compute
-    stream other than the exchange's own microbatch's) of one rank's trace."""
+def load_events(trace_path):
+    """The trace's events and its streams' names by thread id."""
     with open(trace_path) as f:
         trace = json.load(f)
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     streams = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    return events, streams
+
+
+def task_of_kernels(events):
+    """Each kernel event's task, as (microbatch, pass) from the task event (piper-run's trace
+    writes one per run of a task's instructions) that holds it on its stream."""
+    tasks = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in ("compute", "comm"):
+            tasks.setdefault(e["tid"], []).append(e)
+    owner = {}
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") != "kernel":
+            continue
+        for task in tasks.get(e["tid"], []):
+            if task["ts"] <= e["ts"] and e["ts"] + e["dur"] <= task["ts"] + task["dur"] + 1e-3:
+                owner[id(e)] = (task["args"]["microbatch"], task["args"]["pass"])
+                break
+    return owner
+
+
+def pair_hidden_share(trace_path, pairs):
+    """(exchange microseconds of the paired microbatches, of them under the partner's kernels)
+    of one rank's trace. `pairs` lists the rank's overlapped pairs as ((MB, PASS), (MB, PASS))
+    from its `order` (piper-plan --expand): the filters of a group of two."""
+    events, streams = load_events(trace_path)
+    partner = {}
+    for a, b in pairs:
+        partner[a], partner[b] = b, a
+    owner = task_of_kernels(events)
+    kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    work = {}
+    for e in kernels:
+        if e["name"] not in COLLECTIVES and streams[e["tid"]].startswith("compute"):
+            work.setdefault(owner.get(id(e)), []).append((e["ts"], e["ts"] + e["dur"]))
+    total = hidden = 0.0
+    for e in kernels:
+        key = owner.get(id(e))
+        if e["name"] not in EXCHANGES or key not in partner:
+            continue
+        total += e["dur"]
+        hidden += covered((e["ts"], e["ts"] + e["dur"]), work.get(partner[key], []))
+    return total, hidden
+
+
+def hidden_share(trace_path):
+    """(all-to-all microseconds, of them under a kernel that is not a collective on a compute
+    stream other than the exchange's own microbatch's) of one rank's trace."""
+    events, streams = load_events(trace_path)
     compute = {tid for tid, name in streams.items() if name.startswith("compute")}
     kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
     exchanges = [e for e in kernels if e["name"] in EXCHANGES]

@@ -207,30 +207,29 @@ class DualPipe(one_process.SplitModels, unittest.TestCase):
 
     def test_dualpipe_moe_ep2_hides_all_to_all_in_the_trace(self):
         """bench/dualpipe_overlap.py's experiment (samples/moe at d=256, seq=128, 2 ranks, 8
-        microbatches of 4 rows, experts split over the mirror pair), 3 steps traced: rank r's
-        all-to-alls (expert
-        dispatch and combine) run on the exchange stream of their microbatch's stage
-        (a2a_compute, a2a_compute2) while the other stage's stream computes the paired
-        microbatch, so part of their time lies under that computation in the trace
-        (bench/trace_overlap.py reads it)."""
+        microbatches of 4 rows, experts split over the mirror pair), 3 steps traced: the
+        all-to-alls (expert dispatch and combine) of each microbatch the schedule pairs with
+        another run on the exchange stream of their stage (a2a_compute, a2a_compute2) while the
+        other stage's stream computes the paired microbatch, so part of their time lies under
+        that computation in the trace (bench/trace_overlap.py reads it)."""
         work = os.path.join(self.tmp.name, "moe_ep2_trace")
         os.makedirs(work)
-        _, shares = measure(os.path.dirname(Tools.plan), work, d=256, seq=128, batch=32, steps=3,
-                            microbatches=8)
-        for rank, (total, hidden) in enumerate(shares):
-            self.assertGreater(total, 0, f"rank {rank} traced no all-to-all")
-            print(f"rank {rank}: all-to-all {total / 1000:.2f} ms, under the other "
-                  f"microbatch's computation {hidden / 1000:.2f} ms ({hidden / total:.0%})")
-        share = sum(h for _, h in shares) / sum(t for t, _ in shares)
-        print(f"both ranks: {share:.0%} of the all-to-all time under the other microbatch's "
-              f"computation")
-        # With 2 stages and 4 microbatches only one forward-backward pair per rank runs its two
-        # streams at once and most of the all-to-all time falls in the warm-up and cool-down,
-        # where no other microbatch computes; 8 microbatches of the same 4 rows put more pairs
-        # between them (bench/README.md). On the shared 2-core machine (load 10-18) the ranks'
-        # compute threads take turns on the cores and a rank's share ranged from 5% to 33% over
-        # runs; both ranks' together from 11% to 30% (with 4 microbatches from 3% to 16%), which
-        # streams that take turns (about 0) do not reach.
+        _, paired, shares = measure(os.path.dirname(Tools.plan), work, d=256, seq=128,
+                                    batch=32, steps=3, microbatches=8)
+        for rank, ((total, hidden), (every, under)) in enumerate(zip(paired, shares)):
+            self.assertGreater(total, 0, f"rank {rank} traced no all-to-all of a pair")
+            self.assertGreaterEqual(every, total)
+            print(f"rank {rank}: the pairs' all-to-all {total / 1000:.2f} ms, under the paired "
+                  f"microbatch's computation {hidden / 1000:.2f} ms ({hidden / total:.0%}); "
+                  f"every all-to-all {every / 1000:.2f} ms, under the other stage's computation "
+                  f"{under / 1000:.2f} ms ({under / every:.0%})")
+        share = sum(h for _, h in paired) / sum(t for t, _ in paired)
+        print(f"both ranks: {share:.0%} of the pairs' all-to-all time under the paired "
+              f"microbatch's computation")
+        # Streams that took turns would hide about nothing. On a quiet machine each rank's pairs
+        # hide 30% or more (bench/README.md); on the shared 2-core machine, with other tests'
+        # processes on the cores, the ranks' threads take turns and the share varies from run
+        # to run (both ranks together 8% to 60% under load 10-18), so the bound is loose.
         self.assertGreater(share, 0.08)
 
     def test_stages_replicated_over_crossing_devices(self):
