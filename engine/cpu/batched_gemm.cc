@@ -7,6 +7,7 @@
 
 #include "engine/cpu/blas.h"
 #include "engine/cpu/parallel.h"
+#include "engine/cpu/split_invariant_gemm.h"
 
 namespace piper::engine::cpu {
 namespace {
@@ -76,6 +77,10 @@ void BatchedGemm::run_task(const float* a, const float* b, float* c, float beta,
       float* row = pc + int64_t{r} * ldc;
       for (int j = 0; j < cols; ++j) row[j] = beta == 0.0f ? 0.0f : beta * row[j];
     }
+    return;
+  }
+  if (split_invariant) {
+    split_invariant_sgemm(trans_a, trans_b, rows, cols, k, alpha, pa, lda, pb, ldb, beta, pc, ldc);
     return;
   }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,

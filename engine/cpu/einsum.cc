@@ -236,6 +236,7 @@ class Contraction {
     gemm_.trans_b = right_.layout.trans;
     gemm_.lda = left_.layout.ld;
     gemm_.ldb = right_.layout.ld;
+    gemm_.split_invariant = args.widened();
     gemm_.prepare();
   }
 

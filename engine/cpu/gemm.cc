@@ -38,6 +38,7 @@ BatchedGemm batched_gemm(const KernelArgs& args, const MatmulGeometry& g) {
   gemm.a_offsets = g.a_offsets;
   gemm.b_offsets = g.b_offsets;
   gemm.c_offsets = g.y_offsets;
+  gemm.split_invariant = args.widened();
   gemm.prepare();
   return gemm;
 }

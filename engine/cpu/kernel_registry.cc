@@ -6,11 +6,12 @@
 namespace piper::engine::cpu {
 
 KernelArgs::KernelArgs(const plan::Kernel& kernel, std::vector<TensorView> inputs,
-                       std::vector<TensorView> outputs)
+                       std::vector<TensorView> outputs, bool widened)
     : kernel_(kernel),
       attributes_(kernel),
       inputs_(std::move(inputs)),
-      outputs_(std::move(outputs)) {}
+      outputs_(std::move(outputs)),
+      widened_(widened) {}
 
 const TensorView& KernelArgs::input(size_t i) const {
   if (!has_input(i)) {

@@ -12,6 +12,15 @@
 #include <cstdint>
 #include <limits>
 
+// One copy of a function per vector width, chosen when the program loads (GCC function
+// multiversioning). Files that use it build with -ffp-contract=off (engine/CMakeLists.txt), so
+// that the copies round alike.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define PIPER_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define PIPER_VECTOR_CLONES
+#endif
+
 namespace piper::engine::cpu {
 
 // e^x: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two parts, so that n ln2 is exact),

@@ -13,9 +13,9 @@ piper-launch (Gloo over localhost), give
 every step's loss within 1e-5 relative of the single-process run and final
 weights within 1e-4. In bf16 each step trained from the single process's
 state after the steps before it matches its step within 1e-5 (loss) and 1e-4
-(the whole model after it); whole runs drift as data parallelism's float32
-summation order takes bf16 with top-2 routing (5e-3, 2e-2; see
-one_process.py). The plans: every replica holds 1/EP of the experts, their
+(the whole model after it); whole runs drift as data parallelism's row sums,
+added over the replicas in another order, take bf16 with top-2 routing (5e-3,
+2e-2; see one_process.py). The plans: every replica holds 1/EP of the experts, their
 gradients are in no data-parallel collective, and tokens reach their experts
 by all-to-all and come back by all-to-all (two per MoE layer and microbatch
 in the forward, two in the backward). The single-process baselines are

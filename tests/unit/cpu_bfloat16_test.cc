@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/cpu/split_invariant_gemm.h"
 #include "engine_test_util.h"
 
 namespace piper::engine::testing {
@@ -74,13 +75,15 @@ TEST(CpuBfloat16, KernelsComputeInFloat32OnWidenedCopies) {
   const int y16_wide = k.Output({2, 2});
   k.Run("Cast", {y16}, {y16_wide}, {Int("to", 1)});
 
-  const int a_rounded = k.Input({2, 3}, RoundTrip(a_values));
-  const int b_rounded = k.Input({3, 2}, RoundTrip(b_values));
-  const int expected = k.Output({2, 2});
-  k.Run("MatMul", {a_rounded, b_rounded}, {expected});
-  EXPECT_EQ(k.Floats(y32), k.Floats(expected));
-  EXPECT_EQ(k.Floats(y16_wide), RoundTrip(k.Floats(expected)));
-  EXPECT_NE(k.Floats(y16_wide), k.Floats(expected));
+  // The float32 product of the rounded operands, summed as bfloat16 products are
+  // (split_invariant_gemm.h).
+  const std::vector<float> a_rounded = RoundTrip(a_values), b_rounded = RoundTrip(b_values);
+  std::vector<float> expected(4);
+  cpu::split_invariant_sgemm(false, false, 2, 2, 3, 1.0f, a_rounded.data(), 3, b_rounded.data(), 2,
+                             0.0f, expected.data(), 2);
+  EXPECT_EQ(k.Floats(y32), expected);
+  EXPECT_EQ(k.Floats(y16_wide), RoundTrip(expected));
+  EXPECT_NE(k.Floats(y16_wide), expected);
 }
 
 // A kernel that reads and writes one bfloat16 tensor (in place) sees its current values.

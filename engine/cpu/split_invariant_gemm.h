@@ -1,0 +1,29 @@
+// A float32 matrix product whose every element is summed in an order fixed by K alone, so that
+// splitting the product (its rows, columns or K) over calls, threads or ranks does not change
+// its bits: the bfloat16 products' kernel (batched_gemm.h). OpenBLAS's float32 GEMM gives an
+// element other bits depending on how many rows and columns the call has and where the element
+// lies in it (measured with OpenBLAS 0.3.21's Haswell and SkylakeX kernels), which a tensor-
+// or data-parallel split of a bfloat16 product then turns into other bfloat16 roundings.
+#pragma once
+
+#include <cstdint>
+
+namespace piper::engine::cpu {
+
+// Length of the sequential sums the split-invariant order starts from: K is halved while it is
+// even and its halves hold at least this many terms.
+inline constexpr int64_t kSplitInvariantMinLeaf = 8;
+
+// C = alpha · S + beta · C, row-major, where S = op(A) · op(B) (op(X) = X or Xᵀ) and each
+// element of S is summed pairwise over K: S(K) = S(first half) + S(second half) while K is even
+// and a half holds at least kSplitInvariantMinLeaf terms, else the terms added one after the
+// other, each product rounded before it is added (no fused multiply-adds). An element's bits
+// depend only on its row of op(A), its column of op(B) and K, and a product over K whose two
+// halves are computed apart and added gives those bits too (a tensor-parallel row-parallel
+// product over two members, or a weight gradient's rows over two replicas); a bias in C is added
+// to the finished sum, as after such an all-reduce. beta = 0 does not read C.
+void split_invariant_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                           const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                           float* c, int64_t ldc);
+
+}  // namespace piper::engine::cpu

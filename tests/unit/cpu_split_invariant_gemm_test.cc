@@ -1,0 +1,162 @@
+// The bfloat16 products' order of summation (engine/cpu/split_invariant_gemm): the product, and
+// the same bits however its rows, columns or K are split, which OpenBLAS's float32 GEMM does not
+// give; and bfloat16 MatMul kernels compute with it.
+#include <gmock/gmock.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "engine/cpu/split_invariant_gemm.h"
+#include "engine_test_util.h"
+
+namespace piper::engine::testing {
+namespace {
+
+using cpu::split_invariant_sgemm;
+
+std::vector<float> Random(int64_t count, uint32_t seed) {
+  std::mt19937 engine(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> values(static_cast<size_t>(count));
+  for (float& v : values) v = uniform(engine);
+  return values;
+}
+
+// Whether two float arrays hold the same bits.
+bool SameBits(const float* x, const float* y, int64_t count) {
+  return std::memcmp(x, y, static_cast<size_t>(count) * sizeof(float)) == 0;
+}
+
+// An M x N x K product with op(A) and op(B) stored transposed where asked.
+struct Product {
+  bool ta = false, tb = false;
+  int64_t m = 0, n = 0, k = 0;
+  std::vector<float> a, b;
+  int64_t lda() const { return ta ? m : k; }
+  int64_t ldb() const { return tb ? k : n; }
+  float at_a(int64_t i, int64_t p) const { return ta ? a[p * m + i] : a[i * k + p]; }
+  float at_b(int64_t p, int64_t j) const { return tb ? b[j * k + p] : b[p * n + j]; }
+
+  // Rows [first, first + rows) and columns [col, col + cols) of C over K's terms [from, from +
+  // terms), into c (row length ldc).
+  void Run(int64_t first, int64_t rows, int64_t col, int64_t cols, int64_t from, int64_t terms,
+           float beta, float* c, int64_t ldc) const {
+    const float* pa = ta ? a.data() + from * m + first : a.data() + first * k + from;
+    const float* pb = tb ? b.data() + col * k + from : b.data() + from * n + col;
+    split_invariant_sgemm(ta, tb, rows, cols, terms, 1.0f, pa, lda(), pb, ldb(), beta, c, ldc);
+  }
+  std::vector<float> Whole() const {
+    std::vector<float> c(static_cast<size_t>(m * n));
+    Run(0, m, 0, n, 0, k, 0.0f, c.data(), n);
+    return c;
+  }
+};
+
+Product MakeProduct(bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint32_t seed) {
+  Product p{ta, tb, m, n, k, Random(m * k, seed), Random(k * n, seed + 1)};
+  return p;
+}
+
+TEST(CpuSplitInvariantGemm, ComputesTheProductWithAlphaAndBeta) {
+  for (const bool ta : {false, true}) {
+    for (const bool tb : {false, true}) {
+      for (const int64_t k : {0, 1, 7, 24, 37, 128}) {
+        const Product p = MakeProduct(ta, tb, 13, 35, k, 7);
+        std::vector<float> c = Random(13 * 35, 9);
+        const std::vector<float> before = c;
+        split_invariant_sgemm(ta, tb, p.m, p.n, k, 0.5f, p.a.data(), p.lda(), p.b.data(), p.ldb(),
+                              2.0f, c.data(), p.n);
+        for (int64_t i = 0; i < p.m; ++i) {
+          for (int64_t j = 0; j < p.n; ++j) {
+            double sum = 0;
+            for (int64_t q = 0; q < k; ++q) sum += double{p.at_a(i, q)} * p.at_b(q, j);
+            const double want = 0.5 * sum + 2.0 * before[i * p.n + j];
+            EXPECT_NEAR(c[i * p.n + j], want, 1e-5 * (1 + std::abs(want)))
+                << "ta " << ta << " tb " << tb << " k " << k << " at " << i << "," << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuSplitInvariantGemm, BetaZeroDoesNotReadC) {
+  const Product p = MakeProduct(false, false, 5, 6, 9, 3);
+  std::vector<float> c(30, std::nanf(""));
+  split_invariant_sgemm(false, false, 5, 6, 9, 1.0f, p.a.data(), 9, p.b.data(), 6, 0.0f, c.data(),
+                        6);
+  EXPECT_TRUE(SameBits(c.data(), p.Whole().data(), 30));
+}
+
+// Every row range, at any offset, gives the rows of the whole product bit for bit (a data-
+// parallel replica's rows, a thread's panel), and so does every column range (a column-parallel
+// member's columns).
+TEST(CpuSplitInvariantGemm, RowsAndColumnsComputedApartGiveTheSameBits) {
+  for (const bool ta : {false, true}) {
+    for (const bool tb : {false, true}) {
+      const Product p = MakeProduct(ta, tb, 70, 45, 96, 11);
+      const std::vector<float> whole = p.Whole();
+      for (const auto& [first, rows] : std::vector<std::pair<int64_t, int64_t>>{
+               {0, 1}, {3, 5}, {8, 8}, {35, 35}, {1, 69}, {64, 6}}) {
+        std::vector<float> part(static_cast<size_t>(rows * p.n));
+        p.Run(first, rows, 0, p.n, 0, p.k, 0.0f, part.data(), p.n);
+        EXPECT_TRUE(SameBits(part.data(), whole.data() + first * p.n, rows * p.n))
+            << "ta " << ta << " tb " << tb << " rows " << first << "+" << rows;
+      }
+      for (const auto& [col, cols] :
+           std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {5, 17}, {16, 29}, {40, 5}}) {
+        std::vector<float> part(static_cast<size_t>(p.m * cols));
+        p.Run(0, p.m, col, cols, 0, p.k, 0.0f, part.data(), cols);
+        for (int64_t i = 0; i < p.m; ++i) {
+          EXPECT_TRUE(SameBits(part.data() + i * cols, whole.data() + i * p.n + col, cols))
+              << "ta " << ta << " tb " << tb << " columns " << col << "+" << cols << " row " << i;
+        }
+      }
+    }
+  }
+}
+
+// A product over K is its two halves computed apart and added (a row-parallel product's float32
+// all-reduce over two members, a weight gradient's rows over two replicas), bias after the sum.
+TEST(CpuSplitInvariantGemm, HalvesOfKAddedGiveTheSameBits) {
+  for (const int64_t k : {16, 32, 48, 128, 1024}) {
+    const Product p = MakeProduct(false, true, 12, 20, k, 5);
+    const std::vector<float> bias = Random(20, 6);
+    std::vector<float> whole(240), first(240), second(240), split(240);
+    for (int64_t i = 0; i < 12; ++i) std::memcpy(&whole[i * 20], bias.data(), 20 * sizeof(float));
+    p.Run(0, 12, 0, 20, 0, k, 1.0f, whole.data(), 20);
+    p.Run(0, 12, 0, 20, 0, k / 2, 0.0f, first.data(), 20);
+    p.Run(0, 12, 0, 20, k / 2, k / 2, 0.0f, second.data(), 20);
+    for (int64_t i = 0; i < 240; ++i) split[i] = (first[i] + second[i]) + bias[i % 20];
+    EXPECT_TRUE(SameBits(whole.data(), split.data(), 240)) << "k " << k;
+  }
+}
+
+// A bfloat16 MatMul (computed on float32 copies) is split-invariant: its rows computed in a
+// product of other rows come out the same, as one process's and a replica's do.
+TEST(CpuSplitInvariantGemm, Bfloat16MatMulRowsDoNotDependOnTheRowCount) {
+  const int64_t rows = 64, k = 128, n = 96, part = 24;
+  KernelRunner r;
+  const int a = r.Input({rows, k}, Random(rows * k, 21));
+  const int b = r.Input({k, n}, Random(k * n, 22));
+  const int a16 = r.Output({rows, k}, plan::BFLOAT16);
+  const int b16 = r.Output({k, n}, plan::BFLOAT16);
+  r.Run("Cast", {a}, {a16}, {Int("to", 16)});
+  r.Run("Cast", {b}, {b16}, {Int("to", 16)});
+  const int y = r.Output({rows, n});
+  r.Run("MatMul", {a16, b16}, {y});
+  // The rows [40, 64) alone.
+  std::vector<float> a_rows = r.Floats(a);
+  a_rows.erase(a_rows.begin(), a_rows.begin() + (rows - part) * k);
+  const int a_part = r.Input({part, k}, a_rows);
+  const int a_part16 = r.Output({part, k}, plan::BFLOAT16);
+  r.Run("Cast", {a_part}, {a_part16}, {Int("to", 16)});
+  const int y_part = r.Output({part, n});
+  r.Run("MatMul", {a_part16, b16}, {y_part});
+  const std::vector<float> whole = r.Floats(y), alone = r.Floats(y_part);
+  EXPECT_TRUE(SameBits(alone.data(), whole.data() + (rows - part) * n, part * n));
+}
+
+}  // namespace
+}  // namespace piper::engine::testing
