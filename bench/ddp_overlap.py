@@ -69,6 +69,9 @@ def child_ddp(args):
 
 def run_ddp(args, env):
     out = os.path.join(args.work, "ddp.json")
+    store = os.path.join(args.work, "ddp_store")
+    if os.path.exists(store):  # left by an earlier run in a --keep directory
+        os.remove(store)
     base = [sys.executable, os.path.abspath(__file__), "--child", "--work", args.work,
             "--child-out", out] + [f"--{name}={getattr(args, name)}" for name in
                                    ("d", "layers", "heads", "seq", "batch", "vocab", "steps",
@@ -129,6 +132,8 @@ def main():
     p.add_argument("--threads", type=int, default=1, help="threads per rank")
     p.add_argument("--build", default=os.path.join(cpu_gpt.ROOT, "build"))
     p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--keep", metavar="DIR",
+                   help="work in DIR (made if missing) and keep the model, plans and traces")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     p.add_argument("--work", help=argparse.SUPPRESS)
@@ -141,9 +146,9 @@ def main():
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = str(args.threads)
     tools = os.path.join(args.build, "tools")
-    with tempfile.TemporaryDirectory(prefix="piper_ddp_") as work:
-        args.work = work
-        os.makedirs(os.path.join(work, "data"))
+    with tempfile.TemporaryDirectory(prefix="piper_ddp_") as scratch:
+        work = args.work = os.path.abspath(args.keep) if args.keep else scratch
+        os.makedirs(os.path.join(work, "data"), exist_ok=True)
         gpt = cpu_gpt.load_gpt_module()
         model = cpu_gpt.build(gpt, args)
         parameters = sum(p.numel() for p in model.parameters())

@@ -21,10 +21,10 @@ void split_backward(ir::TaskGraph& graph, const std::vector<ir::TaskId>& ids);
 
 // Cuts task `id` after each of its op positions `ends` (ascending, each < its last): `id`
 // keeps the ops up to the first cut and new tasks, appended in order, take the rest; each part
-// runs after the one before. Edges out of `id` also leave every part that writes what they
-// carry (the last part for edges that carry nothing); data edges into `id` also reach every
-// part that reads what they carry.
-// Task ids do not change. Returns the parts, `id` first.
+// runs after the one before and has a data edge from every earlier part it reads. Edges out of `id`
+// also leave every part that writes what they carry (the last part for edges that carry nothing);
+// data edges into `id` also reach every part that reads what they carry. Task ids do not change.
+// Returns the parts, `id` first.
 std::vector<ir::TaskId> cut_task(ir::TaskGraph& graph, ir::TaskId id,
                                  const std::vector<size_t>& ends);
 
