@@ -6,13 +6,15 @@ same model, weights and rows, in one run (issue 18).
                                            --vocab 512 --steps 8 --threads 1 --build DIR]
 
 samples/gpt at a benchmark size, global batch --batch split over 2 ranks, AdamW. Piper plans
-`{"op": "replicate", "devices": [0, 1]}` with its defaults (25 MiB buckets, the first of 1 MiB,
-the backward cut where a bucket is ready) and runs under piper-launch; PyTorch runs 2
-processes of DistributedDataParallel with its defaults (the same bucket sizes). Each rank gets
---threads threads (1: the 2 ranks fill this 2-core machine). Prints the median step time of
-each (the first step is warm-up), the Piper/DDP ratio, both runs' last loss, and from rank 0's
-trace of the last step how much of the gradient all-reduces' time the compute stream spends
-computing. A benchmark, not a test: nothing asserts times.
+`{"op": "replicate", "devices": [0, 1]}` with its defaults (buckets of at most 25 MiB and an
+eighth of the gradients, the first of 1 MiB, the backward cut where a bucket is ready) and
+runs under piper-launch; PyTorch runs 2 processes of DistributedDataParallel with its defaults
+(25 MiB buckets, the first of 1 MiB). Each rank gets --threads threads (1: the 2 ranks fill
+this 2-core machine). Prints the median step time of each (the first step is warm-up), the
+Piper/DDP ratio, both runs' last loss, and from each rank's trace of the last step how much of
+the gradient all-reduces' time (waiting for the peer included) the compute stream spends
+computing. --keep DIR keeps the model, plans and traces. A benchmark, not a test: nothing
+asserts times.
 """
 import argparse
 import json
@@ -160,7 +162,8 @@ def main():
               f"{args.batch} on {WORLD} ranks, {args.threads} thread(s) each", flush=True)
         piper, trace = run_piper(args, env, tools)
         ddp = run_ddp(args, env)
-        total, hidden = gradient_all_reduce_share(trace)
+        shares = [gradient_all_reduce_share(trace.replace("trace0", f"trace{rank}"))
+                  for rank in range(WORLD)]
 
     piper_s = statistics.median(s["seconds"] for s in piper[1:])
     ddp_s = statistics.median(s["seconds"] for s in ddp[1:])
@@ -168,9 +171,10 @@ def main():
     print(f"{'Piper replicate':<22} {piper_s * 1e3:>9.1f} ms {piper[-1]['loss']:>10.4f}")
     print(f"{'PyTorch DDP (gloo)':<22} {ddp_s * 1e3:>9.1f} ms {ddp[-1]['loss']:>10.4f}")
     print(f"Piper / DDP step time: {piper_s / ddp_s:.2f}")
-    share = hidden / total if total else 0.0
-    print(f"Piper rank 0, last step: gradient all-reduces {total / 1e3:.1f} ms, "
-          f"{share:.0%} of it while the compute stream computes")
+    for rank, (total, hidden) in enumerate(shares):
+        share = hidden / total if total else 0.0
+        print(f"Piper rank {rank}, last step: gradient all-reduces {total / 1e3:.1f} ms, "
+              f"{share:.0%} of it while the compute stream computes")
 
 
 if __name__ == "__main__":

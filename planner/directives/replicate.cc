@@ -25,10 +25,10 @@ constexpr int64_t kFirstBucketBytes = int64_t{1} << 20;
 
 // The fewest buckets (after the first) a model's gradients are cut into when bucket_size would
 // hold them in fewer, buckets of at least the first's size: the last bucket's all-reduce can
-// only start when the backward ends, so with one bucket nothing overlaps, with four about
-// three quarters can. A model whose gradients fill many buckets of bucket_size (DDP's 25 MiB)
-// is bucketed as DDP does.
-constexpr int64_t kMinBuckets = 4;
+// only start when the backward ends, so with one bucket nothing overlaps, with eight about
+// seven eighths can (bench/ddp_overlap.py hid more of it with eight than with four). A model
+// whose gradients fill many buckets of bucket_size (DDP's 25 MiB) is bucketed as DDP does.
+constexpr int64_t kMinBuckets = 8;
 
 // The loss's all-reduce is for reporting only; on its own stream it neither waits behind nor
 // holds back the gradients' all-reduces.

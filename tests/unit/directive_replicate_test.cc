@@ -84,8 +84,8 @@ std::vector<ir::TaskId> bucket_producers(const ir::TaskGraph& graph) {
 
 TEST(ReplicateDirective, DefaultBucketsCutAModelThatOneBucketWouldHoldIntoSeveral) {
   // Five 1 MiB weights, 5 MiB of gradients: DDP's 25 MiB buckets would make a 1 MiB first
-  // bucket and a second that waits for the whole backward. Buckets of at most a quarter of the
-  // gradients (1.25 MiB) hold one weight each, and the backward is cut after each but the last.
+  // bucket and a second that waits for the whole backward. Buckets of at most an eighth of the
+  // gradients, but 1 MiB, hold one weight each, and the backward is cut after each but the last.
   const testing::GemmChain chain(std::vector<int64_t>(6, 512), /*input_bias=*/false);
   onnx::ModelProto model;
   std::ifstream file(chain.path(), std::ios::binary);
