@@ -388,7 +388,10 @@ struct Replication {
   std::map<size_t, ir::TensorId> reduce_scatter_gradients() {
     const std::vector<ir::TaskId> compute_order = compute_tasks_in_order();
     std::map<size_t, ir::TensorId> shards;
-    for (size_t p : parameters) {
+    // In the order the gradients become final: the reduce stream runs its scatters in the
+    // order they are added, and one that waits for the end of the backward would hold back
+    // every scatter after it.
+    for (size_t p : by_readiness()) {
       ir::TrainedParameter& trained = ops().trained[p];
       const ir::TensorId gradient = trained.gradient;
       const ir::OpId writer = ops().producer(gradient);
