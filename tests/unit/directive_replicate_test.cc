@@ -105,6 +105,31 @@ TEST(ReplicateDirective, DefaultBucketsCutAModelThatOneBucketWouldHoldIntoSevera
   EXPECT_EQ(count_tasks(graph, ir::TaskKind::kAllReduce), 1 + 5);
 }
 
+TEST(ReplicateDirective, ZeroTwoScattersEachGradientAfterItsPartOfTheBackward) {
+  // Five 1 MiB weights, no microbatches: the backward is cut as for five buckets, and the
+  // scatters are queued on the reduce stream as their gradients become final (w4 first), so
+  // that none waits behind one that needs the whole backward.
+  const testing::GemmChain chain(std::vector<int64_t>(6, 512), /*input_bias=*/false);
+  onnx::ModelProto model;
+  std::ifstream file(chain.path(), std::ios::binary);
+  ASSERT_TRUE(model.ParseFromIstream(&file));
+  ir::TaskGraph graph = testing::training_task_graph(model, 4, R"({"type": "sgd"})");
+  apply_directives(graph, R"([{"op": "zero", "stage": 2, "devices": [0, 1]}])");
+  const ir::OpGraph& ops = graph.op_graph();
+  std::vector<std::string> scattered;
+  std::set<ir::TaskId> producers;
+  for (ir::TaskId id = 0; id < graph.num_tasks(); ++id) {
+    if (graph.task(id).kind != ir::TaskKind::kReduceScatter) continue;
+    scattered.push_back(ops.tensor(graph.task(id).tensors[0]).name);
+    for (const ir::Edge& edge : graph.edges()) {
+      if (edge.to == id) producers.insert(edge.from);
+    }
+  }
+  EXPECT_EQ(scattered,
+            (std::vector<std::string>{"grad/w4", "grad/w3", "grad/w2", "grad/w1", "grad/w0"}));
+  EXPECT_EQ(producers.size(), 5u) << "each scatter waits for a part of the backward of its own";
+}
+
 TEST(ReplicateDirective, ZeroOneShardsOptimizerStateAndGathersParameters) {
   ir::TaskGraph graph = two_layer_task_graph(2, R"({"type": "adamw"})");
   apply_directives(graph, R"([{"op": "zero", "stage": 1, "devices": [0, 1, 2, 3]}])");
