@@ -455,14 +455,14 @@ class GlooCommunicator : public Communicator {
 
  private:
   int left() const { return (rank() + size() - 1) % size(); }
-  // The channel's receive buffer of at least `bytes`, kept for the next operation: the
-  // buffers of one bucket's size, allocated and faulted in for every all-reduce, cost as
-  // much CPU as a small exchange.
+  int right() const { return (rank() + 1) % size(); }
+  // The channel's receive buffer of at least `bytes`, kept for the next operation, so that a
+  // bucket-sized buffer is not allocated, zeroed and faulted in by every collective. It stays
+  // as large as the largest receive (half the largest bucket, for a ring of two).
   uint8_t* scratch(size_t bytes) {
     if (scratch_.size() < bytes) scratch_.resize(bytes);
     return scratch_.data();
   }
-  int right() const { return (rank() + 1) % size(); }
   uint64_t slot(size_t step) const {
     return collective_slot(channel_, operation_, static_cast<uint32_t>(step));
   }
