@@ -6,13 +6,15 @@ same model, weights and rows, in one run (issue 18).
                                            --vocab 512 --steps 8 --threads 1 --build DIR]
 
 samples/gpt at a benchmark size, global batch --batch split over 2 ranks, AdamW. Piper plans
-`{"op": "replicate", "devices": [0, 1]}` with its defaults (25 MiB buckets, the first of 1 MiB,
-the backward cut where a bucket is ready) and runs under piper-launch; PyTorch runs 2
-processes of DistributedDataParallel with its defaults (the same bucket sizes). Each rank gets
---threads threads (1: the 2 ranks fill this 2-core machine). Prints the median step time of
-each (the first step is warm-up), the Piper/DDP ratio, both runs' last loss, and from rank 0's
-trace of the last step how much of the gradient all-reduces' time the compute stream spends
-computing. A benchmark, not a test: nothing asserts times.
+`{"op": "replicate", "devices": [0, 1]}` with its defaults (buckets of at most 25 MiB and an
+eighth of the gradients, the first of 1 MiB, the backward cut where a bucket is ready) and
+runs under piper-launch; PyTorch runs 2 processes of DistributedDataParallel with its defaults
+(25 MiB buckets, the first of 1 MiB). Each rank gets --threads threads (1: the 2 ranks fill
+this 2-core machine). Prints the median step time of each (the first step is warm-up), the
+Piper/DDP ratio, both runs' last loss, and from each rank's trace of the last step how much of
+the gradient all-reduces' time (waiting for the peer included) the compute stream spends
+computing. --keep DIR keeps the model, plans and traces. A benchmark, not a test: nothing
+asserts times.
 """
 import argparse
 import json
@@ -69,6 +71,9 @@ def child_ddp(args):
 
 def run_ddp(args, env):
     out = os.path.join(args.work, "ddp.json")
+    store = os.path.join(args.work, "ddp_store")
+    if os.path.exists(store):  # left by an earlier run in a --keep directory
+        os.remove(store)
     base = [sys.executable, os.path.abspath(__file__), "--child", "--work", args.work,
             "--child-out", out] + [f"--{name}={getattr(args, name)}" for name in
                                    ("d", "layers", "heads", "seq", "batch", "vocab", "steps",
@@ -129,6 +134,8 @@ def main():
     p.add_argument("--threads", type=int, default=1, help="threads per rank")
     p.add_argument("--build", default=os.path.join(cpu_gpt.ROOT, "build"))
     p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--keep", metavar="DIR",
+                   help="work in DIR (made if missing) and keep the model, plans and traces")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     p.add_argument("--work", help=argparse.SUPPRESS)
@@ -141,9 +148,9 @@ def main():
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = str(args.threads)
     tools = os.path.join(args.build, "tools")
-    with tempfile.TemporaryDirectory(prefix="piper_ddp_") as work:
-        args.work = work
-        os.makedirs(os.path.join(work, "data"))
+    with tempfile.TemporaryDirectory(prefix="piper_ddp_") as scratch:
+        work = args.work = os.path.abspath(args.keep) if args.keep else scratch
+        os.makedirs(os.path.join(work, "data"), exist_ok=True)
         gpt = cpu_gpt.load_gpt_module()
         model = cpu_gpt.build(gpt, args)
         parameters = sum(p.numel() for p in model.parameters())
@@ -155,7 +162,8 @@ def main():
               f"{args.batch} on {WORLD} ranks, {args.threads} thread(s) each", flush=True)
         piper, trace = run_piper(args, env, tools)
         ddp = run_ddp(args, env)
-        total, hidden = gradient_all_reduce_share(trace)
+        shares = [gradient_all_reduce_share(trace.replace("trace0", f"trace{rank}"))
+                  for rank in range(WORLD)]
 
     piper_s = statistics.median(s["seconds"] for s in piper[1:])
     ddp_s = statistics.median(s["seconds"] for s in ddp[1:])
@@ -163,9 +171,10 @@ def main():
     print(f"{'Piper replicate':<22} {piper_s * 1e3:>9.1f} ms {piper[-1]['loss']:>10.4f}")
     print(f"{'PyTorch DDP (gloo)':<22} {ddp_s * 1e3:>9.1f} ms {ddp[-1]['loss']:>10.4f}")
     print(f"Piper / DDP step time: {piper_s / ddp_s:.2f}")
-    share = hidden / total if total else 0.0
-    print(f"Piper rank 0, last step: gradient all-reduces {total / 1e3:.1f} ms, "
-          f"{share:.0%} of it while the compute stream computes")
+    for rank, (total, hidden) in enumerate(shares):
+        share = hidden / total if total else 0.0
+        print(f"Piper rank {rank}, last step: gradient all-reduces {total / 1e3:.1f} ms, "
+              f"{share:.0%} of it while the compute stream computes")
 
 
 if __name__ == "__main__":

@@ -121,11 +121,20 @@ void split_one(ir::TaskGraph& graph, ir::TaskId id) {
   }
 }
 
-// An edge from part `from` to part `to` of one task: data where `to` reads what `from` writes,
-// else the order alone.
-void chain(ir::TaskGraph& graph, ir::TaskId from, ir::TaskId to) {
-  const bool data = intersects(tensors_of(graph, from, true), tensors_of(graph, to, false));
-  graph.add_edge(from, to, data ? ir::EdgeKind::kData : ir::EdgeKind::kTemporal);
+// Joins the last of `parts` (consecutive parts of one task) to the parts before it: a data
+// edge from each part that writes what it reads (not only the one just before it: a layer's
+// activation gradient may be read several parts on), and at least the order after the part
+// just before it.
+void chain(ir::TaskGraph& graph, const std::vector<ir::TaskId>& parts) {
+  const ir::TaskId to = parts.back();
+  const TensorSet read = tensors_of(graph, to, false);
+  bool after_previous = false;
+  for (size_t k = 0; k + 1 < parts.size(); ++k) {
+    if (!intersects(tensors_of(graph, parts[k], true), read)) continue;
+    graph.add_edge(parts[k], to, ir::EdgeKind::kData);
+    if (k + 2 == parts.size()) after_previous = true;
+  }
+  if (!after_previous) graph.add_edge(parts[parts.size() - 2], to, ir::EdgeKind::kTemporal);
 }
 
 }  // namespace
@@ -142,18 +151,8 @@ std::vector<ir::TaskId> cut_task(ir::TaskGraph& graph, ir::TaskId id,
     ir::Task part = original;
     part.ops.assign(original.ops.begin() + begin, original.ops.begin() + end);
     parts.push_back(graph.add_task(std::move(part)));
-    chain(graph, parts[k - 1], parts[k]);
+    chain(graph, parts);
     begin = end;
-  }
-  // A part that reads what a part before the previous one writes (a residual across a cut)
-  // is joined to it too.
-  for (size_t k = 2; k < parts.size(); ++k) {
-    const TensorSet read = tensors_of(graph, parts[k], false);
-    for (size_t j = 0; j + 1 < k; ++j) {
-      if (intersects(tensors_of(graph, parts[j], true), read)) {
-        graph.add_edge(parts[j], parts[k], ir::EdgeKind::kData);
-      }
-    }
   }
   for (const ir::Edge& edge : edges) {
     if (edge.to == id && edge.kind == ir::EdgeKind::kData) {

@@ -23,6 +23,17 @@ using strategy::ReplicateDirective;
 // DDP's first bucket: small, so that communication starts soon after the backward does.
 constexpr int64_t kFirstBucketBytes = int64_t{1} << 20;
 
+// The fewest buckets (after the first) a model's gradients are cut into when bucket_size would
+// hold them in fewer, buckets of at least the first's size: the last bucket's all-reduce can
+// only start when the backward ends, so with one bucket nothing overlaps, with eight about
+// seven eighths can (bench/ddp_overlap.py hid more of it with eight than with four). A model
+// whose gradients fill many buckets of bucket_size (DDP's 25 MiB) is bucketed as DDP does.
+constexpr int64_t kMinBuckets = 8;
+
+// The loss's all-reduce is for reporting only; on its own stream it neither waits behind nor
+// holds back the gradients' all-reduces.
+constexpr char kLossStream[] = "dp_loss";
+
 struct Replication {
   ir::TaskGraph& graph;
   const ReplicateDirective& spec;
@@ -67,8 +78,8 @@ struct Replication {
     const ir::OpId producer = ops().producer(ops().loss);
     for (ir::TaskId id : tasks_running(producer)) {
       const int mb = graph.task(id).microbatch;
-      const ir::TaskId reduce = add_comm(ir::TaskKind::kAllReduce, {ops().loss}, ir::Pass::kForward,
-                                         mb, spec.reduce_stream);
+      const ir::TaskId reduce =
+          add_comm(ir::TaskKind::kAllReduce, {ops().loss}, ir::Pass::kForward, mb, kLossStream);
       graph.add_edge(id, reduce, ir::EdgeKind::kData);
     }
   }
@@ -100,17 +111,26 @@ struct Replication {
     return result;
   }
 
+  int64_t gradient_bytes(size_t p) {
+    return ir::num_elements(ops().tensor(ops().trained[p].gradient).shape) * 4;
+  }
+
   // Gradients in the order they become final, cut into buckets of at most the bucket size (or
-  // one gradient); the first holds at most 1 MiB, as DDP's, so that its all-reduce starts early.
+  // one gradient); the first holds at most 1 MiB, as DDP's, so that its all-reduce starts early,
+  // and the others at most a kMinBuckets-th of all gradients (but 1 MiB), so that a model that
+  // one bucket would hold still overlaps all but its last bucket with the backward.
   std::vector<std::vector<size_t>> buckets() {
+    const std::vector<size_t> order = by_readiness();
+    int64_t total = 0;
+    for (size_t p : order) total += gradient_bytes(p);
+    const int64_t first_limit = std::min(kFirstBucketBytes, spec.bucket_size);
+    const int64_t limit =
+        std::min(spec.bucket_size, std::max(kFirstBucketBytes, total / kMinBuckets));
     std::vector<std::vector<size_t>> result(1);
     int64_t bytes = 0;
-    for (size_t p : by_readiness()) {
-      const ir::Tensor& gradient = ops().tensor(ops().trained[p].gradient);
-      const int64_t size = ir::num_elements(gradient.shape) * 4;
-      const int64_t limit =
-          result.size() == 1 ? std::min(kFirstBucketBytes, spec.bucket_size) : spec.bucket_size;
-      if (!result.back().empty() && bytes + size > limit) {
+    for (size_t p : order) {
+      const int64_t size = gradient_bytes(p);
+      if (!result.back().empty() && bytes + size > (result.size() == 1 ? first_limit : limit)) {
         result.emplace_back();
         bytes = 0;
       }
@@ -368,7 +388,10 @@ struct Replication {
   std::map<size_t, ir::TensorId> reduce_scatter_gradients() {
     const std::vector<ir::TaskId> compute_order = compute_tasks_in_order();
     std::map<size_t, ir::TensorId> shards;
-    for (size_t p : parameters) {
+    // In the order the gradients become final: the reduce stream runs its scatters in the
+    // order they are added, and one that waits for the end of the backward would hold back
+    // every scatter after it.
+    for (size_t p : by_readiness()) {
       ir::TrainedParameter& trained = ops().trained[p];
       const ir::TensorId gradient = trained.gradient;
       const ir::OpId writer = ops().producer(gradient);
@@ -490,6 +513,10 @@ struct Replication {
     if (devices.size() > 1) {
       average_loss();
       if (spec.shard_grads) {
+        // ZeRO-2 reduce-scatters each gradient after the task that writes it: cut where
+        // buckets would be, so that the scatters of one part run while the next computes.
+        // (ZeRO-3 gathers parameters per task; its backward stays whole.)
+        if (!spec.shard_params) cut_backward_at_buckets(buckets());
         shard_updates(reduce_scatter_gradients());
         if (spec.shard_params) gather_parameters_before_use();
       } else {

@@ -12,9 +12,26 @@
 #include "planner/directives/directive.h"
 #include "planner/directives/expand.h"
 #include "planner/import/import.h"
+#include "planner/ir/text.h"
 #include "planner/ir/verify.h"
 
 namespace piper::testing {
+
+// `model`'s training task DAG: imported for batch `batch`, its ops tagged by `annotations` (a
+// JSON array, as in a strategy), differentiated and trained with `optimizer` (a JSON object).
+inline ir::TaskGraph training_task_graph(const onnx::ModelProto& model, int64_t batch,
+                                         const std::string& optimizer,
+                                         const std::string& annotations = "[]") {
+  ir::OpGraph graph = planner::import_model(model, {.batch = batch}, "model.onnx");
+  const auto strategy =
+      strategy::parse_strategy(R"({"batch": {"global": 8}, "optimizer": )" + optimizer +
+                                   R"(, "annotations": )" + annotations + "}",
+                               "test.json");
+  planner::annotate(graph, strategy.annotations, strategy.source);
+  planner::differentiate(graph);
+  planner::add_optimizer(graph, strategy.optimizer);
+  return ir::build_task_graph(std::move(graph));
+}
 
 // x[B,4] -Gemm-> Relu -Gemm-> SoftmaxCrossEntropyLoss(labels y), trained with
 // `optimizer` (a JSON object), planned for batch `batch`, its ops tagged by
@@ -29,15 +46,7 @@ inline ir::TaskGraph two_layer_task_graph(int64_t batch, const std::string& opti
   b.node("Relu", {"h"}, {"r"}, "/relu");
   OnnxBuilder::attr(b.node("Gemm", {"r", "w2"}, {"z"}, "/fc2/Gemm"), "transB", int64_t{1});
   b.node("SoftmaxCrossEntropyLoss", {"z", "y"}, {"loss"}, "/loss");
-  ir::OpGraph graph = planner::import_model(b.model(), {.batch = batch}, "two_layer.onnx");
-  const auto strategy =
-      strategy::parse_strategy(R"({"batch": {"global": 8}, "optimizer": )" + optimizer +
-                                   R"(, "annotations": )" + annotations + "}",
-                               "test.json");
-  planner::annotate(graph, strategy.annotations, strategy.source);
-  planner::differentiate(graph);
-  planner::add_optimizer(graph, strategy.optimizer);
-  return ir::build_task_graph(std::move(graph));
+  return training_task_graph(b.model(), batch, optimizer, annotations);
 }
 
 // Applies the directives of a strategy's "directives" array (JSON text),
@@ -58,6 +67,20 @@ inline ir::TaskGraph two_stage_task_graph(int64_t batch, const std::string& opti
   return two_layer_task_graph(
       batch, optimizer,
       R"([{"match": "/fc1/*", "tags": {"PP": 0}}, {"match": "/fc2/*", "tags": {"PP": 1}}])");
+}
+
+// The task and edge lines of the graph's text form.
+inline std::string tasks_and_edges(const ir::TaskGraph& graph) {
+  std::string lines;
+  size_t begin = 0;
+  const std::string text = ir::print(graph);
+  while (begin < text.size()) {
+    const size_t end = text.find('\n', begin);
+    const std::string line = text.substr(begin, end - begin + 1);
+    if (line.starts_with("task ") || line.starts_with("edge ")) lines += line;
+    begin = end + 1;
+  }
+  return lines;
 }
 
 inline int count_tasks(const ir::TaskGraph& graph, ir::TaskKind kind) {

@@ -1,10 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
 #include <set>
 
 #include "directive_fixture.h"
 #include "formats/error.h"
+#include "gemm_chain.h"
 #include "planner/ir/text.h"
 #include "planner/lower/lower.h"
 
@@ -13,6 +15,7 @@ namespace {
 
 using testing::apply_directives;
 using testing::count_tasks;
+using testing::tasks_and_edges;
 using testing::two_layer_task_graph;
 
 int64_t elements(const ir::OpGraph& ops, ir::TensorId id) {
@@ -31,25 +34,13 @@ TEST(ReplicateDirective, ZeroZeroAllReducesGradientsInBucketsAndTheLoss) {
   for (const ir::Task& task : graph.tasks()) {
     EXPECT_EQ(task.devices, (std::vector<int>{0, 1}));
     if (task.kind == ir::TaskKind::kAllReduce) {
-      EXPECT_EQ(task.stream, "dp_reduce");
+      // The loss's off the gradients' stream.
+      const bool loss = task.tensors == std::vector<ir::TensorId>{graph.op_graph().loss};
+      EXPECT_EQ(task.stream, loss ? "dp_loss" : "dp_reduce");
       EXPECT_TRUE(task.average);
     }
   }
   EXPECT_EQ(graph.world_size(), 2);
-}
-
-// The task and edge lines of the graph's text form.
-std::string tasks_and_edges(const ir::TaskGraph& graph) {
-  std::string lines;
-  size_t begin = 0;
-  const std::string text = ir::print(graph);
-  while (begin < text.size()) {
-    const size_t end = text.find('\n', begin);
-    const std::string line = text.substr(begin, end - begin + 1);
-    if (line.starts_with("task ") || line.starts_with("edge ")) lines += line;
-    begin = end + 1;
-  }
-  return lines;
 }
 
 TEST(ReplicateDirective, AllReducesABucketWhileTheRestOfTheBackwardRuns) {
@@ -61,7 +52,7 @@ TEST(ReplicateDirective, AllReducesABucketWhileTheRestOfTheBackwardRuns) {
             R"(task 0 compute F mb=0 tags={} devices=[0,1] stream=compute ops=[0,1,2,3]
 task 1 compute B mb=0 tags={} devices=[0,1] stream=compute ops=[4,5,6]
 task 2 compute U mb=0 tags={} devices=[0,1] stream=compute ops=[9,10]
-task 3 all_reduce F mb=0 tags={} devices=[0,1] stream=dp_reduce tensors=[loss] average=1
+task 3 all_reduce F mb=0 tags={} devices=[0,1] stream=dp_loss tensors=[loss] average=1
 task 4 compute B mb=0 tags={} devices=[0,1] stream=compute ops=[7,8]
 task 5 all_reduce B mb=0 tags={} devices=[0,1] stream=dp_reduce tensors=[grad/w2] average=1
 task 6 all_reduce B mb=0 tags={} devices=[0,1] stream=dp_reduce tensors=[grad/w1] average=1
@@ -76,6 +67,67 @@ edge 5 -> 2 data
 edge 4 -> 6 data
 edge 6 -> 2 data
 )");
+}
+
+// The parts of the backward that each gradient bucket's all-reduce waits for, in plan order.
+std::vector<ir::TaskId> bucket_producers(const ir::TaskGraph& graph) {
+  std::vector<ir::TaskId> producers;
+  for (const ir::Edge& edge : graph.edges()) {
+    const ir::Task& to = graph.task(edge.to);
+    if (to.kind == ir::TaskKind::kAllReduce && to.pass == ir::Pass::kBackward) {
+      EXPECT_EQ(graph.task(edge.from).pass, ir::Pass::kBackward) << graph.describe(edge.from);
+      producers.push_back(edge.from);
+    }
+  }
+  return producers;
+}
+
+TEST(ReplicateDirective, DefaultBucketsCutAModelThatOneBucketWouldHoldIntoSeveral) {
+  // Five 1 MiB weights, 5 MiB of gradients: DDP's 25 MiB buckets would make a 1 MiB first
+  // bucket and a second that waits for the whole backward. Buckets of at most an eighth of the
+  // gradients, but 1 MiB, hold one weight each, and the backward is cut after each but the last.
+  const testing::GemmChain chain(std::vector<int64_t>(6, 512), /*input_bias=*/false);
+  onnx::ModelProto model;
+  std::ifstream file(chain.path(), std::ios::binary);
+  ASSERT_TRUE(model.ParseFromIstream(&file));
+  for (const std::string bucket_size : {"", R"(, "bucket_size": 2097152)"}) {
+    ir::TaskGraph graph = testing::training_task_graph(model, 4, R"({"type": "sgd"})");
+    apply_directives(graph, R"([{"op": "replicate", "devices": [0, 1])" + bucket_size + "}]");
+    EXPECT_EQ(count_tasks(graph, ir::TaskKind::kAllReduce), 1 + 5) << bucket_size;
+    const std::vector<ir::TaskId> producers = bucket_producers(graph);
+    EXPECT_EQ(producers.size(), 5u);
+    EXPECT_EQ(std::set<ir::TaskId>(producers.begin(), producers.end()).size(), 5u)
+        << "each bucket waits for a part of the backward of its own";
+  }
+  // A bucket_size below the first bucket's 1 MiB still bounds every bucket.
+  ir::TaskGraph graph = testing::training_task_graph(model, 4, R"({"type": "sgd"})");
+  apply_directives(graph, R"([{"op": "replicate", "devices": [0, 1], "bucket_size": 1024}])");
+  EXPECT_EQ(count_tasks(graph, ir::TaskKind::kAllReduce), 1 + 5);
+}
+
+TEST(ReplicateDirective, ZeroTwoScattersEachGradientAfterItsPartOfTheBackward) {
+  // Five 1 MiB weights, no microbatches: the backward is cut as for five buckets, and the
+  // scatters are queued on the reduce stream as their gradients become final (w4 first), so
+  // that none waits behind one that needs the whole backward.
+  const testing::GemmChain chain(std::vector<int64_t>(6, 512), /*input_bias=*/false);
+  onnx::ModelProto model;
+  std::ifstream file(chain.path(), std::ios::binary);
+  ASSERT_TRUE(model.ParseFromIstream(&file));
+  ir::TaskGraph graph = testing::training_task_graph(model, 4, R"({"type": "sgd"})");
+  apply_directives(graph, R"([{"op": "zero", "stage": 2, "devices": [0, 1]}])");
+  const ir::OpGraph& ops = graph.op_graph();
+  std::vector<std::string> scattered;
+  std::set<ir::TaskId> producers;
+  for (ir::TaskId id = 0; id < graph.num_tasks(); ++id) {
+    if (graph.task(id).kind != ir::TaskKind::kReduceScatter) continue;
+    scattered.push_back(ops.tensor(graph.task(id).tensors[0]).name);
+    for (const ir::Edge& edge : graph.edges()) {
+      if (edge.to == id) producers.insert(edge.from);
+    }
+  }
+  EXPECT_EQ(scattered,
+            (std::vector<std::string>{"grad/w4", "grad/w3", "grad/w2", "grad/w1", "grad/w0"}));
+  EXPECT_EQ(producers.size(), 5u) << "each scatter waits for a part of the backward of its own";
 }
 
 TEST(ReplicateDirective, ZeroOneShardsOptimizerStateAndGathersParameters) {

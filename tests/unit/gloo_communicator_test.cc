@@ -82,8 +82,9 @@ class GlooCommunicatorTest : public ::testing::TestWithParam<int> {
 
 TEST_P(GlooCommunicatorTest, AllReduceSumsAndAverages) {
   RunGroup([&](int rank, Communicator& communicator) {
-    // Counts below, at and above the group size, and not a multiple of it.
-    for (size_t count : {size_t{1}, size_t{3}, size_t{7}, size_t{1000}}) {
+    // Counts below, at and above the group size, and not a multiple of it; two members
+    // exchange small buffers whole and take the ring past 1 MiB.
+    for (size_t count : {size_t{1}, size_t{3}, size_t{7}, size_t{1000}, (size_t{1} << 20) + 3}) {
       for (bool average : {false, true}) {
         std::vector<float> data(count);
         for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>(rank) + 0.5f * i;

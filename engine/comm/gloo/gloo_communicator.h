@@ -1,7 +1,9 @@
 // Communicators over Gloo's TCP transport. Each plan group gets one gloo context
 // (a full mesh of TCP connections), connected through the rendezvous store; the
 // collectives are rings written on Gloo's point-to-point buffers, so that every
-// wait knows the peer it waits for, has a deadline, and can be aborted.
+// wait knows the peer it waits for, has a deadline, and can be aborted. Two members
+// all-reduce a buffer of up to 1 MiB in one exchange instead of the ring's two (the
+// same bits: each adds the other's values to its own).
 //
 // bfloat16 reductions add in float32 and round to bfloat16 at every step of the ring (as
 // NCCL's bfloat16 rings do), and an average divides the rounded sum and rounds again: the
