@@ -225,10 +225,13 @@ struct RankPlans::State {
       : graph(std::move(planned)),
         index(graph),
         lower_context(std::move(context)),
-        timeline(graph, rates) {}
+        timeline(graph, rates) {
+    lower_context.memory_plans = &memory_plans;
+  }
   const ir::TaskGraph graph;
   const DagIndex index;
-  const LowerContext lower_context;
+  mutable MemoryPlanCache memory_plans;  // ranks that differ only in a mesh coordinate share one
+  LowerContext lower_context;
   const sim::PlannedTimeline timeline;  // every member of a tensor-parallel group gets its device's
 };
 

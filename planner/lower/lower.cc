@@ -134,7 +134,7 @@ class Lowering {
     plan::Header& header = *plan_.mutable_header();
     header.set_format_version(formats::kPlanFormatVersion);
     header.set_rank(rank_);
-    header.set_world_size(graph_.num_ranks());
+    header.set_world_size(dag_.num_ranks());
     header.set_plan_id(context_.plan_id);
     header.set_model_path(context_.model_path);
     header.set_model_checksum(context_.model_checksum);
@@ -678,7 +678,8 @@ class Lowering {
     keep_comm_buffers_alive(ancestors);
     keep_concurrent_buffers_apart(ancestors);
     const std::vector<int> buffer = share_reshaped_buffers();
-    const MemoryPlan placed = plan_memory(lifetimes_);
+    const MemoryPlan placed =
+        context_.memory_plans ? context_.memory_plans->plan(lifetimes_) : plan_memory(lifetimes_);
     for (int i = 0; i < plan_.tensors_size(); ++i) {
       plan_.mutable_tensors(i)->set_offset(placed.offsets[buffer[i]]);
     }
