@@ -1,5 +1,6 @@
 #include "formats/plan_directory.h"
 
+#include <google/protobuf/arena.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,6 +39,9 @@ std::string staging_name(const std::string& stem) {
   return std::string(kStagingPrefix) + stem + std::to_string(::getpid());
 }
 
+// Blocks of the arena a writing thread makes its plans on: a large job's plan takes a few MiB.
+constexpr size_t kArenaBlockBytes = size_t{1} << 20;
+
 // Each plan is made just before it is written and dropped after: one is held at a time by each
 // of `threads` threads, which take the ranks in turn.
 void write_plans_into(int world_size, const PlanOfRank& plan_of, const fs::path& folder,
@@ -48,10 +52,16 @@ void write_plans_into(int world_size, const PlanOfRank& plan_of, const fs::path&
   std::mutex error_mutex;
   const auto work = [&] {
     try {
+      google::protobuf::ArenaOptions options;
+      options.start_block_size = kArenaBlockBytes;
+      options.max_block_size = kArenaBlockBytes;
+      google::protobuf::Arena arena(options);
       for (int rank = next++; rank < world_size && !failed; rank = next++) {
-        const plan::Plan plan = plan_of(rank);
+        plan::Plan& plan = *google::protobuf::Arena::CreateMessage<plan::Plan>(&arena);
+        plan_of(rank, plan);
         write_plan_file((folder / plan_file_name(static_cast<int>(plan.header().rank()))).string(),
                         plan);
+        arena.Reset();
       }
     } catch (...) {
       const std::lock_guard<std::mutex> lock(error_mutex);
@@ -164,7 +174,8 @@ std::vector<std::string> rank_plan_paths(const std::string& dir, const std::stri
 void write_plan_directory(const std::vector<plan::Plan>& plans, const std::string& dir,
                           bool force) {
   write_plan_directory(
-      static_cast<int>(plans.size()), [&](int rank) { return plans.at(rank); }, dir, force);
+      static_cast<int>(plans.size()), [&](int rank, plan::Plan& plan) { plan = plans.at(rank); },
+      dir, force);
 }
 
 void write_plan_directory(int world_size, const PlanOfRank& plan_of, const std::string& dir,

@@ -236,9 +236,14 @@ struct RankPlans::State {
 };
 
 plan::Plan RankPlans::plan(int rank) const {
-  plan::Plan plan = lower(state_->index, rank, state_->lower_context);
-  state_->timeline.add_to(plan, device_of_rank(state_->graph, rank));
+  plan::Plan plan;
+  this->plan(rank, plan);
   return plan;
+}
+
+void RankPlans::plan(int rank, plan::Plan& into) const {
+  lower(state_->index, rank, state_->lower_context, into);
+  state_->timeline.add_to(into, device_of_rank(state_->graph, rank));
 }
 
 PlanningResult plan_ranks(const std::string& model_path, const strategy::Strategy& written,

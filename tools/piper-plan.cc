@@ -237,10 +237,9 @@ int main(int argc, char** argv) {
     std::vector<std::string> ranks(static_cast<size_t>(result.ranks->num_ranks()));
     piper::formats::write_plan_directory(
         result.ranks->num_ranks(),
-        [&](int rank) {
-          piper::plan::Plan plan = result.ranks->plan(rank);
+        [&](int rank, piper::plan::Plan& plan) {
+          result.ranks->plan(rank, plan);
           ranks[static_cast<size_t>(rank)] = rank_summary(plan, options.rates);
-          return plan;
         },
         output_dir, force, threads);
     print_summary(result, ranks, output_dir, options.rates);

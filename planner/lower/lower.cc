@@ -93,8 +93,9 @@ void add_attribute(plan::Kernel& kernel, const std::string& name, const ir::Attr
 
 class Lowering {
  public:
-  Lowering(const DagIndex& index, int rank, const LowerContext& context)
-      : dag_(index),
+  Lowering(const DagIndex& index, int rank, const LowerContext& context, plan::Plan& into)
+      : plan_(into),
+        dag_(index),
         graph_(index.graph()),
         ops_(graph_.op_graph()),
         rank_(rank),
@@ -104,7 +105,7 @@ class Lowering {
     if (index.holds_different_parameters()) collect_group_ = group_ids_.at(index.everyone());
   }
 
-  plan::Plan run() {
+  void run() {
     write_header();
     order_ = local_tasks();
     find_replicas();
@@ -116,7 +117,6 @@ class Lowering {
     add_batch_inputs();
     add_loss();
     place_tensors();
-    return std::move(plan_);
   }
 
  private:
@@ -825,12 +825,12 @@ class Lowering {
     return ancestors;
   }
 
+  plan::Plan& plan_;
   const DagIndex& dag_;
   const ir::TaskGraph& graph_;
   const ir::OpGraph& ops_;
   const int rank_;
   const LowerContext& context_;
-  plan::Plan plan_;
   std::map<Instance, int> index_;
   std::vector<BufferRequest> lifetimes_;
   std::map<ir::TaskId, int> events_;
@@ -860,7 +860,13 @@ class Lowering {
 }  // namespace
 
 plan::Plan lower(const DagIndex& index, int rank, const LowerContext& context) {
-  return Lowering(index, rank, context).run();
+  plan::Plan plan;
+  lower(index, rank, context, plan);
+  return plan;
+}
+
+void lower(const DagIndex& index, int rank, const LowerContext& context, plan::Plan& into) {
+  Lowering(index, rank, context, into).run();
 }
 
 plan::Plan lower(const ir::TaskGraph& graph, int rank, const LowerContext& context) {

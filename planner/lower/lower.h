@@ -33,5 +33,7 @@ plan::Pass to_plan(ir::Pass pass);
 plan::Plan lower(const ir::TaskGraph& graph, int rank, const LowerContext& context);
 // The same, from an index of the DAG made once for all its ranks.
 plan::Plan lower(const DagIndex& index, int rank, const LowerContext& context);
+// The same, made in `into`, an empty message (on an arena, say).
+void lower(const DagIndex& index, int rank, const LowerContext& context, plan::Plan& into);
 
 }  // namespace piper::planner
