@@ -7,8 +7,10 @@ change a plan unless on purpose).
 Plans each case below with both binaries into fresh folders and compares every rank's plan
 as `piper-dump --json` prints it, less the header's plan id and planner version (random per
 run, and the build's commit). Cases: the sample strategies on their models, every pipeline
-schedule over a 4-block GPT (with and without a data-parallel mesh, ZeRO 1 to 3), and
-bench/plan_scale.py's strategy at 16 ranks on 8 blocks. Prints one line per case and exits
+schedule over a 4-block GPT (with and without a data-parallel mesh, ZeRO 1 to 3),
+bench/plan_scale.py's strategy at 16 ranks on 8 blocks, and cases whose ranks fall into classes
+of three or more that differ only in a mesh coordinate (data parallelism by 4 with ZeRO-3 and
+with DualPipe, dp 4 x tp 2, experts over 4 replicas). Prints one line per case and exits
 1 on the first case whose plans differ, naming the rank and the first differing line.
 This is a developer check, not a ctest test: it needs two builds.
 """
@@ -72,6 +74,20 @@ def cases(gpt4, gpt8, plan_scale):
            pipeline_case("dualpipe", 4, 8, axis_mesh=[["dp", 2], ["pp", 4]], zero=1))
     pp, dp = plan_scale.mesh_of(16, 8)
     yield "plan_scale_n16", gpt8, plan_scale.strategy(8, pp, dp)
+    # Classes of three or more symmetric ranks (ranks that differ only in a mesh coordinate
+    # share a memory plan): data parallelism by 4 under ZeRO-3 and DualPipe, dp x tp, experts.
+    yield ("gpt4_1f1b_dp4_zero3", gpt4,
+           pipeline_case("1f1b", 4, 4, axis_mesh=[["dp", 4], ["pp", 4]], zero=3))
+    yield ("gpt4_dualpipe_dp4_zero2", gpt4,
+           pipeline_case("dualpipe", 4, 8, axis_mesh=[["dp", 4], ["pp", 4]], zero=2))
+    with open(sample("gpt_tp2_dp2.json")) as f:
+        tp_dp = json.load(f)
+    tp_dp["mesh"] = [["dp", 4], ["tp", 2]]
+    yield "gpt_tp2_dp4", gpt, tp_dp
+    with open(sample("moe_ep2_zero2.json")) as f:
+        experts = json.load(f)
+    experts["mesh"] = [["dp", 4]]
+    yield "moe_ep4_zero2", moe, experts
 
 
 def dumps(piper_dump, folder):

@@ -1,12 +1,17 @@
 #include "formats/plan_directory.h"
 
+#include <google/protobuf/arena.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <regex>
+#include <thread>
 
 #include "formats/error.h"
 #include "formats/plan_file.h"
@@ -34,13 +39,41 @@ std::string staging_name(const std::string& stem) {
   return std::string(kStagingPrefix) + stem + std::to_string(::getpid());
 }
 
-// Each plan is made just before it is written and dropped after: one is held at a time.
-void write_plans_into(int world_size, const PlanOfRank& plan_of, const fs::path& folder) {
-  for (int rank = 0; rank < world_size; ++rank) {
-    const plan::Plan plan = plan_of(rank);
-    write_plan_file((folder / plan_file_name(static_cast<int>(plan.header().rank()))).string(),
-                    plan);
-  }
+// Blocks of the arena a writing thread makes its plans on: a large job's plan takes a few MiB.
+constexpr size_t kArenaBlockBytes = size_t{1} << 20;
+
+// Each plan is made just before it is written and dropped after: one is held at a time by each
+// of `threads` threads, which take the ranks in turn.
+void write_plans_into(int world_size, const PlanOfRank& plan_of, const fs::path& folder,
+                      int threads) {
+  std::atomic<int> next{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr first_error;
+  std::mutex error_mutex;
+  const auto work = [&] {
+    try {
+      google::protobuf::ArenaOptions options;
+      options.start_block_size = kArenaBlockBytes;
+      options.max_block_size = kArenaBlockBytes;
+      google::protobuf::Arena arena(options);
+      for (int rank = next++; rank < world_size && !failed; rank = next++) {
+        plan::Plan& plan = *google::protobuf::Arena::CreateMessage<plan::Plan>(&arena);
+        plan_of(rank, plan);
+        write_plan_file((folder / plan_file_name(static_cast<int>(plan.header().rank()))).string(),
+                        plan);
+        arena.Reset();
+      }
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(error_mutex);
+      if (!first_error) first_error = std::current_exception();
+      failed = true;
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (int t = 1; t < std::min(threads, world_size); ++t) helpers.emplace_back(work);
+  work();
+  for (std::thread& helper : helpers) helper.join();
+  if (first_error) std::rethrow_exception(first_error);
 }
 
 // Runs `write` into a fresh staging folder, removing the folder (Piper's files only) if it
@@ -58,11 +91,12 @@ void staged(const fs::path& staging, Write write) {
 }
 
 // `target` does not exist: the whole folder appears by one rename.
-void write_new_directory(int world_size, const PlanOfRank& plan_of, const fs::path& target) {
+void write_new_directory(int world_size, const PlanOfRank& plan_of, const fs::path& target,
+                         int threads) {
   fs::create_directories(target.parent_path());
   const fs::path staging = target.parent_path() / staging_name(target.filename().string() + ".");
   staged(staging, [&] {
-    write_plans_into(world_size, plan_of, staging);
+    write_plans_into(world_size, plan_of, staging, threads);
     fs::rename(staging, target);
   });
 }
@@ -80,7 +114,7 @@ std::string describe_foreign(std::vector<std::string> names) {
 
 // `target` is a folder: each plan file is replaced in place, nothing else is touched.
 void write_into_directory(int world_size, const PlanOfRank& plan_of, const fs::path& target,
-                          bool force) {
+                          bool force, int threads) {
   std::vector<std::string> foreign;
   std::vector<fs::path> stale;
   for (const auto& entry : fs::directory_iterator(target)) {
@@ -101,7 +135,7 @@ void write_into_directory(int world_size, const PlanOfRank& plan_of, const fs::p
   }
   const fs::path staging = target / staging_name("");
   staged(staging, [&] {
-    write_plans_into(world_size, plan_of, staging);
+    write_plans_into(world_size, plan_of, staging, threads);
     for (int rank = 0; rank < world_size; ++rank) {
       const std::string name = plan_file_name(rank);
       fs::rename(staging / name, target / name);
@@ -140,11 +174,12 @@ std::vector<std::string> rank_plan_paths(const std::string& dir, const std::stri
 void write_plan_directory(const std::vector<plan::Plan>& plans, const std::string& dir,
                           bool force) {
   write_plan_directory(
-      static_cast<int>(plans.size()), [&](int rank) { return plans.at(rank); }, dir, force);
+      static_cast<int>(plans.size()), [&](int rank, plan::Plan& plan) { plan = plans.at(rank); },
+      dir, force);
 }
 
 void write_plan_directory(int world_size, const PlanOfRank& plan_of, const std::string& dir,
-                          bool force) {
+                          bool force, int threads) {
   try {
     // Canonical, so that "." and "plans/" name the folder itself and staging lands beside or
     // inside it, never in a folder that is then replaced.
@@ -153,9 +188,9 @@ void write_plan_directory(int world_size, const PlanOfRank& plan_of, const std::
     std::error_code error;
     const fs::file_status status = fs::status(target, error);
     if (!fs::exists(status)) {
-      write_new_directory(world_size, plan_of, target);
+      write_new_directory(world_size, plan_of, target, threads);
     } else if (fs::is_directory(status)) {
-      write_into_directory(world_size, plan_of, target, force);
+      write_into_directory(world_size, plan_of, target, force, threads);
     } else {
       throw Error("-o '" + target.string() + "' exists and is not a folder");
     }

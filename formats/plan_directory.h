@@ -22,12 +22,17 @@ std::vector<std::string> rank_plan_paths(const std::string& dir, const std::stri
 // naming `dir`, and what in it is not Piper's, leaving `dir` as it was.
 void write_plan_directory(const std::vector<plan::Plan>& plans, const std::string& dir, bool force);
 
-// The plan of a rank, made when asked for.
-using PlanOfRank = std::function<plan::Plan(int rank)>;
+// Makes the plan of a rank, when asked for, in `plan`: an empty message on an arena that is
+// cleared once the plan is written, so that no plan's thousands of messages are freed one by
+// one.
+using PlanOfRank = std::function<void(int rank, plan::Plan& plan)>;
 
 // The same for the plans of ranks 0 to world_size - 1, each made by plan_of just before it is
-// written and dropped after, so that one plan is held at a time however many ranks there are.
+// written and dropped after, so that one plan per thread is held at a time however many ranks
+// there are. With `threads` > 1 that many threads make and write plans at once, each taking the
+// next rank not yet taken: plan_of must then be safe to call from several threads. The first
+// exception any call throws is rethrown once all threads stopped.
 void write_plan_directory(int world_size, const PlanOfRank& plan_of, const std::string& dir,
-                          bool force);
+                          bool force, int threads = 1);
 
 }  // namespace piper::formats

@@ -18,6 +18,18 @@ bool is_expert_exchange(const ir::Op& op) {
 
 std::string exchange_stream(const std::string& stream) { return "a2a_" + stream; }
 
+bool has_expert_exchanges(const ir::TaskGraph& graph) {
+  const ir::OpGraph& ops = graph.op_graph();
+  for (ir::TaskId id = 0; id < graph.num_tasks(); ++id) {
+    const ir::Task& task = graph.task(id);
+    if (task.kind != ir::TaskKind::kCompute) continue;
+    for (ir::OpId op : task.ops) {
+      if (is_expert_exchange(ops.op(op))) return true;
+    }
+  }
+  return false;
+}
+
 int separate_expert_exchanges(ir::TaskGraph& graph) {
   const ir::OpGraph& ops = graph.op_graph();
   const int original = graph.num_tasks();

@@ -23,6 +23,9 @@ namespace piper::planner {
 // "compute".
 std::string exchange_stream(const std::string& stream);
 
+// Whether a compute task of `graph` holds an expert exchange.
+bool has_expert_exchanges(const ir::TaskGraph& graph);
+
 // Cuts every compute task around each expert exchange it holds (directives/backward_split.h,
 // cut_task): each exchange becomes a task of its own, with the task's tags, pass, microbatch
 // and devices, on exchange_stream(task.stream); the ops before and after it stay on the task's

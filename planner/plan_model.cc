@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -224,12 +225,13 @@ strategy::Strategy expand_strategy(const std::string& model_path,
 namespace {
 
 // `graph` with expert parallelism's exchanges as tasks of their own on communication streams
-// (expert_exchanges.h), verified: the DAG lowered.
-ir::TaskGraph with_exchanges_apart(const ir::TaskGraph& graph) {
+// (expert_exchanges.h), verified: the DAG lowered. None when `graph` holds no exchange: it is
+// lowered as it is, and a large DAG is not held twice.
+std::optional<ir::TaskGraph> with_exchanges_apart(const ir::TaskGraph& graph) {
+  if (!has_expert_exchanges(graph)) return std::nullopt;
   ir::TaskGraph lowered = graph;
-  if (separate_expert_exchanges(lowered) > 0) {
-    ir::verify_or_throw(lowered, "after separating the expert exchanges");
-  }
+  separate_expert_exchanges(lowered);
+  ir::verify_or_throw(lowered, "after separating the expert exchanges");
   return lowered;
 }
 
@@ -239,22 +241,31 @@ struct RankPlans::State {
   State(ir::TaskGraph planned, LowerContext context, const sim::DeviceRates& rates)
       : simulated(std::move(planned)),
         timeline(simulated, rates),
-        graph(with_exchanges_apart(simulated)),
-        index(graph),
-        lower_context(std::move(context)) {}
+        apart(with_exchanges_apart(simulated)),
+        index(apart ? *apart : simulated),
+        lower_context(std::move(context)) {
+    lower_context.memory_plans = &memory_plans;
+  }
   // The DAG whose step the cost model simulates, each expert exchange inside its task (priced
   // as a reshard the overlapped partner hides); planned_tasks name its tasks.
   const ir::TaskGraph simulated;
   const sim::PlannedTimeline timeline;  // every member of a tensor-parallel group gets its device's
-  const ir::TaskGraph graph;            // the DAG lowered: `simulated` with its exchanges apart
+  // The DAG lowered where it differs from `simulated`: that with its exchanges apart.
+  const std::optional<ir::TaskGraph> apart;
   const DagIndex index;
-  const LowerContext lower_context;
+  mutable MemoryPlanCache memory_plans;  // ranks that differ only in a mesh coordinate share one
+  LowerContext lower_context;
 };
 
 plan::Plan RankPlans::plan(int rank) const {
-  plan::Plan plan = lower(state_->index, rank, state_->lower_context);
-  state_->timeline.add_to(plan, device_of_rank(state_->simulated, rank));
+  plan::Plan plan;
+  this->plan(rank, plan);
   return plan;
+}
+
+void RankPlans::plan(int rank, plan::Plan& into) const {
+  lower(state_->index, rank, state_->lower_context, into);
+  state_->timeline.add_to(into, device_of_rank(state_->simulated, rank));
 }
 
 PlanningResult plan_ranks(const std::string& model_path, const strategy::Strategy& written,

@@ -59,6 +59,8 @@ class RankPlans {
   int num_ranks() const { return num_ranks_; }
   // Rank `rank`'s plan, its planned timeline included.
   plan::Plan plan(int rank) const;
+  // The same, made in `into`, an empty message (on an arena, say).
+  void plan(int rank, plan::Plan& into) const;
 
  private:
   friend PlanningResult plan_ranks(const std::string&, const strategy::Strategy&,

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "formats/cluster.h"
@@ -169,6 +170,11 @@ int main(int argc, char** argv) {
                "verify the task DAG once, before lowering it, instead of after every directive "
                "as well, which skips a full pass over the DAG per directive; the plans are the "
                "same, but an error then names no directive");
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  app.add_option("--threads", threads,
+                 "threads that lower and write the ranks' plans at once (default: the machine's "
+                 "hardware threads); the plans are the same for any number")
+      ->check(CLI::PositiveNumber);
   piper::planner::PlanningOptions options;
   piper::planner::sim::DeviceRates rates;
   std::string cluster_path;
@@ -225,17 +231,17 @@ int main(int argc, char** argv) {
     options.verify = !no_verify;
     rates.inter_node = rates.intra_node;
     options.rates = cost_rates(app, cluster_path, rates);
-    // Each rank's plan is lowered, summarised and written in turn, never all held at once.
+    // Each rank's plan is lowered, summarised and written in turn (by --threads threads at
+    // once), never all held at once.
     const auto result = piper::planner::plan_ranks(model_path, strategy, options);
-    std::vector<std::string> ranks;
+    std::vector<std::string> ranks(static_cast<size_t>(result.ranks->num_ranks()));
     piper::formats::write_plan_directory(
         result.ranks->num_ranks(),
-        [&](int rank) {
-          piper::plan::Plan plan = result.ranks->plan(rank);
-          ranks.push_back(rank_summary(plan, options.rates));
-          return plan;
+        [&](int rank, piper::plan::Plan& plan) {
+          result.ranks->plan(rank, plan);
+          ranks[static_cast<size_t>(rank)] = rank_summary(plan, options.rates);
         },
-        output_dir, force);
+        output_dir, force, threads);
     print_summary(result, ranks, output_dir, options.rates);
   } catch (const std::exception& error) {
     std::cerr << "piper-plan: error: " << error.what() << "\n";

@@ -297,13 +297,11 @@ class Verifier {
     }
   }
 
-  // Whether `source`, a data-edge predecessor of a task on `devices` in
-  // microbatch `mb`, provides `tensor` there.
-  bool provides(TaskId source, TensorId tensor, const DeviceSet& devices, int mb) const {
+  // Whether `source`, a data-edge predecessor of a task in microbatch `mb`, provides `tensor`
+  // on its devices.
+  bool provides(TaskId source, TensorId tensor, int mb) const {
     const Task& task = graph_.task(source);
     if (is_per_microbatch(ops_, tensor) && task.microbatch != mb) return false;
-    const DeviceSet where = device_set(source);
-    if (!std::includes(where.begin(), where.end(), devices.begin(), devices.end())) return false;
     if (task.kind == TaskKind::kCompute) {
       return producer_[tensor] >= 0 && contains(task.ops, producer_[tensor]);
     }
@@ -334,13 +332,16 @@ class Verifier {
     const OpId producer = producer_[tensor];
     if (producer < 0 && is_always_available(ops_.tensor(tensor).role)) return;
     // Each device of a replicated task may get the tensor from its own source
-    // (replica i's recv).
-    const bool everywhere = std::all_of(devices.begin(), devices.end(), [&](int device) {
-      return std::any_of(
-          data_predecessors_[id].begin(), data_predecessors_[id].end(),
-          [&](TaskId source) { return provides(source, tensor, {device}, task.microbatch); });
-    });
-    if (everywhere) return;
+    // (replica i's recv): the devices the sources provide it on must cover the task's. One pass
+    // over the sources, not one per device: a stage replicated n ways has n recvs.
+    DeviceSet provided;
+    for (TaskId source : data_predecessors_[id]) {
+      if (provides(source, tensor, task.microbatch)) {
+        const DeviceSet where = device_set(source);
+        provided.insert(where.begin(), where.end());
+      }
+    }
+    if (std::includes(provided.begin(), provided.end(), devices.begin(), devices.end())) return;
     const std::string reads = describe(id) + " on devices " + devices_text(devices) + " reads '" +
                               tensor_name(tensor) + "'";
     if (contains(task.ops, producer)) {

@@ -1,6 +1,7 @@
 #include "planner/lower/dag_index.h"
 
 #include <algorithm>
+#include <numeric>
 #include <stdexcept>
 
 #include "planner/ir/placement.h"
@@ -23,7 +24,8 @@ DagIndex::DagIndex(const ir::TaskGraph& graph)
     into_.at(edge.to).push_back(edge);
     out_of_.at(edge.from).push_back(edge);
   }
-  for (int r = 0; r < graph.num_ranks(); ++r) everyone_.push_back(r);
+  everyone_.resize(static_cast<size_t>(graph.num_ranks()));
+  std::iota(everyone_.begin(), everyone_.end(), 0);
   const ir::OpGraph& ops = graph.op_graph();
   const ir::OpId norm = ops.grad_norm >= 0 ? ops.producer(ops.grad_norm) : -1;
   if (norm >= 0) norm_squares_ = ops.op(norm).inputs.at(0);

@@ -44,6 +44,9 @@ class DagIndex {
   // --save-onnx then collects over everyone.
   bool holds_different_parameters() const { return holds_different_parameters_; }
   const std::vector<int>& everyone() const { return everyone_; }
+  // graph().num_ranks(), which counts the devices of every task: read once per rank, it made
+  // planning n ranks quadratic.
+  int num_ranks() const { return static_cast<int>(everyone_.size()); }
   ir::TensorId norm_squares() const { return norm_squares_; }
 
  private:

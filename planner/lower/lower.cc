@@ -93,8 +93,9 @@ void add_attribute(plan::Kernel& kernel, const std::string& name, const ir::Attr
 
 class Lowering {
  public:
-  Lowering(const DagIndex& index, int rank, const LowerContext& context)
-      : dag_(index),
+  Lowering(const DagIndex& index, int rank, const LowerContext& context, plan::Plan& into)
+      : plan_(into),
+        dag_(index),
         graph_(index.graph()),
         ops_(graph_.op_graph()),
         rank_(rank),
@@ -104,7 +105,7 @@ class Lowering {
     if (index.holds_different_parameters()) collect_group_ = group_ids_.at(index.everyone());
   }
 
-  plan::Plan run() {
+  void run() {
     write_header();
     order_ = local_tasks();
     find_replicas();
@@ -116,7 +117,6 @@ class Lowering {
     add_batch_inputs();
     add_loss();
     place_tensors();
-    return std::move(plan_);
   }
 
  private:
@@ -134,7 +134,7 @@ class Lowering {
     plan::Header& header = *plan_.mutable_header();
     header.set_format_version(formats::kPlanFormatVersion);
     header.set_rank(rank_);
-    header.set_world_size(graph_.num_ranks());
+    header.set_world_size(dag_.num_ranks());
     header.set_plan_id(context_.plan_id);
     header.set_model_path(context_.model_path);
     header.set_model_checksum(context_.model_checksum);
@@ -678,7 +678,8 @@ class Lowering {
     keep_comm_buffers_alive(ancestors);
     keep_concurrent_buffers_apart(ancestors);
     const std::vector<int> buffer = share_reshaped_buffers();
-    const MemoryPlan placed = plan_memory(lifetimes_);
+    const MemoryPlan placed =
+        context_.memory_plans ? context_.memory_plans->plan(lifetimes_) : plan_memory(lifetimes_);
     for (int i = 0; i < plan_.tensors_size(); ++i) {
       plan_.mutable_tensors(i)->set_offset(placed.offsets[buffer[i]]);
     }
@@ -824,12 +825,12 @@ class Lowering {
     return ancestors;
   }
 
+  plan::Plan& plan_;
   const DagIndex& dag_;
   const ir::TaskGraph& graph_;
   const ir::OpGraph& ops_;
   const int rank_;
   const LowerContext& context_;
-  plan::Plan plan_;
   std::map<Instance, int> index_;
   std::vector<BufferRequest> lifetimes_;
   std::map<ir::TaskId, int> events_;
@@ -859,7 +860,13 @@ class Lowering {
 }  // namespace
 
 plan::Plan lower(const DagIndex& index, int rank, const LowerContext& context) {
-  return Lowering(index, rank, context).run();
+  plan::Plan plan;
+  lower(index, rank, context, plan);
+  return plan;
+}
+
+void lower(const DagIndex& index, int rank, const LowerContext& context, plan::Plan& into) {
+  Lowering(index, rank, context, into).run();
 }
 
 plan::Plan lower(const ir::TaskGraph& graph, int rank, const LowerContext& context) {

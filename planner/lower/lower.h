@@ -7,6 +7,7 @@
 #include "formats/strategy.h"
 #include "planner/ir/task_graph.h"
 #include "planner/lower/dag_index.h"
+#include "planner/lower/memory_plan_cache.h"
 #include "schemas/plan.pb.h"
 
 namespace piper::planner {
@@ -18,6 +19,8 @@ struct LowerContext {
   std::vector<plan::ExternalFile> external_files;  // the files of its external data
   int64_t global_batch = 0;
   strategy::Optimizer optimizer;
+  // Where symmetric ranks find the memory plan another rank's lowering made (optional).
+  MemoryPlanCache* memory_plans = nullptr;
 };
 
 // The plan's name for a pass (the planned timeline uses it too).
@@ -30,5 +33,7 @@ plan::Pass to_plan(ir::Pass pass);
 plan::Plan lower(const ir::TaskGraph& graph, int rank, const LowerContext& context);
 // The same, from an index of the DAG made once for all its ranks.
 plan::Plan lower(const DagIndex& index, int rank, const LowerContext& context);
+// The same, made in `into`, an empty message (on an arena, say).
+void lower(const DagIndex& index, int rank, const LowerContext& context, plan::Plan& into);
 
 }  // namespace piper::planner

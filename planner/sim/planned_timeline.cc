@@ -39,12 +39,13 @@ struct Entry {
 // The device's task spans, each compute task followed by its reshards, ordered by start (a
 // task before the reshards that start with it, so pictures draw them over it).
 std::vector<Entry> entries_of(const ir::TaskGraph& graph, const DeviceRates& rates, int device,
-                              const DeviceTimeline& timeline) {
+                              const DeviceTimeline& timeline,
+                              const std::vector<bool>& has_reshards) {
   std::vector<Entry> entries;
   for (const TaskSpan& span : timeline.tasks) {
     const ir::Task& task = graph.task(span.task);
     entries.push_back({span, false, task.kind});
-    if (task.kind != ir::TaskKind::kCompute) continue;
+    if (task.kind != ir::TaskKind::kCompute || !has_reshards[span.task]) continue;
     std::vector<ReshardSpan> reshards;
     reshard_spans(graph, task, device, rates, &reshards);
     for (const ReshardSpan& reshard : reshards) {
@@ -142,7 +143,19 @@ PlannedTimeline::PlannedTimeline(const ir::TaskGraph& graph, const DeviceRates& 
     : graph_(graph),
       rates_(rates),
       simulation_(simulate(graph, rates)),
-      layout_(std::make_unique<const StageLayout>(graph)) {}
+      layout_(std::make_unique<const StageLayout>(graph)),
+      flops_(static_cast<size_t>(graph.num_tasks()), 0.0),
+      has_reshards_(static_cast<size_t>(graph.num_tasks()), false) {
+  std::vector<ReshardSpan> reshards;
+  for (ir::TaskId id = 0; id < graph.num_tasks(); ++id) {
+    const ir::Task& task = graph.task(id);
+    if (task.kind != ir::TaskKind::kCompute || task.devices.empty()) continue;
+    flops_[id] = task_flops(graph, task);
+    reshards.clear();
+    reshard_spans(graph, task, task.devices[0], rates, &reshards);
+    has_reshards_[id] = !reshards.empty();
+  }
+}
 
 PlannedTimeline::~PlannedTimeline() = default;
 
@@ -150,7 +163,7 @@ void PlannedTimeline::add_to(plan::Plan& plan, int device) const {
   if (device < 0 || device >= static_cast<int>(simulation_.devices.size())) return;
   const DeviceTimeline& timeline = simulation_.devices[device];
   plan.clear_planned_tasks();
-  for (const Entry& entry : entries_of(graph_, rates_, device, timeline)) {
+  for (const Entry& entry : entries_of(graph_, rates_, device, timeline, has_reshards_)) {
     const ir::Task& task = graph_.task(entry.span.task);
     plan::PlannedTask& out = *plan.add_planned_tasks();
     out.set_task(entry.span.task);
@@ -170,7 +183,7 @@ void PlannedTimeline::add_to(plan::Plan& plan, int device) const {
   double flops = 0;
   for (const TaskSpan& span : timeline.tasks) {
     const ir::Task& task = graph_.task(span.task);
-    if (task.kind == ir::TaskKind::kCompute) flops += task_flops(graph_, task);
+    if (task.kind == ir::TaskKind::kCompute) flops += flops_[span.task];
   }
   plan::PlannedStep& step = *plan.mutable_planned_step();
   step.set_flops(flops);

@@ -43,6 +43,10 @@ class PlannedTimeline {
   const DeviceRates rates_;
   const StepSimulation simulation_;
   std::unique_ptr<const StageLayout> layout_;
+  // Per task of the DAG, computed once for every device that runs it: a compute task's flops,
+  // and whether it has reshards (only then does add_to ask for their spans on the device).
+  std::vector<double> flops_;
+  std::vector<bool> has_reshards_;
 };
 
 }  // namespace piper::planner::sim
