@@ -43,21 +43,6 @@ ir::TaskGraph expert_task_graph(int64_t batch, bool dense = false) {
   return ir::build_task_graph(std::move(graph));
 }
 
-// The directives as piper-plan applies them: shard first, its groups resolved.
-void apply_planned(ir::TaskGraph& graph, const std::string& directives,
-                   const std::string& mesh = "") {
-  const std::string meshed = mesh.empty() ? "" : R"("mesh": )" + mesh + ", ";
-  const auto strategy =
-      planner::on_shard_groups(planner::expand_generators(strategy::parse_strategy(
-          R"({"batch": {"global": 8}, )" + meshed + R"("directives": )" + directives + "}",
-          "test.json")));
-  for (const auto& directive : strategy.directives) {
-    const planner::DirectiveContext context{directive, strategy.source};
-    planner::directive_pass(context)(graph, context);
-    ir::verify_or_throw(graph, "after " + context.where());
-  }
-}
-
 const char* kExpertParallel = R"([
     {"op": "replicate", "devices": [0, 1]},
     {"op": "shard", "devices": [0, 1], "params": {"w*": 0}}])";
@@ -74,7 +59,7 @@ int count(const ir::OpGraph& ops, const std::string& type, ir::Pass pass) {
 
 TEST(ExpertParallel, TokensTravelToTheirExpertsAndBack) {
   ir::TaskGraph graph = expert_task_graph(4);
-  apply_planned(graph, kExpertParallel);
+  testing::apply_directives(graph, kExpertParallel);
   const std::string text = ir::print(graph);
   // Each replica keeps one expert; its rows of the batch stay its own.
   EXPECT_TRUE(has_line(text, "tensor w1 f32[1,4,5] parameter init=w1 placement=S(0) over=replicas"))
@@ -104,7 +89,7 @@ TEST(ExpertParallel, TokensTravelToTheirExpertsAndBack) {
 
 TEST(ExpertParallel, LowersEachReplicasExpertsAndExchangesOverTheReplicas) {
   ir::TaskGraph graph = expert_task_graph(4);
-  apply_planned(graph, kExpertParallel);
+  testing::apply_directives(graph, kExpertParallel);
   for (int rank = 0; rank < 2; ++rank) {
     const plan::Plan plan = planner::lower(graph, rank, {});
     ASSERT_EQ(plan.parameters_size(), 2);
@@ -137,7 +122,7 @@ TEST(ExpertParallel, LowersEachReplicasExpertsAndExchangesOverTheReplicas) {
 // after it wait for it.
 TEST(ExpertParallel, ExchangesRunAsTasksOnTheirOwnStream) {
   ir::TaskGraph graph = expert_task_graph(4);
-  apply_planned(graph, kExpertParallel);
+  testing::apply_directives(graph, kExpertParallel);
   const int before = graph.num_tasks();
   EXPECT_EQ(planner::separate_expert_exchanges(graph), 3);
   ir::verify_or_throw(graph, "after separating the expert exchanges");
@@ -188,7 +173,7 @@ TEST(ExpertParallel, ExchangesRunAsTasksOnTheirOwnStream) {
 TEST(ExpertParallel, RefusesAReplicateOverOtherGroups) {
   ir::TaskGraph graph = expert_task_graph(2);
   try {
-    apply_planned(graph, R"([
+    testing::apply_directives(graph, R"([
         {"op": "replicate", "devices": [0, 1]},
         {"op": "replicate", "devices": [0, 1, 2, 3]},
         {"op": "shard", "devices": [0, 1], "params": {"w*": 0}}])");
@@ -215,7 +200,7 @@ std::string directives(const std::vector<std::string>& list) {
 
 ir::TaskGraph composed_graph(const std::vector<std::string>& list) {
   ir::TaskGraph graph = expert_task_graph(4, true);
-  apply_planned(graph, directives(list), kMesh);
+  testing::apply_directives(graph, directives(list), 8, kMesh);
   return graph;
 }
 
