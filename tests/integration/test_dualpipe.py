@@ -226,7 +226,7 @@ class DualPipe(one_process.SplitModels, unittest.TestCase):
         share = sum(h for _, h in paired) / sum(t for t, _ in paired)
         print(f"both ranks: {share:.0%} of the pairs' all-to-all time under the paired "
               f"microbatch's computation")
-        # Streams that took turns would hide about nothing. Measured (bench/README.md): 40-81%
+        # Streams that took turns would hide about nothing. Measured (bench/README.md): 35-81%
         # per rank at load 1-5; with three such runs at once on the 2 cores (load 6.5-7.9)
         # 20-86% per rank and 43-71% of both ranks' together. The bounds leave that noise room.
         for rank, (total, hidden) in enumerate(paired):
