@@ -170,6 +170,57 @@ TEST(ExpertParallel, ExchangesRunAsTasksOnTheirOwnStream) {
   }
 }
 
+// An exchange goes out as soon as what it reads is written: in the backward, the dense
+// layer's weight gradients, which the scores' gradient does not need, follow the exchange of
+// that gradient to the experts instead of holding it back.
+TEST(ExpertParallel, AnExchangeGoesOutBeforeTheOpsItDoesNotNeed) {
+  ir::TaskGraph graph = expert_task_graph(4, /*dense=*/true);
+  apply_planned(graph, R"([
+      {"op": "replicate", "devices": [0, 1]},
+      {"op": "shard", "devices": [0, 1], "params": {"w1": 0, "w2": 0}}])");
+  const ir::OpGraph& ops = graph.op_graph();
+  const auto weight_gradient = [&](ir::OpId op) {
+    for (const ir::TrainedParameter& trained : ops.trained) {
+      const std::string& name = ops.tensor(trained.gradient).name;
+      if (name.find("wa") == std::string::npos && name.find("wb") == std::string::npos) continue;
+      for (ir::TensorId out : ops.op(op).outputs) {
+        if (out == trained.gradient) return true;
+      }
+    }
+    return false;
+  };
+  // Before the cut, the backward computes the dense weights' gradients before its exchange.
+  size_t dense_gradients = 0;
+  for (const ir::Task& task : graph.tasks()) {
+    if (task.kind != ir::TaskKind::kCompute || task.pass != ir::Pass::kBackward) continue;
+    const auto exchange = std::find_if(task.ops.begin(), task.ops.end(), [&](ir::OpId op) {
+      return ops.op(op).type == "piper.AllToAll";
+    });
+    ASSERT_NE(exchange, task.ops.end());
+    dense_gradients = std::count_if(task.ops.begin(), exchange, weight_gradient);
+  }
+  EXPECT_EQ(dense_gradients, 2u) << ir::print(graph);
+  EXPECT_EQ(planner::separate_expert_exchanges(graph), 3);
+  ir::verify_or_throw(graph, "after separating the expert exchanges");
+  const std::string text = ir::print(graph);
+  // The backward's parts on the compute stream: the one the exchange waits for computes no
+  // weight gradient; the dense ones come in a part after it.
+  int before = 0, after = 0;
+  for (const ir::Edge& edge : graph.edges()) {
+    const ir::Task& from = graph.task(edge.from);
+    const ir::Task& to = graph.task(edge.to);
+    if (from.pass != ir::Pass::kBackward || to.pass != ir::Pass::kBackward) continue;
+    if (to.stream == "a2a_compute" && from.stream == "compute") {
+      before += std::count_if(from.ops.begin(), from.ops.end(), weight_gradient);
+    }
+    if (from.stream == "a2a_compute" && to.stream == "compute") {
+      after += std::count_if(to.ops.begin(), to.ops.end(), weight_gradient);
+    }
+  }
+  EXPECT_EQ(before, 0) << text;
+  EXPECT_EQ(after, 2) << text;
+}
+
 TEST(ExpertParallel, RefusesAReplicateOverOtherGroups) {
   ir::TaskGraph graph = expert_task_graph(2);
   try {
