@@ -175,7 +175,7 @@ TEST(ExpertParallel, ExchangesRunAsTasksOnTheirOwnStream) {
 // that gradient to the experts instead of holding it back.
 TEST(ExpertParallel, AnExchangeGoesOutBeforeTheOpsItDoesNotNeed) {
   ir::TaskGraph graph = expert_task_graph(4, /*dense=*/true);
-  apply_planned(graph, R"([
+  testing::apply_directives(graph, R"([
       {"op": "replicate", "devices": [0, 1]},
       {"op": "shard", "devices": [0, 1], "params": {"w1": 0, "w2": 0}}])");
   const ir::OpGraph& ops = graph.op_graph();
