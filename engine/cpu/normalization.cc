@@ -166,6 +166,27 @@ std::unique_ptr<PreparedKernel> layer_norm_grad_factory(const KernelArgs& args) 
                       inv_std = args.input(4).as<const float>()](const StepContext&) {
     const int64_t n = v.n;
     const float inv_n = 1.0f / static_cast<float>(n);
+    // The sums first: dX may share dY's memory.
+    if (dscale != nullptr) {
+      parallel_split_invariant_sums(v.rows, n, dscale,
+                                    [&](int64_t r, int64_t first, int64_t last, float* acc) {
+                                      const float* d = pdy + r * n;
+                                      const float* in = px + r * n;
+                                      const float m = mean[r];
+                                      const float inv = inv_std[r];
+                                      for (int64_t i = first; i < last; ++i) {
+                                        const float xhat = (in[i] - m) * inv;
+                                        acc[i - first] += d[i] * xhat;
+                                      }
+                                    });
+    }
+    if (dbias != nullptr) {
+      parallel_split_invariant_sums(v.rows, n, dbias,
+                                    [&](int64_t r, int64_t first, int64_t last, float* acc) {
+                                      const float* d = pdy + r * n;
+                                      for (int64_t i = first; i < last; ++i) acc[i - first] += d[i];
+                                    });
+    }
     if (dx != nullptr) {
       parallel_for(v.rows, (kParallelGrain + n - 1) / std::max<int64_t>(n, 1),
                    [&](int64_t first, int64_t last) {
@@ -186,26 +207,6 @@ std::unique_ptr<PreparedKernel> layer_norm_grad_factory(const KernelArgs& args) 
                          out[i] = inv * (g[i] - mean_g - xhat[i] * mean_gx);
                      }
                    });
-    }
-    if (dscale != nullptr) {
-      parallel_split_invariant_sums(v.rows, n, dscale,
-                                    [&](int64_t r, int64_t first, int64_t last, float* acc) {
-                                      const float* d = pdy + r * n;
-                                      const float* in = px + r * n;
-                                      const float m = mean[r];
-                                      const float inv = inv_std[r];
-                                      for (int64_t i = first; i < last; ++i) {
-                                        const float xhat = (in[i] - m) * inv;
-                                        acc[i - first] += d[i] * xhat;
-                                      }
-                                    });
-    }
-    if (dbias != nullptr) {
-      parallel_split_invariant_sums(v.rows, n, dbias,
-                                    [&](int64_t r, int64_t first, int64_t last, float* acc) {
-                                      const float* d = pdy + r * n;
-                                      for (int64_t i = first; i < last; ++i) acc[i - first] += d[i];
-                                    });
     }
   });
 }
