@@ -9,6 +9,7 @@
 #include "engine/cpu/bias_gelu_operands.h"
 #include "engine/cpu/kernel_registry.h"
 #include "engine/cpu/parallel.h"
+#include "engine/cpu/split_invariant_sum.h"
 #include "engine/cpu/vector_math.h"
 
 namespace piper::engine::cpu {
@@ -72,8 +73,7 @@ void add_bias(const float* x, const float* bias, float* h, int64_t n) {
 }
 
 // X viewed as [rows, n], n its last dimension (the bias length), cut into blocks of
-// `block_rows` rows: the parallel tasks, and the partial sums of dBias, which are added in
-// block order so that dBias does not depend on the thread count.
+// `block_rows` rows: the parallel tasks.
 struct GeluView {
   int64_t rows = 1, n = 1;
   int64_t block_rows = 1, blocks = 0;
@@ -114,14 +114,14 @@ void gelu_forward(const GeluView& v, const float* x, const float* bias, float* y
   });
 }
 
-// dX = dY · GELU'(X + Bias); dBias = Σ_rows dX, through `partial` (blocks × n). Either output
-// may be null.
+// dX = dY · GELU'(X + Bias) into `grad` (dX's buffer, or scratch of X's size when only dBias is
+// wanted); dBias = Σ_rows dX in the split-invariant order (split_invariant_sum.h), so that
+// replicas' halves of the rows added by the all-reduce give one process's sum. dbias may be
+// null.
 template <GeluApproximation kA>
-void gelu_backward(const GeluView& v, const float* dy, const float* x, const float* bias, float* dx,
-                   float* dbias, float* partial) {
-  for_each_block(v, [&](int64_t first, int64_t end, int64_t block) {
-    float* sum = dbias != nullptr ? partial + block * v.n : nullptr;
-    if (sum != nullptr) std::fill(sum, sum + v.n, 0.0f);
+void gelu_backward(const GeluView& v, const float* dy, const float* x, const float* bias,
+                   float* grad, float* dbias) {
+  for_each_block(v, [&](int64_t first, int64_t end, int64_t) {
     float h[kChunk], d[kChunk];
     for (int64_t r = first; r < end; ++r) {
       for (int64_t i = 0; i < v.n; i += kChunk) {
@@ -130,18 +130,16 @@ void gelu_backward(const GeluView& v, const float* dy, const float* x, const flo
         gelu_derivative_chunk<kA>(h, d, count);
         const float* g = dy + r * v.n + i;
         for (int64_t j = 0; j < count; ++j) d[j] *= g[j];
-        if (dx != nullptr) std::copy(d, d + count, dx + r * v.n + i);
-        if (sum != nullptr) {
-          for (int64_t j = 0; j < count; ++j) sum[i + j] += d[j];
-        }
+        std::copy(d, d + count, grad + r * v.n + i);  // after reading dY, which dX may share
       }
     }
   });
   if (dbias == nullptr) return;
-  std::fill(dbias, dbias + v.n, 0.0f);
-  for (int64_t block = 0; block < v.blocks; ++block) {
-    for (int64_t i = 0; i < v.n; ++i) dbias[i] += partial[block * v.n + i];
-  }
+  parallel_split_invariant_sums(v.rows, v.n, dbias,
+                                [&](int64_t r, int64_t first, int64_t last, float* acc) {
+                                  const float* d = grad + r * v.n;
+                                  for (int64_t i = first; i < last; ++i) acc[i - first] += d[i];
+                                });
 }
 
 std::unique_ptr<PreparedKernel> bias_gelu_factory(const KernelArgs& args) {
@@ -173,11 +171,16 @@ std::unique_ptr<PreparedKernel> bias_gelu_grad_factory(const KernelArgs& args) {
   const auto run = v.approximation == GeluApproximation::kTanh
                        ? gelu_backward<GeluApproximation::kTanh>
                        : gelu_backward<GeluApproximation::kErf>;
-  std::vector<float> partial(dbias != nullptr ? static_cast<size_t>(v.blocks * v.n) : 0);
-  return make_kernel(
-      [v, run, dx, dbias, partial, pdy = dy.as<const float>(), px = x.as<const float>(),
-       bias = args.has_input(2) ? args.input(2).as<const float>() : nullptr](
-          const StepContext&) mutable { run(v, pdy, px, bias, dx, dbias, partial.data()); });
+  // Without dX, the gradient that dBias sums goes to scratch.
+  std::vector<float> scratch(dx == nullptr && dbias != nullptr ? static_cast<size_t>(v.rows * v.n)
+                                                               : 0);
+  return make_kernel([v, run, dx, dbias, scratch, pdy = dy.as<const float>(),
+                      px = x.as<const float>(),
+                      bias = args.has_input(2) ? args.input(2).as<const float>()
+                                               : nullptr](const StepContext&) mutable {
+    if (dx == nullptr && dbias == nullptr) return;
+    run(v, pdy, px, bias, dx != nullptr ? dx : scratch.data(), dbias);
+  });
 }
 
 }  // namespace

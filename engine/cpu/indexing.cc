@@ -53,28 +53,74 @@ std::unique_ptr<PreparedKernel> gather_factory(const KernelArgs& args) {
   });
 }
 
-// piper.GatherGrad: dX = zeros of X's shape with every row of dY added at its index.
+// The sum of rows `rows` of dY (positions within [lo, lo + len), increasing) in the
+// split-invariant order of the positions [lo, lo + len) (split_invariant_sum.h), where the
+// positions not listed add nothing: a half without listed positions is skipped, as adding its
+// zero sum would change no bits (bar a zero's sign). `out` and `scratch` hold `inner` floats per
+// level of halving.
+void split_invariant_row_sum(const float* dy, int64_t inner, const int64_t* rows, int64_t count,
+                             int64_t lo, int64_t len, float* out, float* scratch) {
+  if (len % 2 != 0) {
+    std::fill(out, out + inner, 0.0f);
+    for (int64_t i = 0; i < count; ++i) {
+      const float* in = dy + rows[i] * inner;
+      for (int64_t k = 0; k < inner; ++k) out[k] += in[k];
+    }
+    return;
+  }
+  const int64_t half = len / 2;
+  const int64_t left = std::lower_bound(rows, rows + count, lo + half) - rows;
+  if (left == count || left == 0) {
+    const int64_t from = left == count ? lo : lo + half;
+    split_invariant_row_sum(dy, inner, rows, count, from, half, out, scratch);
+    return;
+  }
+  split_invariant_row_sum(dy, inner, rows, left, lo, half, out, scratch);
+  split_invariant_row_sum(dy, inner, rows + left, count - left, lo + half, half, scratch,
+                          scratch + inner);
+  for (int64_t k = 0; k < inner; ++k) out[k] += scratch[k];
+}
+
+// piper.GatherGrad: dX = zeros of X's shape with every row of dY added at its index. Each
+// index's rows are summed in the split-invariant order of the positions (split_invariant_sum.h),
+// so that replicas' halves of the positions added by the all-reduce give one process's sums.
 std::unique_ptr<PreparedKernel> gather_grad_factory(const KernelArgs& args) {
   const GatherGeometry g = gather_geometry(args, true);
   const TensorView& dy = args.input(0);
   const TensorView& dx = args.output(0);
-  // Threads split the columns (the inner dimension), so each element adds its rows in index
-  // order whatever the thread count.
   return make_kernel([g, pdy = dy.as<const float>(), pdx = dx.as<float>(),
                       total = dx.elements()](const StepContext&) {
     parallel_for(total, kParallelGrain,
                  [&](int64_t begin, int64_t end) { std::fill(pdx + begin, pdx + end, 0.0f); });
-    const int64_t rows = std::max<int64_t>(g.outer * g.count, 1);
-    parallel_for(g.inner, (kParallelGrain + rows - 1) / rows, [&](int64_t first, int64_t last) {
-      const float* in = pdy;
-      for (int64_t o = 0; o < g.outer; ++o) {
-        float* block = pdx + o * g.axis_size * g.inner;
-        for (int64_t j = 0; j < g.count; ++j, in += g.inner) {
-          float* out = block + checked_index(g.op, g.indices[j], g.axis_size, j) * g.inner;
-          for (int64_t k = first; k < last; ++k) out[k] += in[k];
+    // The positions of each index in increasing order (a counting sort): index i's are
+    // positions[starts[i], starts[i + 1]).
+    std::vector<int64_t> starts(static_cast<size_t>(g.axis_size + 1));
+    std::vector<int64_t> positions(static_cast<size_t>(g.count));
+    for (int64_t j = 0; j < g.count; ++j)
+      ++starts[static_cast<size_t>(checked_index(g.op, g.indices[j], g.axis_size, j)) + 1];
+    for (int64_t i = 0; i < g.axis_size; ++i)
+      starts[static_cast<size_t>(i + 1)] += starts[static_cast<size_t>(i)];
+    std::vector<int64_t> next(starts.begin(), starts.end() - 1);
+    for (int64_t j = 0; j < g.count; ++j) {
+      const int64_t i = checked_index(g.op, g.indices[j], g.axis_size, j);
+      positions[static_cast<size_t>(next[static_cast<size_t>(i)]++)] = j;
+    }
+    const int64_t levels = 2 + static_cast<int64_t>(std::log2(std::max<int64_t>(g.count, 1)));
+    const int64_t grain = (kParallelGrain + g.inner - 1) / std::max<int64_t>(g.inner, 1);
+    for (int64_t o = 0; o < g.outer; ++o) {
+      const float* rows = pdy + o * g.count * g.inner;
+      float* block = pdx + o * g.axis_size * g.inner;
+      parallel_for(g.axis_size, grain, [&](int64_t first, int64_t last) {
+        std::vector<float> scratch(static_cast<size_t>(levels * g.inner));
+        for (int64_t i = first; i < last; ++i) {
+          const int64_t begin = starts[static_cast<size_t>(i)],
+                        end = starts[static_cast<size_t>(i + 1)];
+          if (begin == end) continue;
+          split_invariant_row_sum(rows, g.inner, positions.data() + begin, end - begin, 0, g.count,
+                                  block + i * g.inner, scratch.data());
         }
-      }
-    });
+      });
+    }
   });
 }
 

@@ -10,6 +10,7 @@
 #include "engine/cpu/op_checks.h"
 #include "engine/cpu/parallel.h"
 #include "engine/cpu/row_reductions.h"
+#include "engine/cpu/split_invariant_sum.h"
 #include "engine/cpu/vector_math.h"
 #include "formats/error.h"
 
@@ -147,12 +148,11 @@ std::unique_ptr<PreparedKernel> layer_norm_factory(const KernelArgs& args) {
   });
 }
 
-// Blocks of rows LayerNormalizationGrad sums dScale and dBias in, at most.
-constexpr int64_t kMaxGradBlocks = 64;
-
 // piper.LayerNormalizationGrad(dY, X, Scale, Mean, InvStdDev) → dX, dScale, dBias (each
 // optional). With x̂ = (X − Mean)·InvStdDev and g = dY·Scale, per row:
-// dX = InvStdDev · (g − mean(g) − x̂ · mean(g·x̂)); dScale = Σ_rows dY·x̂; dBias = Σ_rows dY.
+// dX = InvStdDev · (g − mean(g) − x̂ · mean(g·x̂)); dScale = Σ_rows dY·x̂; dBias = Σ_rows dY,
+// summed in the split-invariant order (split_invariant_sum.h), so that replicas' halves of the
+// rows added by the all-reduce give one process's sums.
 std::unique_ptr<PreparedKernel> layer_norm_grad_factory(const KernelArgs& args) {
   const LayerNormRows v = check_layer_norm_grad(args);
   const TensorView& dy = args.input(0);
@@ -160,36 +160,45 @@ std::unique_ptr<PreparedKernel> layer_norm_grad_factory(const KernelArgs& args) 
   float* dx = args.has_output(0) ? args.output(0).as<float>() : nullptr;
   float* dscale = args.has_output(1) ? args.output(1).as<float>() : nullptr;
   float* dbias = args.has_output(2) ? args.output(2).as<float>() : nullptr;
-  // dScale and dBias sum over rows: each block of rows sums its own part, and the blocks' parts
-  // are added in order, so the sums do not depend on the thread count.
-  const int64_t blocks = std::min(kMaxGradBlocks, (v.rows + 15) / 16);
-  std::vector<float> parts(static_cast<size_t>(2 * blocks * v.n));
-  return make_kernel([v, blocks, parts, dx, dscale, dbias, pdy = dy.as<const float>(),
-                      px = x.as<const float>(), scale = args.input(2).as<const float>(),
+  return make_kernel([v, dx, dscale, dbias, pdy = dy.as<const float>(), px = x.as<const float>(),
+                      scale = args.input(2).as<const float>(),
                       mean = args.input(3).as<const float>(),
-                      inv_std = args.input(4).as<const float>()](const StepContext&) mutable {
+                      inv_std = args.input(4).as<const float>()](const StepContext&) {
     const int64_t n = v.n;
     const float inv_n = 1.0f / static_cast<float>(n);
-    const int64_t block_rows = std::max<int64_t>(1, (v.rows + blocks - 1) / blocks);
-    parallel_for(blocks, (kParallelGrain + block_rows * n - 1) / (block_rows * n),
-                 [&](int64_t first, int64_t last) {
-                   std::vector<float> scratch(static_cast<size_t>(2 * n));
-                   float* xhat = scratch.data();
-                   float* g = scratch.data() + n;
-                   for (int64_t b = first; b < last; ++b) {
-                     float* block_dscale = parts.data() + 2 * b * n;
-                     float* block_dbias = block_dscale + n;
-                     std::fill(block_dscale, block_dscale + 2 * n, 0.0f);
-                     for (int64_t r = b * block_rows; r < std::min(v.rows, (b + 1) * block_rows);
-                          ++r) {
+    // The sums first: dX may share dY's memory.
+    if (dscale != nullptr) {
+      parallel_split_invariant_sums(v.rows, n, dscale,
+                                    [&](int64_t r, int64_t first, int64_t last, float* acc) {
+                                      const float* d = pdy + r * n;
+                                      const float* in = px + r * n;
+                                      const float m = mean[r];
+                                      const float inv = inv_std[r];
+                                      for (int64_t i = first; i < last; ++i) {
+                                        const float xhat = (in[i] - m) * inv;
+                                        acc[i - first] += d[i] * xhat;
+                                      }
+                                    });
+    }
+    if (dbias != nullptr) {
+      parallel_split_invariant_sums(v.rows, n, dbias,
+                                    [&](int64_t r, int64_t first, int64_t last, float* acc) {
+                                      const float* d = pdy + r * n;
+                                      for (int64_t i = first; i < last; ++i) acc[i - first] += d[i];
+                                    });
+    }
+    if (dx != nullptr) {
+      parallel_for(v.rows, (kParallelGrain + n - 1) / std::max<int64_t>(n, 1),
+                   [&](int64_t first, int64_t last) {
+                     std::vector<float> scratch(static_cast<size_t>(2 * n));
+                     float* xhat = scratch.data();
+                     float* g = scratch.data() + n;
+                     for (int64_t r = first; r < last; ++r) {
                        const float* d = pdy + r * n;
                        const float* in = px + r * n;
                        const float m = mean[r];
                        const float inv = inv_std[r];
                        for (int64_t i = 0; i < n; ++i) xhat[i] = (in[i] - m) * inv;
-                       for (int64_t i = 0; i < n; ++i) block_dscale[i] += d[i] * xhat[i];
-                       for (int64_t i = 0; i < n; ++i) block_dbias[i] += d[i];
-                       if (dx == nullptr) continue;
                        for (int64_t i = 0; i < n; ++i) g[i] = d[i] * scale[i];
                        const float mean_g = row_sum(g, n) * inv_n;
                        const float mean_gx = row_dot(g, xhat, n) * inv_n;
@@ -197,16 +206,7 @@ std::unique_ptr<PreparedKernel> layer_norm_grad_factory(const KernelArgs& args) 
                        for (int64_t i = 0; i < n; ++i)
                          out[i] = inv * (g[i] - mean_g - xhat[i] * mean_gx);
                      }
-                   }
-                 });
-    for (int64_t i = 0; i < n; ++i) {
-      double sum_dscale = 0.0, sum_dbias = 0.0;
-      for (int64_t b = 0; b < blocks; ++b) {
-        sum_dscale += parts[2 * b * n + i];
-        sum_dbias += parts[(2 * b + 1) * n + i];
-      }
-      if (dscale != nullptr) dscale[i] = static_cast<float>(sum_dscale);
-      if (dbias != nullptr) dbias[i] = static_cast<float>(sum_dbias);
+                   });
     }
   });
 }

@@ -11,6 +11,7 @@
 #include "engine/cpu/op_checks.h"
 #include "engine/cpu/parallel.h"
 #include "engine/cpu/reduce_math.h"
+#include "engine/cpu/split_invariant_sum.h"
 #include "engine/cpu/strided_loop.h"
 #include "formats/error.h"
 
@@ -65,47 +66,98 @@ void for_each_slab(const std::vector<StridedLoop>& slabs, F body) {
   });
 }
 
-// Column sums (X as [rows, columns] with only leading dimensions reduced: bias gradients) of
-// at most this many columns sum blocks of rows, at most kMaxRowBlocks of them, each into
-// partial sums of its own, which are added block by block afterwards; wider ones use slabs.
-constexpr int64_t kMaxColumnSumColumns = 4096;
-constexpr int64_t kMaxRowBlocks = 64;
+// X's elements as the rows of a sum (split_invariant_sum.h): a row per index of the reduced
+// axes (row-major), each holding the kept elements (the output's, in order). Axes of size 1
+// belong to neither, so that a replica's batch of one sums as a larger batch's halves do.
+struct SumRows {
+  enum class Layout {
+    kColumns,   // the reduced axes before the kept ones: row r at r · columns (bias gradients)
+    kGroups,    // the kept axes before the reduced ones: output o's group at o · rows
+    kGathered,  // interleaved: row r's element c at row_offsets[r] + column_offsets[c]
+  };
+  Layout layout = Layout::kColumns;
+  int64_t rows = 1, columns = 1;
+  std::vector<int64_t> row_offsets, column_offsets;
+};
 
-// The elements per row when `kept` keeps a suffix of X's dimensions and reduces all the
-// others (X as [rows, columns]); 0 otherwise.
-int64_t kept_columns(const Shape& x, const Shape& kept) {
-  const size_t lead = x.size() - kept.size();
-  const auto kept_dim = [&](size_t d) { return d < lead ? int64_t{1} : kept[d - lead]; };
-  size_t first = x.size();
-  while (first > 0 && kept_dim(first - 1) == x[first - 1]) --first;
-  for (size_t d = 0; d < first; ++d) {
-    if (kept_dim(d) != 1 && x[d] != 1) return 0;
+// The element offsets of every index of `dims` (sizes, with x's strides) in row-major order.
+std::vector<int64_t> odometer_offsets(const std::vector<std::pair<int64_t, int64_t>>& dims) {
+  std::vector<int64_t> offsets = {0};
+  for (const auto& [size, stride] : dims) {
+    std::vector<int64_t> next;
+    next.reserve(offsets.size() * static_cast<size_t>(size));
+    for (int64_t base : offsets) {
+      for (int64_t i = 0; i < size; ++i) next.push_back(base + i * stride);
+    }
+    offsets = std::move(next);
   }
-  return product(x, first, x.size());
+  return offsets;
 }
 
-// sums = the column sums of map(x) over rows [0, rows) of x viewed as [rows, columns], in
-// double, blocks of rows on parallel.h's threads: see kMaxRowBlocks.
-template <ReduceMap kMap>
-void column_sums(const float* px, int64_t rows, int64_t columns, std::vector<double>& partial,
-                 double* sums) {
-  const auto blocks = static_cast<int64_t>(partial.size()) / columns;
-  const int64_t block_rows = (rows + blocks - 1) / blocks;
-  const int64_t grain = (kParallelGrain + block_rows * columns - 1) / (block_rows * columns);
-  parallel_for(blocks, grain, [&](int64_t first, int64_t last) {
-    for (int64_t b = first; b < last; ++b) {
-      double* block = partial.data() + b * columns;
-      std::fill(block, block + columns, 0.0);
-      for (int64_t r = b * block_rows; r < std::min(rows, (b + 1) * block_rows); ++r) {
-        const float* in = px + r * columns;
-        for (int64_t c = 0; c < columns; ++c) block[c] += reduce_map<double>(kMap, in[c], 0.0);
-      }
+SumRows sum_rows(const Shape& x, const Shape& kept) {
+  const size_t lead = x.size() - kept.size();
+  const std::vector<int64_t> strides = contiguous_strides(x);
+  std::vector<std::pair<int64_t, int64_t>> reduced, kept_dims;
+  bool kept_seen = false, reduced_after_kept = false, kept_after_reduced = false;
+  for (size_t d = 0; d < x.size(); ++d) {
+    if (x[d] == 1) continue;
+    const bool is_kept = d >= lead && kept[d - lead] != 1;
+    if (is_kept) {
+      kept_after_reduced = kept_after_reduced || !reduced.empty();
+      kept_dims.emplace_back(x[d], strides[d]);
+      kept_seen = true;
+    } else {
+      reduced_after_kept = reduced_after_kept || kept_seen;
+      reduced.emplace_back(x[d], strides[d]);
     }
-  });
-  for (int64_t c = 0; c < columns; ++c) {
-    double sum = 0.0;
-    for (int64_t b = 0; b < blocks; ++b) sum += partial[static_cast<size_t>(b * columns + c)];
-    sums[c] = sum;
+  }
+  SumRows rows;
+  for (const auto& dim : reduced) rows.rows *= dim.first;
+  for (const auto& dim : kept_dims) rows.columns *= dim.first;
+  if (!reduced_after_kept) {
+    rows.layout = SumRows::Layout::kColumns;
+  } else if (!kept_after_reduced) {
+    rows.layout = SumRows::Layout::kGroups;
+  } else {
+    rows.layout = SumRows::Layout::kGathered;
+    rows.row_offsets = odometer_offsets(reduced);
+    rows.column_offsets = odometer_offsets(kept_dims);
+  }
+  return rows;
+}
+
+// sums = the sums of map(x) over the rows of `g`, in the split-invariant order, each output's
+// sum the same whatever the thread count.
+template <ReduceMap kMap>
+void split_invariant_reduction(const SumRows& g, const float* px, float* sums) {
+  const auto term = [](float v) { return reduce_map<float>(kMap, v, 0.0f); };
+  switch (g.layout) {
+    case SumRows::Layout::kColumns:
+      parallel_split_invariant_sums(g.rows, g.columns, sums,
+                                    [&](int64_t r, int64_t first, int64_t last, float* acc) {
+                                      const float* in = px + r * g.columns;
+                                      for (int64_t c = first; c < last; ++c)
+                                        acc[c - first] += term(in[c]);
+                                    });
+      return;
+    case SumRows::Layout::kGroups:
+      parallel_for(g.columns, (kParallelGrain + g.rows - 1) / std::max<int64_t>(g.rows, 1),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t o = begin; o < end; ++o) {
+                       const float* in = px + o * g.rows;
+                       split_invariant_sums(g.rows, 1, sums + o,
+                                            [&](int64_t r, float* acc) { acc[0] += term(in[r]); });
+                     }
+                   });
+      return;
+    case SumRows::Layout::kGathered:
+      parallel_split_invariant_sums(
+          g.rows, g.columns, sums, [&](int64_t r, int64_t first, int64_t last, float* acc) {
+            const float* in = px + g.row_offsets[static_cast<size_t>(r)];
+            for (int64_t c = first; c < last; ++c)
+              acc[c - first] += term(in[g.column_offsets[static_cast<size_t>(c)]]);
+          });
+      return;
   }
 }
 
@@ -191,46 +243,48 @@ std::unique_ptr<PreparedKernel> make_int64_reduction(const TensorView& x, const 
 
 // y = the reduction `r` of x over the dimensions where `kept` is 1 and x's is not, with `kept`
 // (x's shape with 1 at reduced axes) broadcasting to x's shape; `count` elements fold into
-// each output. Folds in double (see reduce_math.h).
+// each output. Sums (of x, |x| or x²) add float32 in the split-invariant order
+// (split_invariant_sum.h), so that data parallelism's halves of the batch rows, added by the
+// all-reduce, give one process's sums; the other folds run in double (see reduce_math.h).
 std::unique_ptr<PreparedKernel> make_reduction(const TensorView& x, const Shape& kept,
                                                const TensorView& y, ReduceFormula r,
                                                int64_t count) {
   const double scale = r.mean ? 1.0 / static_cast<double>(count) : 1.0;
-  const int64_t columns = kept_columns(x.shape, kept);
-  const bool column_map =
-      r.map == ReduceMap::kIdentity || r.map == ReduceMap::kSquare || r.map == ReduceMap::kAbs;
-  const bool by_columns = r.fold == ReduceFold::kSum && column_map && columns > 0 &&
-                          columns <= kMaxColumnSumColumns && x.elements() > 0;
-  const int64_t rows = by_columns ? x.elements() / columns : 0;
-  const int64_t blocks = std::clamp<int64_t>((rows + 15) / 16, 1, kMaxRowBlocks);
-  std::vector<double> partial(by_columns ? static_cast<size_t>(blocks * columns) : 0);
+  const bool split_invariant =
+      r.fold == ReduceFold::kSum &&
+      (r.map == ReduceMap::kIdentity || r.map == ReduceMap::kSquare || r.map == ReduceMap::kAbs);
+  if (split_invariant) {
+    return make_kernel([g = sum_rows(x.shape, kept), r, scale, px = x.as<const float>(),
+                        py = y.as<float>(), m = y.elements()](const StepContext&) {
+      switch (r.map) {
+        case ReduceMap::kAbs:
+          split_invariant_reduction<ReduceMap::kAbs>(g, px, py);
+          break;
+        case ReduceMap::kSquare:
+          split_invariant_reduction<ReduceMap::kSquare>(g, px, py);
+          break;
+        default:
+          split_invariant_reduction<ReduceMap::kIdentity>(g, px, py);
+          break;
+      }
+      if (r.finish == ReduceFinish::kScale && scale == 1.0) return;
+      parallel_for(m, kParallelGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i)
+          py[i] = static_cast<float>(reduce_finish(r.finish, py[i], scale, 0.0));
+      });
+    });
+  }
   const bool shifted = r.map == ReduceMap::kExpShifted;
   std::vector<double> acc(static_cast<size_t>(num_elements(kept)));
   std::vector<double> shift(shifted ? acc.size() : 0);
-  return make_kernel([slabs =
-                          by_columns ? std::vector<StridedLoop>{} : reduction_slabs(x.shape, kept),
-                      r, scale, by_columns, shifted, rows, columns, partial, acc, shift,
+  return make_kernel([slabs = reduction_slabs(x.shape, kept), r, scale, shifted, acc, shift,
                       px = x.as<const float>(), py = y.as<float>()](const StepContext&) mutable {
     const auto m = static_cast<int64_t>(acc.size());
-    if (by_columns) {
-      switch (r.map) {
-        case ReduceMap::kAbs:
-          column_sums<ReduceMap::kAbs>(px, rows, columns, partial, acc.data());
-          break;
-        case ReduceMap::kSquare:
-          column_sums<ReduceMap::kSquare>(px, rows, columns, partial, acc.data());
-          break;
-        default:
-          column_sums<ReduceMap::kIdentity>(px, rows, columns, partial, acc.data());
-          break;
-      }
-    } else {
-      if (shifted) {
-        fold_groups(kShiftFormula, slabs, px, shift, static_cast<const double*>(nullptr));
-        for (double& v : shift) v = reduce_shift(v);
-      }
-      fold_groups(r, slabs, px, acc, static_cast<const double*>(shift.data()));
+    if (shifted) {
+      fold_groups(kShiftFormula, slabs, px, shift, static_cast<const double*>(nullptr));
+      for (double& v : shift) v = reduce_shift(v);
     }
+    fold_groups(r, slabs, px, acc, static_cast<const double*>(shift.data()));
     parallel_for(m, kParallelGrain, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const double v = shifted ? shift[static_cast<size_t>(i)] : 0.0;

@@ -1,6 +1,8 @@
 // ONNX's reductions as three steps, shared by the CPU kernels (reduce.cc) and the CUDA ones
 // (engine/cuda/reduce.cu) so that both backends reduce alike: every element of a group is
-// mapped, the mapped values are folded in double precision, and the fold is finished.
+// mapped, the mapped values are folded in double precision, and the fold is finished. The CPU
+// adds the sums of float32 x, |x| and x² in float32 in the split-invariant order instead
+// (split_invariant_sum.h), so that data parallelism's halves of a batch give one process's sum.
 //   ReduceSum, ReduceMean  x          sum          · scale (1, or 1/count for the mean)
 //   ReduceMax, ReduceMin   x          max, min     (NaN propagates, as PyTorch's amax/amin)
 //   ReduceProd             x          product

@@ -155,7 +155,7 @@ int insert_bf16_casts(ir::OpGraph& graph) {
 
 bool sums_in_float32(const std::string& type) {
   return type == "MatMul" || type == "piper.MatMul" || type == "Gemm" || type == "Einsum" ||
-         type == "piper.SumTo";
+         type == "piper.SumTo" || type == "piper.BiasGeluGrad";
 }
 
 void allow_tf32(ir::OpGraph& graph) {

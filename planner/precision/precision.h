@@ -25,9 +25,10 @@ namespace piper::planner {
 int insert_bf16_casts(ir::OpGraph& graph);
 
 // Whether an op of this type computes a bfloat16 result as a float32 sum rounded once at the
-// end (matrix products, piper.SumTo), so that it may write the float32 sum instead: a weight
-// gradient summed over microbatches and replicas, or a tensor-parallel partial sum summed over
-// its group, is then rounded once, where one process rounds its whole sum.
+// end (matrix products, piper.SumTo, piper.BiasGeluGrad's bias gradient), so that it may write
+// the float32 sum instead: a weight gradient summed over microbatches and replicas, or a
+// tensor-parallel partial sum summed over its group, is then rounded once, where one process
+// rounds its whole sum.
 bool sums_in_float32(const std::string& type);
 
 // Marks float32 matrix products (forward, gradient and fused attention ops) with the

@@ -1,11 +1,12 @@
 """The strategy's `precision` against PyTorch. samples/gpt and samples/moe
 trained 50 AdamW steps with "bf16" track PyTorch's CPU autocast to bfloat16 on
 the same weights and rows, and the float32 run within 2e-2 relative per step;
-the saved weights are float32 master weights, and activations take less memory. bf16 under data parallelism with
-ZeRO-3 and under a 1F1B pipeline (bfloat16 activations cross ranks) trains what
-one process trains. "tf32" marks the matrix products, which the CPU computes
-exactly: its losses equal float32's. PyTorch runs here; no reference numbers
-are stored."""
+the saved weights are float32 master weights, and activations take less
+memory. bf16 under data parallelism with ZeRO-3 trains one process's weights
+bit for bit, and under a 1F1B pipeline (bfloat16 activations cross ranks) what
+one process trains within 2e-5 (loss) and 1e-4 (weights). "tf32" marks the
+matrix products, which the CPU computes exactly: its losses equal float32's.
+PyTorch runs here; no reference numbers are stored."""
 import json
 import os
 import tempfile
@@ -25,10 +26,13 @@ from harness import Tools
 STEPS = 50
 AUTOCAST_RTOL = 1e-2   # Piper bf16 vs PyTorch bf16 autocast, per step
 FLOAT32_RTOL = 2e-2    # Piper bf16 vs Piper float32, per step
-STRATEGY_RTOL = 2e-4   # a bf16 strategy vs one bf16 process: replicas and microbatches add
-                       # norm and bias gradients' rows in another order, which bfloat16
-                       # rounding and AdamW carry on (docs/strategy.md, Precision)
-WEIGHT_RTOL = 1e-3     # all final weights of a bf16 strategy vs one bf16 process
+# A bf16 strategy vs one bf16 process: (loss, all final weights). Replicas sum their halves of
+# the batch rows as one process's halves (docs/strategy.md, Precision): data parallelism gives
+# one process's bits. A pipeline adds its microbatches' weight gradients one after the other
+# where one process adds the halves of its rows pairwise, which bfloat16 rounding and AdamW carry
+# on (9e-6 and 3e-5 here).
+DATA_PARALLEL_RTOL = (0.0, 0.0)
+PIPELINE_RTOL = (2e-5, 1e-4)
 
 
 def memory(plans):
@@ -156,26 +160,27 @@ class Bf16StrategiesMatchOneProcess(unittest.TestCase):
         harness.run_ok([Tools.plan, Tools.sample("gpt", "model.onnx"), strategy, "-o", plans])
         return dp.train_plans(work, plans, cls.data, launch)
 
-    def check(self, label, directives, annotations=()):
+    def check(self, label, directives, tolerances, annotations=()):
+        loss_rtol, weight_rtol = tolerances
         losses, weights = self.train(label, directives, launch=True, annotations=annotations)
         want_losses, want_weights = self.reference
         print(f"[{label}] worst loss difference {worst_relative(losses, want_losses):.2e}")
         self.assertEqual(len(losses), len(want_losses))
-        self.assertLessEqual(worst_relative(losses, want_losses), STRATEGY_RTOL)
+        self.assertLessEqual(worst_relative(losses, want_losses), loss_rtol)
         # AdamW turns a rounding flip in a small gradient into a full-size update, so
         # near-zero weights (fresh LayerNorm biases) differ more than the model does.
         params = sorted(want_weights)
         error = samples.relative_error(np.concatenate([weights[p].ravel() for p in params]),
                                        np.concatenate([want_weights[p].ravel() for p in params]))
         print(f"[{label}] all weights: rel {error:.2e}")
-        self.assertLessEqual(error, WEIGHT_RTOL)
+        self.assertLessEqual(error, weight_rtol)
 
     def test_zero3_two_ranks(self):
-        self.check("zero3", [{"op": "zero", "stage": 3, "devices": [0, 1]}])
+        self.check("zero3", [{"op": "zero", "stage": 3, "devices": [0, 1]}], DATA_PARALLEL_RTOL)
 
     def test_1f1b_two_stages(self):
         self.check("1f1b", [{"op": "pipeline", "schedule": "1f1b", "devices": [0, 1],
-                             "num_microbatches": 4}],
+                             "num_microbatches": 4}], PIPELINE_RTOL,
                    annotations=[{"match": "/blocks.0/*", "tags": {"PP": 0}},
                                 {"match": "/blocks.1/*", "tags": {"PP": 1}}])
 

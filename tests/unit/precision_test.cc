@@ -109,7 +109,19 @@ TEST(Precision, Bf16TrainsFloat32MasterWeights) {
     const ir::OpId producer = graph.producer(op.inputs[0]);
     ASSERT_GE(producer, 0);
     EXPECT_NE(graph.op(producer).type, "MatMul") << op.name;
+    EXPECT_NE(graph.op(producer).type, "piper.BiasGeluGrad") << op.name;
   }
+  // Nor does the fused bias-GELU's bias gradient (replicas would round their parts before
+  // their sum); its input gradient stays bfloat16.
+  int bias_gelu_gradients = 0;
+  for (const ir::Op& op : graph.ops()) {
+    if (op.type != "piper.BiasGeluGrad") continue;
+    ++bias_gelu_gradients;
+    ASSERT_EQ(op.outputs.size(), 2u) << op.name;
+    EXPECT_EQ(graph.tensor(op.outputs[0]).dtype, ir::DType::kBFloat16) << op.name;
+    EXPECT_EQ(graph.tensor(op.outputs[1]).dtype, ir::DType::kFloat32) << op.name;
+  }
+  EXPECT_EQ(bias_gelu_gradients, 2);
   ir::verify_or_throw(ir::build_task_graph(std::move(graph)), "after bf16 casts");
 }
 
