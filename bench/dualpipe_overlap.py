@@ -29,7 +29,7 @@ import tempfile
 import numpy as np
 import torch
 
-from trace_overlap import hidden_share, pair_hidden_share
+from trace_overlap import each_pair_hidden_share, hidden_share
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPERTS = {"blocks.*.mlp.w1": 0, "blocks.*.mlp.b1": 0, "blocks.*.mlp.w2": 0,
@@ -98,8 +98,12 @@ def measure(tools, work, d, seq, batch, steps, microbatches=4):
         seconds = [json.loads(line)["seconds"] for line in f][1:]
     pairs = overlapped_pairs(tools, model_path, strategy_path)
     traces = [os.path.join(work, f"trace{rank}.json") for rank in range(2)]
-    paired = [pair_hidden_share(trace, pairs[rank]) for rank, trace in enumerate(traces)]
+    paired = [each_pair_hidden_share(trace, pairs[rank]) for rank, trace in enumerate(traces)]
     return float(np.median(seconds)), paired, [hidden_share(trace) for trace in traces]
+
+
+def label(pair):
+    return " & ".join(f"{mb}{p}" for mb, p in pair)
 
 
 def main():
@@ -116,16 +120,20 @@ def main():
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="piper_dualpipe_overlap_")
-    step, paired, shares = measure(os.path.join(args.build, "tools"), tmp, args.d, args.seq, args.batch,
-                           args.steps, args.microbatches)
+    step, paired, shares = measure(os.path.join(args.build, "tools"), tmp, args.d, args.seq,
+                                   args.batch, args.steps, args.microbatches)
     print(f"dualpipe x EP=2 on 2 CPU ranks, d={args.d}, seq={args.seq}, batch={args.batch}, "
           f"{args.microbatches} microbatches: "
           f"step {1000 * step:.1f} ms (median of steps 2..{args.steps})")
-    for rank, ((total, hidden), (every, under)) in enumerate(zip(paired, shares)):
+    for rank, (each_pair, (every, under)) in enumerate(zip(paired, shares)):
+        total = sum(t for t, _ in each_pair.values())
+        hidden = sum(h for _, h in each_pair.values())
         print(f"  rank {rank}: overlapped pairs' all-to-all {total / 1000:.2f} ms, of it under "
               f"the paired microbatch's computation {hidden / 1000:.2f} ms ({hidden / total:.0%}); "
               f"every all-to-all {every / 1000:.2f} ms, of it under the other stage's "
               f"computation {under / 1000:.2f} ms ({under / every:.0%})")
+        each = [f"{label(pair)} {h / t:.0%}" for pair, (t, h) in each_pair.items() if t > 0]
+        print(f"    each pair (MB PASS & MB PASS: share): {', '.join(each)}")
     if args.keep:
         print(f"  files in {tmp}")
     else:

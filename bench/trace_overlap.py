@@ -66,10 +66,11 @@ def task_of_kernels(events):
     return owner
 
 
-def pair_hidden_share(trace_path, pairs):
-    """(exchange microseconds of the paired microbatches, of them under the partner's kernels)
-    of one rank's trace. `pairs` lists the rank's overlapped pairs as ((MB, PASS), (MB, PASS))
-    from its `order` (piper-plan --expand): the filters of a group of two. A pair's two tasks
+def each_pair_hidden_share(trace_path, pairs):
+    """Per overlapped pair, (exchange microseconds of its two microbatches, of them under the
+    partner's kernels) of one rank's trace, keyed by the pair as listed. `pairs` lists the
+    rank's overlapped pairs as ((MB, PASS), (MB, PASS)) from its `order` (piper-plan
+    --expand): the filters of a group of two. A pair's two tasks
     run on the rank's two compute streams, so an exchange of (MB, PASS) cut from one compute
     stream counts as hidden only under the kernels of its partner's task on the other one (not
     under the same microbatch and pass of the other stage)."""
@@ -89,7 +90,8 @@ def pair_hidden_share(trace_path, pairs):
         stream = streams[e["tid"]]
         if e["name"] not in COLLECTIVES and stream in compute and id(e) in owner:
             work.setdefault((stream,) + owner[id(e)], []).append((e["ts"], e["ts"] + e["dur"]))
-    total = hidden = 0.0
+    shares = {pair: [0.0, 0.0] for pair in pairs}
+    pair_of = {one: pair for pair in pairs for one in pair}
     for e in kernels:
         key = owner.get(id(e))
         if e["name"] not in EXCHANGES or key not in partner:
@@ -97,9 +99,17 @@ def pair_hidden_share(trace_path, pairs):
         own = own_compute_stream(streams[e["tid"]])
         under = [span for stream in compute if stream != own
                  for span in work.get((stream,) + partner[key], [])]
-        total += e["dur"]
-        hidden += covered((e["ts"], e["ts"] + e["dur"]), under)
-    return total, hidden
+        share = shares[pair_of[key]]
+        share[0] += e["dur"]
+        share[1] += covered((e["ts"], e["ts"] + e["dur"]), under)
+    return {pair: tuple(share) for pair, share in shares.items()}
+
+
+def pair_hidden_share(trace_path, pairs):
+    """(exchange microseconds of the paired microbatches, of them under the partner's kernels)
+    of one rank's trace: each_pair_hidden_share's pairs added."""
+    shares = each_pair_hidden_share(trace_path, pairs).values()
+    return sum(total for total, _ in shares), sum(hidden for _, hidden in shares)
 
 
 def hidden_share(trace_path):
