@@ -35,4 +35,15 @@ using PlanOfRank = std::function<void(int rank, plan::Plan& plan)>;
 void write_plan_directory(int world_size, const PlanOfRank& plan_of, const std::string& dir,
                           bool force, int threads = 1);
 
+// Returns the plan of a rank, which stays valid until its next call: one per writing thread, so
+// that a thread may keep what it made for one rank to make the next (planner::SymmetricLowering).
+using PlanSource = std::function<const plan::Plan&(int rank)>;
+using NewPlanSource = std::function<PlanSource()>;
+
+// The same, each thread writing the plans of the next ranks of `order` (every rank from 0 to
+// its size - 1 once) from its own source, made by new_source (which must then be safe to call
+// from several threads).
+void write_plan_directory(const std::vector<int>& order, const NewPlanSource& new_source,
+                          const std::string& dir, bool force, int threads = 1);
+
 }  // namespace piper::formats

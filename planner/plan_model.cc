@@ -243,6 +243,8 @@ struct RankPlans::State {
         timeline(simulated, rates),
         apart(with_exchanges_apart(simulated)),
         index(apart ? *apart : simulated),
+        classes(symmetry_classes(index)),
+        order(symmetric_order(classes)),
         lower_context(std::move(context)) {
     lower_context.memory_plans = &memory_plans;
   }
@@ -253,6 +255,8 @@ struct RankPlans::State {
   // The DAG lowered where it differs from `simulated`: that with its exchanges apart.
   const std::optional<ir::TaskGraph> apart;
   const DagIndex index;
+  const std::vector<int> classes;        // each rank's symmetry class
+  const std::vector<int> order;          // the ranks, by class
   mutable MemoryPlanCache memory_plans;  // ranks that differ only in a mesh coordinate share one
   LowerContext lower_context;
 };
@@ -266,6 +270,18 @@ plan::Plan RankPlans::plan(int rank) const {
 void RankPlans::plan(int rank, plan::Plan& into) const {
   lower(state_->index, rank, state_->lower_context, into);
   state_->timeline.add_to(into, device_of_rank(state_->simulated, rank));
+}
+
+const std::vector<int>& RankPlans::order() const { return state_->order; }
+
+std::function<const plan::Plan&(int rank)> RankPlans::source() const {
+  auto lowering =
+      std::make_shared<SymmetricLowering>(state_->index, state_->lower_context, state_->classes);
+  return [state = state_, lowering](int rank) -> const plan::Plan& {
+    plan::Plan& plan = lowering->plan(rank);
+    state->timeline.add_to(plan, device_of_rank(state->simulated, rank));
+    return plan;
+  };
 }
 
 PlanningResult plan_ranks(const std::string& model_path, const strategy::Strategy& written,
