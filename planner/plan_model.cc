@@ -1,6 +1,7 @@
 #include "planner/plan_model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <optional>
@@ -255,9 +256,11 @@ struct RankPlans::State {
   // The DAG lowered where it differs from `simulated`: that with its exchanges apart.
   const std::optional<ir::TaskGraph> apart;
   const DagIndex index;
-  const std::vector<int> classes;        // each rank's symmetry class
-  const std::vector<int> order;          // the ranks, by class
-  mutable MemoryPlanCache memory_plans;  // ranks that differ only in a mesh coordinate share one
+  const std::vector<int> classes;           // each rank's symmetry class
+  const std::vector<int> order;             // the ranks, by class
+  mutable MemoryPlanCache memory_plans;     // ranks that differ only in a mesh coordinate share one
+  mutable std::atomic<int> lowered{0};      // plans source()s lowered
+  mutable std::atomic<int> specialised{0};  // and specialised
   LowerContext lower_context;
 };
 
@@ -274,11 +277,17 @@ void RankPlans::plan(int rank, plan::Plan& into) const {
 
 const std::vector<int>& RankPlans::order() const { return state_->order; }
 
+int RankPlans::lowered() const { return state_->lowered; }
+
+int RankPlans::specialised() const { return state_->specialised; }
+
 std::function<const plan::Plan&(int rank)> RankPlans::source() const {
   auto lowering =
       std::make_shared<SymmetricLowering>(state_->index, state_->lower_context, state_->classes);
   return [state = state_, lowering](int rank) -> const plan::Plan& {
+    const int specialised = lowering->specialised();
     plan::Plan& plan = lowering->plan(rank);
+    ++(lowering->specialised() > specialised ? state->specialised : state->lowered);
     state->timeline.add_to(plan, device_of_rank(state->simulated, rank));
     return plan;
   };

@@ -68,6 +68,9 @@ class RankPlans {
   // for in order() are specialised from the rank before where they are symmetric. The plans
   // are plan()'s. One source per thread.
   std::function<const plan::Plan&(int rank)> source() const;
+  // Plans the sources made so far by lowering a rank, and by specialising another's.
+  int lowered() const;
+  int specialised() const;
 
  private:
   friend PlanningResult plan_ranks(const std::string&, const strategy::Strategy&,

@@ -117,6 +117,10 @@ void print_summary(const piper::planner::PlanningResult& result,
                    const piper::planner::sim::DeviceRates& rates) {
   std::cout << "planned " << ranks.size() << " rank(s), " << result.num_ops << " ops in "
             << result.num_tasks << " tasks -> " << dir << "\n";
+  if (result.ranks->specialised() > 0) {
+    std::cout << "  symmetric ranks: " << result.ranks->lowered() << " plan(s) lowered, "
+              << result.ranks->specialised() << " specialised from another rank's\n";
+  }
   if (!result.fusions.empty()) {
     std::cout << "  fused:";
     for (const auto& [rule, count] : result.fusions) std::cout << " " << rule << " " << count;
