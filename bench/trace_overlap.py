@@ -69,24 +69,36 @@ def task_of_kernels(events):
 def pair_hidden_share(trace_path, pairs):
     """(exchange microseconds of the paired microbatches, of them under the partner's kernels)
     of one rank's trace. `pairs` lists the rank's overlapped pairs as ((MB, PASS), (MB, PASS))
-    from its `order` (piper-plan --expand): the filters of a group of two."""
+    from its `order` (piper-plan --expand): the filters of a group of two. A pair's two tasks
+    run on the rank's two compute streams, so an exchange of (MB, PASS) cut from one compute
+    stream counts as hidden only under the kernels of its partner's task on the other one (not
+    under the same microbatch and pass of the other stage)."""
     events, streams = load_events(trace_path)
     partner = {}
     for a, b in pairs:
-        partner[a], partner[b] = b, a
+        for one, other in ((a, b), (b, a)):
+            if partner.setdefault(one, other) != other:
+                raise ValueError(f"{trace_path}: {one} is paired with both {partner[one]} and "
+                                 f"{other}; the pairs cannot tell which one an exchange hides "
+                                 f"under")
+    compute = sorted({name for name in streams.values() if name.startswith("compute")})
     owner = task_of_kernels(events)
     kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
     work = {}
     for e in kernels:
-        if e["name"] not in COLLECTIVES and streams[e["tid"]].startswith("compute"):
-            work.setdefault(owner.get(id(e)), []).append((e["ts"], e["ts"] + e["dur"]))
+        stream = streams[e["tid"]]
+        if e["name"] not in COLLECTIVES and stream in compute and id(e) in owner:
+            work.setdefault((stream,) + owner[id(e)], []).append((e["ts"], e["ts"] + e["dur"]))
     total = hidden = 0.0
     for e in kernels:
         key = owner.get(id(e))
         if e["name"] not in EXCHANGES or key not in partner:
             continue
+        own = own_compute_stream(streams[e["tid"]])
+        under = [span for stream in compute if stream != own
+                 for span in work.get((stream,) + partner[key], [])]
         total += e["dur"]
-        hidden += covered((e["ts"], e["ts"] + e["dur"]), work.get(partner[key], []))
+        hidden += covered((e["ts"], e["ts"] + e["dur"]), under)
     return total, hidden
 
 

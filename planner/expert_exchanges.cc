@@ -1,5 +1,7 @@
 #include "planner/expert_exchanges.h"
 
+#include <algorithm>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -12,6 +14,65 @@ bool is_expert_exchange(const ir::Op& op) {
   static const std::set<std::string> kExchanges = {"piper.AllToAll", "piper.AllToAllV",
                                                    "piper.AllToAllVReturn"};
   return kExchanges.count(op.type) > 0 && ir::reshards_over_replicas(op);
+}
+
+// `task_ops` reordered so that each exchange comes as early as what it reads allows: before
+// it, in their order, only the ops it needs (what writes what it reads, and so on back, and what
+// must precede those: an op reads a tensor after its last write and writes it after the reads
+// and writes before); every other op follows it. So a backward's dispatch gradient goes out
+// after the experts' input gradients, before their weight gradients, and its wait for the peer
+// falls under the overlapped partner's computation rather than after it has finished.
+std::vector<ir::OpId> exchanges_early(const ir::OpGraph& ops,
+                                      const std::vector<ir::OpId>& task_ops) {
+  const size_t count = task_ops.size();
+  std::vector<std::vector<size_t>> before(count);  // positions each op must follow
+  std::map<ir::TensorId, size_t> writer;
+  std::map<ir::TensorId, std::vector<size_t>> readers;  // since the last write
+  for (size_t i = 0; i < count; ++i) {
+    const ir::Op& op = ops.op(task_ops[i]);
+    for (ir::TensorId tensor : op.inputs) {
+      if (tensor < 0) continue;
+      const auto found = writer.find(tensor);
+      if (found != writer.end()) before[i].push_back(found->second);
+      readers[tensor].push_back(i);
+    }
+    for (ir::TensorId tensor : op.outputs) {
+      if (tensor < 0) continue;
+      const auto found = writer.find(tensor);
+      if (found != writer.end()) before[i].push_back(found->second);
+      std::vector<size_t>& read = readers[tensor];
+      before[i].insert(before[i].end(), read.begin(), read.end());
+      read.clear();
+      writer[tensor] = i;
+    }
+  }
+  std::vector<bool> placed(count, false);
+  std::vector<ir::OpId> ordered;
+  ordered.reserve(count);
+  for (size_t exchange = 0; exchange < count; ++exchange) {
+    if (!is_expert_exchange(ops.op(task_ops[exchange]))) continue;
+    std::vector<bool> needed(count, false);
+    std::vector<size_t> stack = {exchange};
+    needed[exchange] = true;
+    while (!stack.empty()) {
+      const size_t at = stack.back();
+      stack.pop_back();
+      for (size_t dependency : before[at]) {
+        if (placed[dependency] || needed[dependency]) continue;
+        needed[dependency] = true;
+        stack.push_back(dependency);
+      }
+    }
+    for (size_t i = 0; i <= exchange; ++i) {
+      if (!needed[i]) continue;
+      ordered.push_back(task_ops[i]);
+      placed[i] = true;
+    }
+  }
+  for (size_t i = 0; i < count; ++i) {
+    if (!placed[i]) ordered.push_back(task_ops[i]);
+  }
+  return ordered;
 }
 
 }  // namespace
@@ -36,7 +97,12 @@ int separate_expert_exchanges(ir::TaskGraph& graph) {
   int separated = 0;
   for (ir::TaskId id = 0; id < original; ++id) {
     const ir::Task& task = graph.task(id);
-    if (task.kind != ir::TaskKind::kCompute) continue;
+    if (task.kind != ir::TaskKind::kCompute ||
+        std::none_of(task.ops.begin(), task.ops.end(),
+                     [&](ir::OpId op) { return is_expert_exchange(ops.op(op)); })) {
+      continue;
+    }
+    graph.task(id).ops = exchanges_early(ops, task.ops);
     // Cut before and after each exchange: the positions each part ends at.
     std::set<size_t> ends;
     for (size_t i = 0; i < task.ops.size(); ++i) {

@@ -29,9 +29,12 @@ bool has_expert_exchanges(const ir::TaskGraph& graph);
 // Cuts every compute task around each expert exchange it holds (directives/backward_split.h,
 // cut_task): each exchange becomes a task of its own, with the task's tags, pass, microbatch
 // and devices, on exchange_stream(task.stream); the ops before and after it stay on the task's
-// stream, in order. Edges follow the tensors the parts read and write; the task's temporal
-// edges (its order) stay on its first and last parts. Task ids do not change; the parts are
-// appended. Returns the number of exchanges separated.
+// stream. Each exchange first moves as early as what it reads allows: only the ops it needs
+// precede it, the others (a backward's weight gradients) follow it, so that its wait for the
+// peer falls under the overlapped partner's computation, not after the partner has finished. Edges
+// follow the tensors the parts read and write; the task's temporal edges (its order) stay on its
+// first and last parts. Task ids do not change; the parts are appended. Returns the number of
+// exchanges separated.
 int separate_expert_exchanges(ir::TaskGraph& graph);
 
 }  // namespace piper::planner

@@ -10,6 +10,7 @@
 #include "planner/fusion/fusion.h"
 #include "planner/import/constant_folding.h"
 #include "planner/import/constant_value.h"
+#include "planner/import/widen_int32.h"
 #include "planner/ir/dynamic_dims.h"
 
 namespace piper::planner {
@@ -141,21 +142,6 @@ class GraphBuilder {
 
   void describe_initializer(const onnx::TensorProto& init, ir::Tensor& tensor,
                             const std::string& where) {
-    if (init.data_type() == onnx::TensorProto::INT32) {
-      // Exporters write some axes and counts as int32 (PyTorch: CumSum's axis); Piper's
-      // integers are int64, so the value becomes an int64 planner constant.
-      ConstantValue value;
-      if (!from_tensor_proto(init, value)) {
-        throw Error(model_name_ + ": " + where + ": cannot read int32 initializer '" + init.name() +
-                    "'");
-      }
-      tensor.dtype = ir::DType::kInt64;
-      tensor.shape.assign(init.dims().begin(), init.dims().end());
-      tensor.role = ir::Role::kConstant;
-      tensor.data.resize(value.ints.size() * sizeof(int64_t));
-      std::memcpy(tensor.data.data(), value.ints.data(), tensor.data.size());
-      return;
-    }
     const auto dtype = to_dtype(init.data_type());
     if (!dtype) {
       throw Error(model_name_ + ": " + where + " uses initializer '" + init.name() +
@@ -372,6 +358,8 @@ ir::OpGraph import_model(onnx::ModelProto model, const ImportOptions& options,
   };
   try {
     fold_constants(model, is_constant, folded);
+    // The widened values' types come from shape inference, which folding runs.
+    if (widen_int32(*model.mutable_graph(), folded)) fold_constants(model, is_constant, folded);
   } catch (const Error& error) {
     throw Error(model_name + ": " + error.what());
   }

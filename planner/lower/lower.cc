@@ -258,14 +258,25 @@ class Lowering {
   std::vector<ir::TaskId> local_tasks() const { return dag_.device_tasks(device_); }
 
   // A send's buffer may be reused once the send is done: the second compute
-  // task after the one that wrote it waits for that, so the send overlaps
-  // the next task and the buffers of sent activations do not pile up.
+  // task after the one that wrote it on that task's stream waits for that, so the send overlaps
+  // the next task and the buffers of sent activations do not pile up. A task on another compute
+  // stream (the overlapped partner of an order group) does not wait: the memory plan keeps the
+  // buffers of concurrent tasks apart already, and waiting would hold the partner until the
+  // send's peer receives.
   void add_release_edges() {
     for (size_t i = 0; i < order_.size(); ++i) {
       if (graph_.task(order_[i]).kind != ir::TaskKind::kSend) continue;
+      std::optional<std::string> writer;
+      for (const ir::Edge& edge : dag_.edges_into(order_[i])) {
+        if (graph_.task(edge.from).kind == ir::TaskKind::kCompute) {
+          writer = graph_.task(edge.from).stream;
+        }
+      }
       int computes = 0;
       for (size_t j = i + 1; j < order_.size(); ++j) {
-        if (graph_.task(order_[j]).kind == ir::TaskKind::kCompute && ++computes == 2) {
+        const ir::Task& task = graph_.task(order_[j]);
+        if (task.kind == ir::TaskKind::kCompute && (!writer || task.stream == *writer) &&
+            ++computes == 2) {
           release_into_[order_[j]].push_back({order_[i], order_[j], ir::EdgeKind::kTemporal});
           release_out_of_[order_[i]].push_back({order_[i], order_[j], ir::EdgeKind::kTemporal});
           break;

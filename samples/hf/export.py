@@ -59,6 +59,13 @@ ARCHITECTURES = {
              dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
                   num_attention_heads=2, intermediate_size=64, max_position_embeddings=SEQ,
                   hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
+    # Position ids from the tokens in int32 (Cast, CumSum, Mul), as HF RoBERTa writes them;
+    # padding token 0 as BERT's (never an input), so positions start at 1.
+    "roberta": (transformers.RobertaForMaskedLM, transformers.RobertaConfig,
+                dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+                     num_attention_heads=2, intermediate_size=64, pad_token_id=0,
+                     max_position_embeddings=SEQ + 1, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0)),
     "t5": (transformers.T5ForConditionalGeneration, transformers.T5Config,
            dict(vocab_size=VOCAB, d_model=HIDDEN, d_kv=16, d_ff=64, num_layers=LAYERS,
                 num_heads=2, dropout_rate=0.0, decoder_start_token_id=0)),
@@ -90,16 +97,17 @@ def data(arch, vocab=VOCAB, seq=SEQ):
     """(input_ids, labels), [SAMPLES, SEQ] int64 each, with as many labelled tokens as real
     batches have: a different number in neighbouring rows. Causal LMs label every position with
     its own token (the model shifts them) but the last (r mod 5) of row r, which are -100 as HF
-    labels padding; BERT replaces 1 + (r mod 5) random tokens of row r by MASK_TOKEN and labels
-    only those (-100 elsewhere); T5's labels are other tokens, all labelled. Token means over
-    replicas and microbatches then differ from one process's unless they divide by the whole
-    step's count, as Piper's do (docs/strategy.md). No input is token 0, the padding index of
-    BERT's embedding, whose gradient PyTorch zeroes there and ONNX's Gather cannot express."""
+    labels padding; BERT and RoBERTa replace 1 + (r mod 5) random tokens of row r by
+    MASK_TOKEN and label only those (-100 elsewhere); T5's labels are other tokens, all
+    labelled. Token means over replicas and microbatches then differ from one process's unless
+    they divide by the whole step's count, as Piper's do (docs/strategy.md). No input is token
+    0, the padding index of BERT's and RoBERTa's embeddings, whose gradient PyTorch zeroes
+    there and ONNX's Gather cannot express."""
     rng = np.random.default_rng(1234)
     input_ids = rng.integers(2, vocab, (SAMPLES, seq)).astype(np.int64)
     labels = input_ids.copy()
     uneven = np.arange(SAMPLES) % 5
-    if arch == "bert":
+    if arch in ("bert", "roberta"):
         labels[:] = -100
         for row in range(SAMPLES):
             masked = rng.permutation(seq)[:1 + uneven[row]]

@@ -226,11 +226,12 @@ class DualPipe(one_process.SplitModels, unittest.TestCase):
         share = sum(h for _, h in paired) / sum(t for t, _ in paired)
         print(f"both ranks: {share:.0%} of the pairs' all-to-all time under the paired "
               f"microbatch's computation")
-        # Streams that took turns would hide about nothing. On the quiet machine each rank's
-        # pairs hid 29-49% (bench/README.md); with other tests' processes on the 2 cores the
-        # ranks' threads take turns and one rank's share ranged from 18% to 82% under load 10-11,
-        # so the bound is loose.
-        self.assertGreater(share, 0.08)
+        # Streams that took turns would hide about nothing. Measured (bench/README.md): 35-81%
+        # per rank at load 1-5; with three such runs at once on the 2 cores (load 6.5-7.9)
+        # 20-86% per rank and 43-71% of both ranks' together. The bounds leave that noise room.
+        for rank, (total, hidden) in enumerate(paired):
+            self.assertGreater(hidden / total, 0.1, f"rank {rank}")
+        self.assertGreater(share, 0.25)
 
     def test_stages_replicated_over_crossing_devices(self):
         """Device 1 runs replica 1 of stage 0 and replica 0 of stage 1."""

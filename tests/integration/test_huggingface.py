@@ -85,6 +85,11 @@ ARCHITECTURES = {
     "bert": {"layers": ["/model/bert/encoder/layer.0/*", "/model/bert/encoder/layer.1/*"],
              "fuses_attention": True,
              "key_biases": {"*attention.self.key.bias": slice(None)}},
+    # BERT's encoder; its position ids are computed from the tokens in int32.
+    "roberta": {"layers": ["/model/roberta/encoder/layer.0/*",
+                           "/model/roberta/encoder/layer.1/*"],
+                "fuses_attention": True,
+                "key_biases": {"*attention.self.key.bias": slice(None)}},
 }
 
 # Vocabulary parallelism on top: the token embedding and the output head split along the

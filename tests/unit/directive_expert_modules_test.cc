@@ -85,16 +85,6 @@ ir::TaskGraph expert_graph(const std::string& expert_reads = "rows") {
   return ir::build_task_graph(std::move(parsed.op_graph()));
 }
 
-void apply_planned(ir::TaskGraph& graph, const std::string& directives) {
-  const auto strategy = planner::on_shard_groups(strategy::parse_strategy(
-      R"({"batch": {"global": 12}, "directives": )" + directives + "}", "test.json"));
-  for (const auto& directive : strategy.directives) {
-    const planner::DirectiveContext context{directive, strategy.source};
-    planner::directive_pass(context)(graph, context);
-    ir::verify_or_throw(graph, "after " + context.where());
-  }
-}
-
 const char* kSpread = R"([
     {"op": "replicate", "devices": [0, 1]},
     {"op": "shard", "devices": [0, 1], "style": "expert", "tag": "EXPERT"}])";
@@ -105,7 +95,7 @@ bool has_line(const std::string& text, const std::string& line) {
 
 TEST(ExpertModules, EachMemberRunsItsExpertOnEveryMembersRows) {
   ir::TaskGraph graph = expert_graph();
-  apply_planned(graph, kSpread);
+  testing::apply_directives(graph, kSpread, 12);
   const std::string text = ir::print(graph);
   // One slot: expert 0's ops, bound on member g to expert g's weight, in no data-parallel
   // reduction; expert 1's ops are gone.
@@ -156,7 +146,7 @@ TEST(ExpertModules, EachMemberRunsItsExpertOnEveryMembersRows) {
 
 TEST(ExpertModules, EachRankLoadsItsExpertAndExchangesOverTheReplicas) {
   ir::TaskGraph graph = expert_graph();
-  apply_planned(graph, kSpread);
+  testing::apply_directives(graph, kSpread, 12);
   for (int rank = 0; rank < 2; ++rank) {
     const plan::Plan plan = planner::lower(graph, rank, {});
     ASSERT_EQ(plan.parameters_size(), 1);
@@ -184,7 +174,7 @@ TEST(ExpertModules, EachRankLoadsItsExpertAndExchangesOverTheReplicas) {
 
 void expect_refused(ir::TaskGraph graph, const std::string& directives, const std::string& words) {
   try {
-    apply_planned(graph, directives);
+    testing::apply_directives(graph, directives, 12);
     FAIL() << "expected: " << words;
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find(words), std::string::npos) << error.what();

@@ -43,21 +43,6 @@ ir::TaskGraph expert_task_graph(int64_t batch, bool dense = false) {
   return ir::build_task_graph(std::move(graph));
 }
 
-// The directives as piper-plan applies them: shard first, its groups resolved.
-void apply_planned(ir::TaskGraph& graph, const std::string& directives,
-                   const std::string& mesh = "") {
-  const std::string meshed = mesh.empty() ? "" : R"("mesh": )" + mesh + ", ";
-  const auto strategy =
-      planner::on_shard_groups(planner::expand_generators(strategy::parse_strategy(
-          R"({"batch": {"global": 8}, )" + meshed + R"("directives": )" + directives + "}",
-          "test.json")));
-  for (const auto& directive : strategy.directives) {
-    const planner::DirectiveContext context{directive, strategy.source};
-    planner::directive_pass(context)(graph, context);
-    ir::verify_or_throw(graph, "after " + context.where());
-  }
-}
-
 const char* kExpertParallel = R"([
     {"op": "replicate", "devices": [0, 1]},
     {"op": "shard", "devices": [0, 1], "params": {"w*": 0}}])";
@@ -74,7 +59,7 @@ int count(const ir::OpGraph& ops, const std::string& type, ir::Pass pass) {
 
 TEST(ExpertParallel, TokensTravelToTheirExpertsAndBack) {
   ir::TaskGraph graph = expert_task_graph(4);
-  apply_planned(graph, kExpertParallel);
+  testing::apply_directives(graph, kExpertParallel);
   const std::string text = ir::print(graph);
   // Each replica keeps one expert; its rows of the batch stay its own.
   EXPECT_TRUE(has_line(text, "tensor w1 f32[1,4,5] parameter init=w1 placement=S(0) over=replicas"))
@@ -104,7 +89,7 @@ TEST(ExpertParallel, TokensTravelToTheirExpertsAndBack) {
 
 TEST(ExpertParallel, LowersEachReplicasExpertsAndExchangesOverTheReplicas) {
   ir::TaskGraph graph = expert_task_graph(4);
-  apply_planned(graph, kExpertParallel);
+  testing::apply_directives(graph, kExpertParallel);
   for (int rank = 0; rank < 2; ++rank) {
     const plan::Plan plan = planner::lower(graph, rank, {});
     ASSERT_EQ(plan.parameters_size(), 2);
@@ -137,7 +122,7 @@ TEST(ExpertParallel, LowersEachReplicasExpertsAndExchangesOverTheReplicas) {
 // after it wait for it.
 TEST(ExpertParallel, ExchangesRunAsTasksOnTheirOwnStream) {
   ir::TaskGraph graph = expert_task_graph(4);
-  apply_planned(graph, kExpertParallel);
+  testing::apply_directives(graph, kExpertParallel);
   const int before = graph.num_tasks();
   EXPECT_EQ(planner::separate_expert_exchanges(graph), 3);
   ir::verify_or_throw(graph, "after separating the expert exchanges");
@@ -185,10 +170,61 @@ TEST(ExpertParallel, ExchangesRunAsTasksOnTheirOwnStream) {
   }
 }
 
+// An exchange goes out as soon as what it reads is written: in the backward, the dense
+// layer's weight gradients, which the scores' gradient does not need, follow the exchange of
+// that gradient to the experts instead of holding it back.
+TEST(ExpertParallel, AnExchangeGoesOutBeforeTheOpsItDoesNotNeed) {
+  ir::TaskGraph graph = expert_task_graph(4, /*dense=*/true);
+  testing::apply_directives(graph, R"([
+      {"op": "replicate", "devices": [0, 1]},
+      {"op": "shard", "devices": [0, 1], "params": {"w1": 0, "w2": 0}}])");
+  const ir::OpGraph& ops = graph.op_graph();
+  const auto weight_gradient = [&](ir::OpId op) {
+    for (const ir::TrainedParameter& trained : ops.trained) {
+      const std::string& name = ops.tensor(trained.gradient).name;
+      if (name.find("wa") == std::string::npos && name.find("wb") == std::string::npos) continue;
+      for (ir::TensorId out : ops.op(op).outputs) {
+        if (out == trained.gradient) return true;
+      }
+    }
+    return false;
+  };
+  // Before the cut, the backward computes the dense weights' gradients before its exchange.
+  size_t dense_gradients = 0;
+  for (const ir::Task& task : graph.tasks()) {
+    if (task.kind != ir::TaskKind::kCompute || task.pass != ir::Pass::kBackward) continue;
+    const auto exchange = std::find_if(task.ops.begin(), task.ops.end(), [&](ir::OpId op) {
+      return ops.op(op).type == "piper.AllToAll";
+    });
+    ASSERT_NE(exchange, task.ops.end());
+    dense_gradients = std::count_if(task.ops.begin(), exchange, weight_gradient);
+  }
+  EXPECT_EQ(dense_gradients, 2u) << ir::print(graph);
+  EXPECT_EQ(planner::separate_expert_exchanges(graph), 3);
+  ir::verify_or_throw(graph, "after separating the expert exchanges");
+  const std::string text = ir::print(graph);
+  // The backward's parts on the compute stream: the one the exchange waits for computes no
+  // weight gradient; the dense ones come in a part after it.
+  int before = 0, after = 0;
+  for (const ir::Edge& edge : graph.edges()) {
+    const ir::Task& from = graph.task(edge.from);
+    const ir::Task& to = graph.task(edge.to);
+    if (from.pass != ir::Pass::kBackward || to.pass != ir::Pass::kBackward) continue;
+    if (to.stream == "a2a_compute" && from.stream == "compute") {
+      before += std::count_if(from.ops.begin(), from.ops.end(), weight_gradient);
+    }
+    if (from.stream == "a2a_compute" && to.stream == "compute") {
+      after += std::count_if(to.ops.begin(), to.ops.end(), weight_gradient);
+    }
+  }
+  EXPECT_EQ(before, 0) << text;
+  EXPECT_EQ(after, 2) << text;
+}
+
 TEST(ExpertParallel, RefusesAReplicateOverOtherGroups) {
   ir::TaskGraph graph = expert_task_graph(2);
   try {
-    apply_planned(graph, R"([
+    testing::apply_directives(graph, R"([
         {"op": "replicate", "devices": [0, 1]},
         {"op": "replicate", "devices": [0, 1, 2, 3]},
         {"op": "shard", "devices": [0, 1], "params": {"w*": 0}}])");
@@ -215,7 +251,7 @@ std::string directives(const std::vector<std::string>& list) {
 
 ir::TaskGraph composed_graph(const std::vector<std::string>& list) {
   ir::TaskGraph graph = expert_task_graph(4, true);
-  apply_planned(graph, directives(list), kMesh);
+  testing::apply_directives(graph, directives(list), 8, kMesh);
   return graph;
 }
 

@@ -49,11 +49,16 @@ inline ir::TaskGraph two_layer_task_graph(int64_t batch, const std::string& opti
   return training_task_graph(b.model(), batch, optimizer, annotations);
 }
 
-// Applies the directives of a strategy's "directives" array (JSON text),
-// generators expanded, verifying the DAG after each.
-inline void apply_directives(ir::TaskGraph& graph, const std::string& directives) {
-  const auto strategy = planner::expand_generators(strategy::parse_strategy(
-      R"({"batch": {"global": 8}, "directives": )" + directives + "}", "test.json"));
+// Applies the directives of a strategy's "directives" array (JSON text) as plan_model does,
+// generators expanded and shard directives on their groups, planned for a global batch of
+// `batch` on the mesh `mesh` (a JSON array, none if empty), verifying the DAG after each.
+inline void apply_directives(ir::TaskGraph& graph, const std::string& directives, int64_t batch = 8,
+                             const std::string& mesh = "") {
+  const std::string meshed = mesh.empty() ? "" : R"(, "mesh": )" + mesh;
+  const auto strategy = planner::on_shard_groups(planner::expand_generators(
+      strategy::parse_strategy(R"({"batch": {"global": )" + std::to_string(batch) + "}" + meshed +
+                                   R"(, "directives": )" + directives + "}",
+                               "test.json")));
   for (const auto& directive : strategy.directives) {
     const planner::DirectiveContext context{directive, strategy.source};
     planner::directive_pass(context)(graph, context);

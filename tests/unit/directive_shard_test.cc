@@ -84,10 +84,10 @@ TEST(ShardDirective, LowersEachMembersBlockAndItsGroup) {
 
 TEST(ShardDirective, ComposesWithDataParallelReplicasOfTheGroups) {
   ir::TaskGraph graph = two_layer_task_graph(2, R"({"type": "sgd"})");
-  // Groups [0, 1] and [2, 3], replicated by their leaders' indices (0 and 1).
+  // Groups [0, 1] and [2, 3], replicated by their leaders (0 and 2).
   apply_directives(graph, R"([
       {"op": "shard", "devices": [[0, 1], [2, 3]], "params": {"w1": 0, "w2": 1}},
-      {"op": "replicate", "devices": [0, 1]}])");
+      {"op": "replicate", "devices": [0, 2]}])");
   EXPECT_EQ(graph.num_ranks(), 4);
   // The gradients of member 1's blocks meet those of the other group's member 1.
   const plan::Plan plan = planner::lower(graph, 3, {});

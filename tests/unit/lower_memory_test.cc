@@ -1,6 +1,10 @@
 // The lowered plan's memory: reshapes of activations move no data.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+#include <string>
+
 #include "formats/strategy.h"
 #include "planner/plan_model.h"
 
@@ -82,6 +86,53 @@ TEST(LowerMemory, OverlappedPairsKeepTheirBuffersApart) {
           << "[" << f_begin << ", " << f_end << ") and [" << b_begin << ", " << b_end << ")";
     }
   }
+}
+
+// A send's buffer is reused once the send is done, and the task that reuses it waits for that.
+// In an overlapped pair that task is on the stream that wrote what was sent: the partner on the
+// other compute stream does not wait for a send, which would hold it until the peer receives.
+TEST(LowerMemory, OnlyTheWritersStreamWaitsForASend) {
+  const plan::Plan plan = gpt_plan(
+      R"({"batch": {"global": 8}, "frozen": ["*mask*"],
+          "annotations": [{"match": "/blocks.0/*", "tags": {"PP": 0}},
+                          {"match": "/blocks.1/*", "tags": {"PP": 1}}],
+          "directives": [{"op": "pipeline", "schedule": "dualpipe", "devices": [0, 1],
+                          "num_microbatches": 4}]})");
+  std::map<int, std::string> recorder;                // event -> the stream that records it
+  std::map<int, std::set<std::string>> send_writers;  // a send's event -> its writers' streams
+  for (const plan::Stream& stream : plan.streams()) {
+    for (const plan::Instruction& instruction : stream.instructions()) {
+      if (instruction.has_record()) recorder[instruction.record().event()] = stream.name();
+    }
+  }
+  for (const plan::Stream& stream : plan.streams()) {
+    std::set<std::string> writers;  // the streams the stream's next send waits for
+    bool sent = false;
+    for (const plan::Instruction& instruction : stream.instructions()) {
+      if (instruction.has_wait()) writers.insert(recorder.at(instruction.wait().event()));
+      if (instruction.has_send()) sent = true;
+      if (instruction.has_record() && sent) send_writers[instruction.record().event()] = writers;
+      if (instruction.has_record()) {
+        writers.clear();
+        sent = false;
+      }
+    }
+  }
+  ASSERT_FALSE(send_writers.empty());
+  int waits = 0;
+  for (const plan::Stream& stream : plan.streams()) {
+    if (stream.name().rfind("compute", 0) != 0) continue;
+    for (const plan::Instruction& instruction : stream.instructions()) {
+      if (!instruction.has_wait()) continue;
+      const auto send = send_writers.find(instruction.wait().event());
+      if (send == send_writers.end()) continue;
+      ++waits;
+      EXPECT_TRUE(send->second.count(stream.name()))
+          << stream.name() << " waits for the send of event " << send->first << " ("
+          << instruction.label() << ", mb " << instruction.microbatch() << ")";
+    }
+  }
+  EXPECT_GT(waits, 0);
 }
 
 }  // namespace
