@@ -154,14 +154,24 @@ class Lowering {
   // offset stays; what follows the rank (the instructions of its own tasks, as its transfers
   // and its share of the gradient norm, and of tasks whose kernels read its replica index,
   // the streams' names, the parameters it loads, its batch rows, its groups) is emitted again
-  // by the code that emitted it. Throws NotSymmetric, leaving the plan unusable, where the
-  // tasks do not correspond.
-  void specialise(int rank) {
-    const int member = member_, parts = parts_;
+  // by the code that emitted it. Returns false, changing nothing, where the tasks do not
+  // correspond; throws NotSymmetric, leaving the plan unusable, where that shows only while
+  // emitting.
+  bool specialise(int rank) {
+    const int was = rank_, member = member_, parts = parts_;
     rank_ = rank;
     locate_rank();
-    if (member_ != member || parts_ != parts) throw NotSymmetric{};
-    match_tasks();
+    if (member_ != member || parts_ != parts || !match_tasks()) {
+      if (member_order_ != nullptr) {
+        for (ir::TaskId id : *member_order_) member_position_[static_cast<size_t>(id)] = -1;
+      }
+      rank_ = was;
+      locate_rank();
+      return false;
+    }
+    for (size_t s = 0; s < stream_names_.size(); ++s) {
+      plan_.mutable_streams(static_cast<int>(s))->set_name(*stream_names_[s]);
+    }
     plan_.mutable_header()->set_rank(rank_);
     // The planned timeline is added to each rank's plan after lowering (sim/planned_timeline.h).
     plan_.clear_planned_tasks();
@@ -187,6 +197,7 @@ class Lowering {
     plan_.clear_groups();
     add_groups();
     for (ir::TaskId id : *member_order_) member_position_[id] = -1;
+    return true;
   }
 
  private:
@@ -815,28 +826,30 @@ class Lowering {
     return (replica * dag_.microbatches() + std::max(key.microbatch, 0)) * samples;
   }
 
-  // Pairs the local tasks of the rank being specialised with run()'s by position, checking that
-  // they correspond, renames the streams, and maps the IR tensors of tasks of the rank's own to
-  // run()'s.
-  void match_tasks() {
+  // Pairs the local tasks of the rank being specialised with run()'s by position, names the
+  // streams and maps the IR tensors of tasks of the rank's own to run()'s; false where they do
+  // not correspond.
+  bool match_tasks() {
     const std::vector<ir::TaskId>& theirs = dag_.device_tasks(device_);
-    if (theirs.size() != order_.size()) throw NotSymmetric{};
+    member_order_ = nullptr;
+    if (theirs.size() != order_.size()) return false;
     member_order_ = &theirs;
     member_position_.resize(static_cast<size_t>(graph_.num_tasks()), -1);
     tensor_to_template_.clear();
-    std::vector<const std::string*> names(static_cast<size_t>(plan_.streams_size()), nullptr);
+    std::vector<const std::string*>& names = stream_names_;
+    names.assign(static_cast<size_t>(plan_.streams_size()), nullptr);
     for (size_t p = 0; p < order_.size(); ++p) {
       const ir::Task& was = graph_.task(order_[p]);
       const ir::Task& now = graph_.task(theirs[p]);
       if (was.kind != now.kind || was.pass != now.pass || was.microbatch != now.microbatch ||
           was.ops.size() != now.ops.size() || was.tensors.size() != now.tensors.size()) {
-        throw NotSymmetric{};
+        return false;
       }
       const std::string*& name = names[static_cast<size_t>(task_slots_[p].stream)];
       if (name == nullptr) {
         name = &now.stream;
       } else if (*name != now.stream) {
-        throw NotSymmetric{};
+        return false;
       }
       member_position_[static_cast<size_t>(theirs[p])] = static_cast<int>(p);
       if (theirs[p] == order_[p]) continue;
@@ -845,26 +858,34 @@ class Lowering {
         const ir::Op& b = ops_.op(now.ops[k]);
         if (a.type != b.type || a.inputs.size() != b.inputs.size() ||
             a.outputs.size() != b.outputs.size()) {
-          throw NotSymmetric{};
+          return false;
         }
-        for (size_t i = 0; i < a.inputs.size(); ++i) match_tensor(a.inputs[i], b.inputs[i]);
-        for (size_t i = 0; i < a.outputs.size(); ++i) match_tensor(a.outputs[i], b.outputs[i]);
+        for (size_t i = 0; i < a.inputs.size(); ++i) {
+          if (!match_tensor(a.inputs[i], b.inputs[i])) return false;
+        }
+        for (size_t i = 0; i < a.outputs.size(); ++i) {
+          if (!match_tensor(a.outputs[i], b.outputs[i])) return false;
+        }
       }
-      for (size_t i = 0; i < was.tensors.size(); ++i) match_tensor(was.tensors[i], now.tensors[i]);
+      for (size_t i = 0; i < was.tensors.size(); ++i) {
+        if (!match_tensor(was.tensors[i], now.tensors[i])) return false;
+      }
     }
+    // Two of run()'s streams that are one stream here (a transfer to a device that is also a
+    // pipeline neighbour here) do not correspond.
     for (size_t s = 0; s < names.size(); ++s) {
       for (size_t t = 0; t < s; ++t) {
-        if (*names[t] == *names[s]) throw NotSymmetric{};
+        if (*names[t] == *names[s]) return false;
       }
-      plan_.mutable_streams(static_cast<int>(s))->set_name(*names[s]);
     }
+    return true;
   }
 
-  void match_tensor(ir::TensorId was, ir::TensorId now) {
-    if (was == now) return;
-    if (was < 0 || now < 0) throw NotSymmetric{};
+  bool match_tensor(ir::TensorId was, ir::TensorId now) {
+    if (was == now) return true;
+    if (was < 0 || now < 0) return false;
     const auto [found, added] = tensor_to_template_.emplace(now, was);
-    if (!added && found->second != was) throw NotSymmetric{};
+    return added || found->second == was;
   }
 
   // Emits local task `position` of the rank being specialised into its instructions.
@@ -1137,6 +1158,7 @@ class Lowering {
   const std::vector<ir::TaskId>* member_order_ = nullptr;
   std::vector<int> member_position_;
   std::unordered_map<ir::TensorId, ir::TensorId> tensor_to_template_;
+  std::vector<const std::string*> stream_names_;  // the rank's name of each plan stream
   plan::Stream* rewrite_stream_ = nullptr;
   int rewrite_next_ = 0;
   int rewrite_end_ = 0;
@@ -1210,7 +1232,13 @@ plan::Plan& SymmetricLowering::plan(int rank) {
   if (template_ && template_->symmetry_class == symmetry_class &&
       !unspecialisable_.count(symmetry_class)) {
     try {
-      template_->lowering.specialise(rank);
+      if (!template_->lowering.specialise(rank)) {
+        // This rank's tasks differ from its class's: it is lowered alone and
+        // the class's plan kept for the next.
+        alone_ = std::make_unique<plan::Plan>(lower(index_, rank, context_));
+        ++lowered_;
+        return *alone_;
+      }
       if (template_->checked) {
         ++specialised_;
         return *template_->plan;

@@ -48,14 +48,15 @@ std::vector<int> symmetry_classes(const DagIndex& index);
 std::vector<int> symmetric_order(const std::vector<int>& classes);
 
 // Lowers ranks one after another, each rank of a symmetry class that follows another of its
-// class by specialising that one's plan (DESIGN.md, "symmetric ranks are lowered once"): its
+// class by specialising that one's plan (DESIGN.md: symmetry is exploited, not re-lowered): its
 // tensors, buffers, events and memory plan stay, and what follows the rank (the instructions
 // of its own tasks, as its transfers and its share of the gradient norm, and of kernels that
 // read its replica index, the streams named by its device, its parameter shards and blocks,
 // its batch rows, its groups) is emitted again by the code that lowers a rank. The plans are
 // those lower() makes, byte for byte: the first plan specialised from each lowering is
-// compared with the rank's own lowering, and a class where they differ (or whose tasks do not
-// correspond one to one) is lowered rank by rank. Not thread-safe: one per thread.
+// compared with the rank's own lowering, and a class where they differ is lowered rank by
+// rank; a rank whose tasks do not correspond one to one with its class's is lowered alone. Not
+// thread-safe: one per thread.
 class SymmetricLowering {
  public:
   // `classes`: symmetry_classes(index); the three must outlive this object.
@@ -76,7 +77,8 @@ class SymmetricLowering {
   const LowerContext& context_;
   const std::vector<int>& classes_;
   std::unique_ptr<Template> template_;
-  std::set<int> unspecialisable_;  // classes whose plans specialisation does not make
+  std::unique_ptr<plan::Plan> alone_;  // a rank lowered apart from its class's plan
+  std::set<int> unspecialisable_;      // classes whose plans specialisation does not make
   int lowered_ = 0;
   int specialised_ = 0;
 };

@@ -87,7 +87,8 @@ TEST(SymmetricLowering, ExpertsOfEachReplicaAreItsOwn) {
     "directives": [
       {"op": "zero", "stage": 2, "axis": "dp"},
       {"op": "shard", "axis": "dp", "params": {
-        "blocks.*.mlp.w1": 0, "blocks.*.mlp.b1": 0, "blocks.*.mlp.w2": 0, "blocks.*.mlp.b2": 0}}]})");
+        "blocks.*.mlp.w1": 0, "blocks.*.mlp.b1": 0,
+        "blocks.*.mlp.w2": 0, "blocks.*.mlp.b2": 0}}]})");
   EXPECT_EQ(specialised, 3);
 }
 
