@@ -44,10 +44,13 @@ std::string staging_name(const std::string& stem) {
 constexpr size_t kArenaBlockBytes = size_t{1} << 20;
 
 // Each plan is made just before it is written and dropped after: one is held at a time by each
-// of `threads` threads, which take the ranks of `order` in turn.
+// of `threads` threads, which take runs of the ranks of `order` in turn.
 void write_plans_into(const std::vector<int>& order, const NewPlanSource& new_source,
                       const fs::path& folder, int threads) {
   const int world_size = static_cast<int>(order.size());
+  // Each thread takes runs of consecutive ranks of `order` (four runs a thread), so that a
+  // source sees most ranks of a symmetry class one after another.
+  const int chunk = std::max(1, (world_size + 4 * threads - 1) / (4 * threads));
   std::atomic<int> next{0};
   std::atomic<bool> failed{false};
   std::exception_ptr first_error;
@@ -55,10 +58,13 @@ void write_plans_into(const std::vector<int>& order, const NewPlanSource& new_so
   const auto work = [&] {
     try {
       const PlanSource plan_of = new_source();
-      for (int i = next++; i < world_size && !failed; i = next++) {
-        const plan::Plan& plan = plan_of(order[static_cast<size_t>(i)]);
-        write_plan_file((folder / plan_file_name(static_cast<int>(plan.header().rank()))).string(),
-                        plan);
+      for (int first = next.fetch_add(chunk); first < world_size && !failed;
+           first = next.fetch_add(chunk)) {
+        for (int i = first; i < std::min(first + chunk, world_size) && !failed; ++i) {
+          const plan::Plan& plan = plan_of(order[static_cast<size_t>(i)]);
+          write_plan_file(
+              (folder / plan_file_name(static_cast<int>(plan.header().rank()))).string(), plan);
+        }
       }
     } catch (...) {
       const std::lock_guard<std::mutex> lock(error_mutex);

@@ -30,8 +30,8 @@ using PlanOfRank = std::function<void(int rank, plan::Plan& plan)>;
 // The same for the plans of ranks 0 to world_size - 1, each made by plan_of just before it is
 // written and dropped after, so that one plan per thread is held at a time however many ranks
 // there are. With `threads` > 1 that many threads make and write plans at once, each taking the
-// next rank not yet taken: plan_of must then be safe to call from several threads. The first
-// exception any call throws is rethrown once all threads stopped.
+// next run of ranks not yet taken: plan_of must then be safe to call from several threads. The
+// first exception any call throws is rethrown once all threads stopped.
 void write_plan_directory(int world_size, const PlanOfRank& plan_of, const std::string& dir,
                           bool force, int threads = 1);
 
