@@ -116,8 +116,9 @@ RankPlace place_of_rank(const ir::TaskGraph& graph, int rank) {
   return place;
 }
 
-// Thrown by Lowering::specialise where the two ranks' plans do not correspond one to one: the
-// rank is then lowered from scratch.
+// Thrown by Lowering::specialise where the two ranks' plans turn out not to correspond one to
+// one while emitting (a tensor or event run() did not make): the rank is then lowered from
+// scratch and its class no longer specialised.
 struct NotSymmetric {};
 
 class Lowering {
