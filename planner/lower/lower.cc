@@ -1253,7 +1253,9 @@ plan::Plan& SymmetricLowering::plan(int rank) {
         return *template_->plan;
       }
       unspecialisable_.insert(symmetry_class);
-    } catch (const NotSymmetric&) {
+    } catch (...) {
+      // NotSymmetric, or whatever else failed while specialising: lowering the rank from scratch
+      // below throws again where the error is the rank's own.
       unspecialisable_.insert(symmetry_class);
     }
   }
