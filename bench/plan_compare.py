@@ -3,6 +3,7 @@
 change a plan unless on purpose).
 
     /usr/bin/python3 bench/plan_compare.py --before OLD/piper-plan [--after build/tools/piper-plan]
+                                           [--no-verify]
 
 Plans each case below with both binaries into fresh folders and compares every rank's plan
 as `piper-dump --json` prints it, less the header's plan id and planner version (random per
@@ -10,7 +11,9 @@ run, and the build's commit). Cases: the sample strategies on their models, ever
 schedule over a 4-block GPT (with and without a data-parallel mesh, ZeRO 1 to 3),
 bench/plan_scale.py's strategy at 16 ranks on 8 blocks, and cases whose ranks fall into classes
 of three or more that differ only in a mesh coordinate (data parallelism by 4 with ZeRO-3 and
-with DualPipe, dp 4 x tp 2, experts over 4 replicas). Prints one line per case and exits
+with DualPipe, dp 4 x tp 2, experts over 4 replicas), and cases for the specialisation of
+symmetric ranks (samples/gpt with Dropout in its MLPs under ZeRO-2 over 4 replicas, dp 4 x pp 2
+and dp 3 x tp 2; interleaved stages over dp 4 x pp 2). Prints one line per case and exits
 1 on the first case whose plans differ, naming the rank and the first differing line.
 This is a developer check, not a ctest test: it needs two builds.
 """
@@ -40,6 +43,32 @@ def stages(layers, per_stage=1):
     return [{"match": f"/blocks.{i}/*", "tags": {"PP": i // per_stage}} for i in range(layers)]
 
 
+# samples/gpt with Dropout in every MLP, as tests/integration/test_dropout_layouts.py exports it.
+DROPOUT_EXPORT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import export as gpt
+import torch.nn as nn
+import torch.nn.functional as F
+
+class DroppingMLP(gpt.MLP):
+    def __init__(self, d):
+        super().__init__(d)
+        self.drop = nn.Dropout(0.25)
+
+    def forward(self, x):
+        return self.drop(self.out(self.drop(F.gelu(self.fc(x)))))
+
+gpt.torch.manual_seed(gpt.SEED)
+gpt.export_model(gpt.GPT(make_mlp=DroppingMLP), sys.argv[2])
+"""
+
+
+def export_dropout_gpt(path):
+    subprocess.run([sys.executable, "-c", DROPOUT_EXPORT, os.path.join(SAMPLES, "gpt"), path],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def pipeline_case(schedule, layers, microbatches, devices=None, axis_mesh=None, **keys):
     common = {"batch": {"global": 32}, "frozen": ["*mask*"],
               "optimizer": {"type": "adamw", "lr": 1e-3, "weight_decay": 0.01}}
@@ -52,7 +81,7 @@ def pipeline_case(schedule, layers, microbatches, devices=None, axis_mesh=None, 
     return {**common, "annotations": stages(layers), "directives": [directive]}
 
 
-def cases(gpt4, gpt8, plan_scale):
+def cases(gpt4, gpt8, plan_scale, dropout_gpt):
     gpt = os.path.join(SAMPLES, "gpt", "model.onnx")
     moe = os.path.join(SAMPLES, "moe", "model.onnx")
     mlp = os.path.join(SAMPLES, "mlp", "model.onnx")
@@ -88,6 +117,19 @@ def cases(gpt4, gpt8, plan_scale):
         experts = json.load(f)
     experts["mesh"] = [["dp", 4]]
     yield "moe_ep4_zero2", moe, experts
+    # Symmetric ranks specialised from one lowering (planner/lower/lower.h): dropout keys follow
+    # the replica (and the tensor-parallel member), interleaved stages and dp x pp meshes.
+    yield "dropout_dp4_zero2", dropout_gpt, {
+        "batch": {"global": 32}, "frozen": ["*mask*"],
+        "optimizer": {"type": "adamw", "lr": 1e-3, "weight_decay": 0.01},
+        "directives": [{"op": "split", "dim_name": "MB", "num_microbatches": 2},
+                       {"op": "zero", "stage": 2, "devices": [0, 1, 2, 3]}]}
+    yield ("dropout_1f1b_dp4_pp2", dropout_gpt,
+           pipeline_case("1f1b", 2, 4, axis_mesh=[["dp", 4], ["pp", 2]], zero=1))
+    yield "dropout_tp2_dp3", dropout_gpt, {**tp_dp, "mesh": [["dp", 3], ["tp", 2]],
+                                           "batch": {"global": 36}}
+    yield ("gpt4_interleaved_dp4", gpt4,
+           pipeline_case("interleaved", 4, 4, axis_mesh=[["dp", 4], ["pp", 2]], chunks=2))
 
 
 def dumps(piper_dump, folder):
@@ -108,13 +150,18 @@ def main():
     parser.add_argument("--before", required=True, help="the reference piper-plan")
     parser.add_argument("--after", default=os.path.join(ROOT, "build", "tools", "piper-plan"))
     parser.add_argument("--dump", default=os.path.join(ROOT, "build", "tools", "piper-dump"))
+    parser.add_argument("--no-verify", action="store_true",
+                        help="plan with the new build under --no-verify (whose plans must be the "
+                             "same; it routes replicated pipeline stages once)")
     args = parser.parse_args()
     plan_scale = load_plan_scale()
     with tempfile.TemporaryDirectory(prefix="piper_plan_compare_") as tmp:
         gpt4, gpt8 = os.path.join(tmp, "gpt4.onnx"), os.path.join(tmp, "gpt8.onnx")
         plan_scale.export_in_child(4, gpt4)
         plan_scale.export_in_child(8, gpt8)
-        for name, model, strategy in cases(gpt4, gpt8, plan_scale):
+        dropout_gpt = os.path.join(tmp, "dropout_gpt.onnx")
+        export_dropout_gpt(dropout_gpt)
+        for name, model, strategy in cases(gpt4, gpt8, plan_scale, dropout_gpt):
             if isinstance(strategy, dict):
                 path = os.path.join(tmp, name + ".json")
                 with open(path, "w") as f:
@@ -123,7 +170,8 @@ def main():
             plans = {}
             for which, binary in (("before", args.before), ("after", args.after)):
                 out = os.path.join(tmp, name, which)
-                subprocess.run([binary, model, strategy, "-o", out], check=True,
+                flags = ["--no-verify"] if which == "after" and args.no_verify else []
+                subprocess.run([binary, model, strategy, "-o", out] + flags, check=True,
                                stdout=subprocess.DEVNULL)
                 plans[which] = dumps(args.dump, out)
             if plans["before"].keys() != plans["after"].keys():

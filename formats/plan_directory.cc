@@ -8,6 +8,7 @@
 #include <exception>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <regex>
@@ -43,25 +44,27 @@ std::string staging_name(const std::string& stem) {
 constexpr size_t kArenaBlockBytes = size_t{1} << 20;
 
 // Each plan is made just before it is written and dropped after: one is held at a time by each
-// of `threads` threads, which take the ranks in turn.
-void write_plans_into(int world_size, const PlanOfRank& plan_of, const fs::path& folder,
-                      int threads) {
+// of `threads` threads, which take runs of the ranks of `order` in turn.
+void write_plans_into(const std::vector<int>& order, const NewPlanSource& new_source,
+                      const fs::path& folder, int threads) {
+  const int world_size = static_cast<int>(order.size());
+  // Each thread takes runs of consecutive ranks of `order` (four runs a thread), so that a
+  // source sees most ranks of a symmetry class one after another.
+  const int chunk = std::max(1, (world_size + 4 * threads - 1) / (4 * threads));
   std::atomic<int> next{0};
   std::atomic<bool> failed{false};
   std::exception_ptr first_error;
   std::mutex error_mutex;
   const auto work = [&] {
     try {
-      google::protobuf::ArenaOptions options;
-      options.start_block_size = kArenaBlockBytes;
-      options.max_block_size = kArenaBlockBytes;
-      google::protobuf::Arena arena(options);
-      for (int rank = next++; rank < world_size && !failed; rank = next++) {
-        plan::Plan& plan = *google::protobuf::Arena::CreateMessage<plan::Plan>(&arena);
-        plan_of(rank, plan);
-        write_plan_file((folder / plan_file_name(static_cast<int>(plan.header().rank()))).string(),
-                        plan);
-        arena.Reset();
+      const PlanSource plan_of = new_source();
+      for (int first = next.fetch_add(chunk); first < world_size && !failed;
+           first = next.fetch_add(chunk)) {
+        for (int i = first; i < std::min(first + chunk, world_size) && !failed; ++i) {
+          const plan::Plan& plan = plan_of(order[static_cast<size_t>(i)]);
+          write_plan_file(
+              (folder / plan_file_name(static_cast<int>(plan.header().rank()))).string(), plan);
+        }
       }
     } catch (...) {
       const std::lock_guard<std::mutex> lock(error_mutex);
@@ -91,12 +94,12 @@ void staged(const fs::path& staging, Write write) {
 }
 
 // `target` does not exist: the whole folder appears by one rename.
-void write_new_directory(int world_size, const PlanOfRank& plan_of, const fs::path& target,
-                         int threads) {
+void write_new_directory(const std::vector<int>& order, const NewPlanSource& new_source,
+                         const fs::path& target, int threads) {
   fs::create_directories(target.parent_path());
   const fs::path staging = target.parent_path() / staging_name(target.filename().string() + ".");
   staged(staging, [&] {
-    write_plans_into(world_size, plan_of, staging, threads);
+    write_plans_into(order, new_source, staging, threads);
     fs::rename(staging, target);
   });
 }
@@ -113,8 +116,9 @@ std::string describe_foreign(std::vector<std::string> names) {
 }
 
 // `target` is a folder: each plan file is replaced in place, nothing else is touched.
-void write_into_directory(int world_size, const PlanOfRank& plan_of, const fs::path& target,
-                          bool force, int threads) {
+void write_into_directory(const std::vector<int>& order, const NewPlanSource& new_source,
+                          const fs::path& target, bool force, int threads) {
+  const int world_size = static_cast<int>(order.size());
   std::vector<std::string> foreign;
   std::vector<fs::path> stale;
   for (const auto& entry : fs::directory_iterator(target)) {
@@ -135,7 +139,7 @@ void write_into_directory(int world_size, const PlanOfRank& plan_of, const fs::p
   }
   const fs::path staging = target / staging_name("");
   staged(staging, [&] {
-    write_plans_into(world_size, plan_of, staging, threads);
+    write_plans_into(order, new_source, staging, threads);
     for (int rank = 0; rank < world_size; ++rank) {
       const std::string name = plan_file_name(rank);
       fs::rename(staging / name, target / name);
@@ -180,6 +184,26 @@ void write_plan_directory(const std::vector<plan::Plan>& plans, const std::strin
 
 void write_plan_directory(int world_size, const PlanOfRank& plan_of, const std::string& dir,
                           bool force, int threads) {
+  std::vector<int> order(static_cast<size_t>(world_size));
+  for (int rank = 0; rank < world_size; ++rank) order[static_cast<size_t>(rank)] = rank;
+  // Each thread's plans are made on its arena, cleared before the next.
+  const NewPlanSource on_arena = [&plan_of]() -> PlanSource {
+    google::protobuf::ArenaOptions options;
+    options.start_block_size = kArenaBlockBytes;
+    options.max_block_size = kArenaBlockBytes;
+    auto arena = std::make_shared<google::protobuf::Arena>(options);
+    return [arena, &plan_of](int rank) -> const plan::Plan& {
+      arena->Reset();
+      plan::Plan& plan = *google::protobuf::Arena::CreateMessage<plan::Plan>(arena.get());
+      plan_of(rank, plan);
+      return plan;
+    };
+  };
+  write_plan_directory(order, on_arena, dir, force, threads);
+}
+
+void write_plan_directory(const std::vector<int>& order, const NewPlanSource& new_source,
+                          const std::string& dir, bool force, int threads) {
   try {
     // Canonical, so that "." and "plans/" name the folder itself and staging lands beside or
     // inside it, never in a folder that is then replaced.
@@ -188,9 +212,9 @@ void write_plan_directory(int world_size, const PlanOfRank& plan_of, const std::
     std::error_code error;
     const fs::file_status status = fs::status(target, error);
     if (!fs::exists(status)) {
-      write_new_directory(world_size, plan_of, target, threads);
+      write_new_directory(order, new_source, target, threads);
     } else if (fs::is_directory(status)) {
-      write_into_directory(world_size, plan_of, target, force, threads);
+      write_into_directory(order, new_source, target, force, threads);
     } else {
       throw Error("-o '" + target.string() + "' exists and is not a folder");
     }

@@ -30,9 +30,20 @@ using PlanOfRank = std::function<void(int rank, plan::Plan& plan)>;
 // The same for the plans of ranks 0 to world_size - 1, each made by plan_of just before it is
 // written and dropped after, so that one plan per thread is held at a time however many ranks
 // there are. With `threads` > 1 that many threads make and write plans at once, each taking the
-// next rank not yet taken: plan_of must then be safe to call from several threads. The first
-// exception any call throws is rethrown once all threads stopped.
+// next run of ranks not yet taken: plan_of must then be safe to call from several threads. The
+// first exception any call throws is rethrown once all threads stopped.
 void write_plan_directory(int world_size, const PlanOfRank& plan_of, const std::string& dir,
                           bool force, int threads = 1);
+
+// Returns the plan of a rank, which stays valid until its next call: one per writing thread, so
+// that a thread may keep what it made for one rank to make the next (planner::SymmetricLowering).
+using PlanSource = std::function<const plan::Plan&(int rank)>;
+using NewPlanSource = std::function<PlanSource()>;
+
+// The same, each thread writing the plans of the next ranks of `order` (every rank from 0 to
+// its size - 1 once) from its own source, made by new_source (which must then be safe to call
+// from several threads).
+void write_plan_directory(const std::vector<int>& order, const NewPlanSource& new_source,
+                          const std::string& dir, bool force, int threads = 1);
 
 }  // namespace piper::formats

@@ -1,6 +1,7 @@
 #include "planner/plan_model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <optional>
@@ -243,6 +244,8 @@ struct RankPlans::State {
         timeline(simulated, rates),
         apart(with_exchanges_apart(simulated)),
         index(apart ? *apart : simulated),
+        classes(symmetry_classes(index)),
+        order(symmetric_order(classes)),
         lower_context(std::move(context)) {
     lower_context.memory_plans = &memory_plans;
   }
@@ -253,7 +256,11 @@ struct RankPlans::State {
   // The DAG lowered where it differs from `simulated`: that with its exchanges apart.
   const std::optional<ir::TaskGraph> apart;
   const DagIndex index;
-  mutable MemoryPlanCache memory_plans;  // ranks that differ only in a mesh coordinate share one
+  const std::vector<int> classes;           // each rank's symmetry class
+  const std::vector<int> order;             // the ranks, by class
+  mutable MemoryPlanCache memory_plans;     // ranks that differ only in a mesh coordinate share one
+  mutable std::atomic<int> lowered{0};      // plans source()s lowered
+  mutable std::atomic<int> specialised{0};  // and specialised
   LowerContext lower_context;
 };
 
@@ -266,6 +273,24 @@ plan::Plan RankPlans::plan(int rank) const {
 void RankPlans::plan(int rank, plan::Plan& into) const {
   lower(state_->index, rank, state_->lower_context, into);
   state_->timeline.add_to(into, device_of_rank(state_->simulated, rank));
+}
+
+const std::vector<int>& RankPlans::order() const { return state_->order; }
+
+int RankPlans::lowered() const { return state_->lowered; }
+
+int RankPlans::specialised() const { return state_->specialised; }
+
+std::function<const plan::Plan&(int rank)> RankPlans::source() const {
+  auto lowering =
+      std::make_shared<SymmetricLowering>(state_->index, state_->lower_context, state_->classes);
+  return [state = state_, lowering](int rank) -> const plan::Plan& {
+    const int specialised = lowering->specialised();
+    plan::Plan& plan = lowering->plan(rank);
+    ++(lowering->specialised() > specialised ? state->specialised : state->lowered);
+    state->timeline.add_to(plan, device_of_rank(state->simulated, rank));
+    return plan;
+  };
 }
 
 PlanningResult plan_ranks(const std::string& model_path, const strategy::Strategy& written,
@@ -284,8 +309,16 @@ PlanningResult plan_ranks(const std::string& model_path, const strategy::Strateg
   }();
   if (options.verify) ir::verify_or_throw(graph, "after building the task DAG");
   const strategy::Strategy grouped = on_shard_groups(strategy);
-  for (const strategy::Directive& directive : grouped.directives) {
-    const DirectiveContext context{directive, strategy.source};
+  const auto is_replicate = [&](size_t i) {
+    return i < grouped.directives.size() &&
+           std::holds_alternative<strategy::ReplicateDirective>(grouped.directives[i].spec);
+  };
+  for (size_t i = 0; i < grouped.directives.size(); ++i) {
+    DirectiveContext context{grouped.directives[i], strategy.source};
+    // Unverified, replicates in a row route once, after the last: each route removes every
+    // transfer and makes them anew from the compute tasks, which replicate alone reads, so
+    // the DAG is the same (PlanModelVerify's tests).
+    context.route_transfers = options.verify || !(is_replicate(i) && is_replicate(i + 1));
     directive_pass(context)(graph, context);
     if (options.verify) ir::verify_or_throw(graph, "after " + context.where());
   }

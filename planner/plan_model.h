@@ -1,6 +1,7 @@
 // The planner's whole flow: ONNX model + strategy -> one plan per rank.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -61,6 +62,15 @@ class RankPlans {
   plan::Plan plan(int rank) const;
   // The same, made in `into`, an empty message (on an arena, say).
   void plan(int rank, plan::Plan& into) const;
+  // The ranks in the order in which a source() lowers each symmetry class once (lower.h).
+  const std::vector<int>& order() const;
+  // Rank `rank`'s plan, its planned timeline included, valid until the next call: ranks asked
+  // for in order() are specialised from the rank before where they are symmetric. The plans
+  // are plan()'s. One source per thread.
+  std::function<const plan::Plan&(int rank)> source() const;
+  // Plans the sources made so far by lowering a rank, and by specialising another's.
+  int lowered() const;
+  int specialised() const;
 
  private:
   friend PlanningResult plan_ranks(const std::string&, const strategy::Strategy&,

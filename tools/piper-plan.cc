@@ -117,6 +117,10 @@ void print_summary(const piper::planner::PlanningResult& result,
                    const piper::planner::sim::DeviceRates& rates) {
   std::cout << "planned " << ranks.size() << " rank(s), " << result.num_ops << " ops in "
             << result.num_tasks << " tasks -> " << dir << "\n";
+  if (result.ranks->specialised() > 0) {
+    std::cout << "  symmetric ranks: " << result.ranks->lowered() << " plan(s) lowered, "
+              << result.ranks->specialised() << " specialised from another rank's\n";
+  }
   if (!result.fusions.empty()) {
     std::cout << "  fused:";
     for (const auto& [rule, count] : result.fusions) std::cout << " " << rule << " " << count;
@@ -235,11 +239,16 @@ int main(int argc, char** argv) {
     // once), never all held at once.
     const auto result = piper::planner::plan_ranks(model_path, strategy, options);
     std::vector<std::string> ranks(static_cast<size_t>(result.ranks->num_ranks()));
+    // Symmetric ranks are taken one after another, so that each thread lowers a class once
+    // and specialises that plan for the class's other ranks.
     piper::formats::write_plan_directory(
-        result.ranks->num_ranks(),
-        [&](int rank, piper::plan::Plan& plan) {
-          result.ranks->plan(rank, plan);
-          ranks[static_cast<size_t>(rank)] = rank_summary(plan, options.rates);
+        result.ranks->order(),
+        [&]() -> piper::formats::PlanSource {
+          return [&, plan_of = result.ranks->source()](int rank) -> const piper::plan::Plan& {
+            const piper::plan::Plan& plan = plan_of(rank);
+            ranks[static_cast<size_t>(rank)] = rank_summary(plan, options.rates);
+            return plan;
+          };
         },
         output_dir, force, threads);
     print_summary(result, ranks, output_dir, options.rates);

@@ -12,6 +12,11 @@ namespace piper::planner {
 struct DirectiveContext {
   const strategy::Directive& directive;
   const std::string& source;  // the strategy file, for messages
+  // Whether a directive that moves tasks between devices routes the DAG's transfers after it
+  // (route_transfers). Routing rebuilds every transfer from the compute tasks, so a replicate
+  // followed by another may leave it to that one when nothing verifies the DAG in between
+  // (piper-plan --no-verify): a large pipeline replicates each of its stages in turn.
+  bool route_transfers = true;
 
   // "strategy.json: $.directives[2] (place): <what>", for errors.
   std::string where(const std::string& field = "") const;

@@ -524,7 +524,7 @@ struct Replication {
         if (spec.shard_optimizer) shard_updates({});
       }
     }
-    route_transfers(graph, context);
+    if (context.route_transfers) route_transfers(graph, context);
   }
 };
 

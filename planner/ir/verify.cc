@@ -309,10 +309,22 @@ class Verifier {
     return task.kind != TaskKind::kSend && contains(task.tensors, tensor);
   }
 
+  // Sets marks[device] to `mark`; false if it held it already. Negative devices (reported by
+  // check_tasks) are never marked.
+  static bool mark_device(int device, std::vector<uint64_t>& marks, uint64_t mark) {
+    if (device < 0) return false;
+    if (static_cast<size_t>(device) >= marks.size()) marks.resize(static_cast<size_t>(device) + 1);
+    if (marks[device] == mark) return false;
+    marks[device] = mark;
+    return true;
+  }
+
   // The tensors task `id` reads that none of its own earlier ops write.
   void check_inputs(TaskId id) {
     const Task& task = graph_.task(id);
     const DeviceSet devices = device_set(id);
+    ++task_mark_;
+    for (int device : task.devices) mark_device(device, task_of_device_, task_mark_);
     std::set<TensorId> written;
     std::set<TensorId> checked;
     for (OpId op : task.ops) {
@@ -333,15 +345,22 @@ class Verifier {
     if (producer < 0 && is_always_available(ops_.tensor(tensor).role)) return;
     // Each device of a replicated task may get the tensor from its own source
     // (replica i's recv): the devices the sources provide it on must cover the task's. One pass
-    // over the sources, not one per device: a stage replicated n ways has n recvs.
-    DeviceSet provided;
+    // over the sources, not one per device: a stage replicated n ways has n recvs. The devices
+    // are counted by marks (check_inputs marked the task's), not collected in sets: a compute
+    // task of a large data-parallel job has hundreds of devices and of sources.
+    ++provided_mark_;
+    size_t covered = 0;
     for (TaskId source : data_predecessors_[id]) {
-      if (provides(source, tensor, task.microbatch)) {
-        const DeviceSet where = device_set(source);
-        provided.insert(where.begin(), where.end());
+      if (!provides(source, tensor, task.microbatch)) continue;
+      for (int device : graph_.task(source).devices) {
+        if (device >= 0 && static_cast<size_t>(device) < task_of_device_.size() &&
+            task_of_device_[device] == task_mark_ &&
+            mark_device(device, provided_on_device_, provided_mark_)) {
+          ++covered;
+        }
       }
     }
-    if (std::includes(provided.begin(), provided.end(), devices.begin(), devices.end())) return;
+    if (covered == devices.size()) return;
     const std::string reads = describe(id) + " on devices " + devices_text(devices) + " reads '" +
                               tensor_name(tensor) + "'";
     if (contains(task.ops, producer)) {
@@ -525,6 +544,13 @@ class Verifier {
   const OpGraph& ops_;
   std::vector<OpId> producer_;
   std::vector<std::vector<TaskId>> data_predecessors_;
+  // check_inputs' marks, by device: the task being checked runs there (task_of_device_ holds
+  // task_mark_), the tensor being checked is provided there (provided_on_device_ holds
+  // provided_mark_).
+  std::vector<uint64_t> task_of_device_;
+  std::vector<uint64_t> provided_on_device_;
+  uint64_t task_mark_ = 0;
+  uint64_t provided_mark_ = 0;
   std::vector<std::string> messages_;
 };
 

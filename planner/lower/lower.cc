@@ -1,10 +1,14 @@
 #include "planner/lower/lower.h"
 
+#include <google/protobuf/arena.h>
+
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 
 #include "formats/build_info.h"
 #include "formats/lr_schedule.h"
@@ -91,6 +95,32 @@ void add_attribute(plan::Kernel& kernel, const std::string& name, const ir::Attr
       value);
 }
 
+// Where a rank runs: its device in the DAG (its tensor-parallel group's) and its place in that
+// device's group.
+struct RankPlace {
+  int device = 0;
+  int member = 0;
+  int parts = 1;
+};
+
+RankPlace place_of_rank(const ir::TaskGraph& graph, int rank) {
+  RankPlace place{.device = rank};
+  for (size_t g = 0; g < graph.shard_groups.size(); ++g) {
+    const auto& group = graph.shard_groups[g];
+    const auto found = std::find(group.begin(), group.end(), rank);
+    if (found == group.end()) continue;
+    place = {.device = static_cast<int>(g),
+             .member = static_cast<int>(found - group.begin()),
+             .parts = static_cast<int>(group.size())};
+  }
+  return place;
+}
+
+// Thrown by Lowering::specialise where the two ranks' plans turn out not to correspond one to
+// one while emitting (a tensor or event run() did not make): the rank is then lowered from
+// scratch and its class no longer specialised.
+struct NotSymmetric {};
+
 class Lowering {
  public:
   Lowering(const DagIndex& index, int rank, const LowerContext& context, plan::Plan& into)
@@ -101,8 +131,8 @@ class Lowering {
         rank_(rank),
         context_(context) {
     locate_rank();
-    group_ids_ = index.group_ids(parts_);
-    if (index.holds_different_parameters()) collect_group_ = group_ids_.at(index.everyone());
+    group_ids_ = &index.group_ids(parts_);
+    if (index.holds_different_parameters()) collect_group_ = group_ids_->at(index.everyone());
   }
 
   void run() {
@@ -119,6 +149,58 @@ class Lowering {
     place_tensors();
   }
 
+  // Rewrites the plan run() made into that of `rank`, a rank of the same symmetry class: its
+  // tasks correspond one to one with this plan's (the same kinds, passes, microbatches and ops,
+  // in the same order on corresponding streams), so that every tensor, buffer, event and memory
+  // offset stays; what follows the rank (the instructions of its own tasks, as its transfers
+  // and its share of the gradient norm, and of tasks whose kernels read its replica index,
+  // the streams' names, the parameters it loads, its batch rows, its groups) is emitted again
+  // by the code that emitted it. Returns false, changing nothing, where the tasks do not
+  // correspond; throws NotSymmetric, leaving the plan unusable, where that shows only while
+  // emitting.
+  bool specialise(int rank) {
+    const int was = rank_, member = member_, parts = parts_;
+    rank_ = rank;
+    locate_rank();
+    if (member_ != member || parts_ != parts || !match_tasks()) {
+      if (member_order_ != nullptr) {
+        for (ir::TaskId id : *member_order_) member_position_[static_cast<size_t>(id)] = -1;
+      }
+      rank_ = was;
+      locate_rank();
+      return false;
+    }
+    for (size_t s = 0; s < stream_names_.size(); ++s) {
+      plan_.mutable_streams(static_cast<int>(s))->set_name(*stream_names_[s]);
+    }
+    plan_.mutable_header()->set_rank(rank_);
+    // The planned timeline is added to each rank's plan after lowering (sim/planned_timeline.h).
+    plan_.clear_planned_tasks();
+    plan_.clear_planned_step();
+    if (plan_.has_gradient_norm()) plan_.mutable_gradient_norm()->clear_gradients();
+    rewriting_ = true;
+    for (size_t p = 0; p < order_.size(); ++p) {
+      if ((*member_order_)[p] != order_[p] || task_slots_[p].depends_on_rank) rewrite_task(p);
+    }
+    for (const TensorOrigin& origin : tensor_origins_) {
+      if (!origin.depends_on_rank) continue;
+      using_task_ = &graph_.task((*member_order_)[origin.position]);
+      plan::ParameterLoad& load = *plan_.mutable_parameters(origin.load);
+      const int index = load.tensor();
+      load.Clear();
+      describe_load(load, origin.tensor, index);
+    }
+    for (int i = 0; i < plan_.inputs_size(); ++i) {
+      plan::BatchInput& input = *plan_.mutable_inputs(i);
+      input.set_sample_offset(sample_offset(batch_inputs_[i], input.samples()));
+    }
+    rewriting_ = false;
+    plan_.clear_groups();
+    add_groups();
+    for (ir::TaskId id : *member_order_) member_position_[id] = -1;
+    return true;
+  }
+
  private:
   // A tensor's buffer on this rank. Per-microbatch tensors have one per microbatch and
   // replica: a device that runs replica 1 of one stage and replica 0 of the next (DualPipe's
@@ -128,6 +210,23 @@ class Lowering {
     int microbatch = -1;  // -1: shared by every microbatch
     int replica = 0;
     auto operator<=>(const Instance&) const = default;
+  };
+
+  // Where a local task's instructions are, and whether they depend on the rank beyond the task
+  // itself (its replica index, its device): specialise() emits those again.
+  struct TaskSlots {
+    int stream = 0;
+    int first = 0;
+    int count = 0;
+    bool depends_on_rank = false;
+  };
+  // Which task made a plan tensor, and its parameter load (-1: none), whose shard or block or
+  // initializer may follow the replica index of that task.
+  struct TensorOrigin {
+    ir::TensorId tensor = -1;
+    size_t position = 0;  // in order_
+    int load = -1;
+    bool depends_on_rank = false;
   };
 
   void write_header() {
@@ -158,15 +257,10 @@ class Lowering {
 
   // This rank's device in the DAG and its place in that device's tensor-parallel group.
   void locate_rank() {
-    device_ = rank_;
-    for (size_t g = 0; g < graph_.shard_groups.size(); ++g) {
-      const auto& group = graph_.shard_groups[g];
-      const auto found = std::find(group.begin(), group.end(), rank_);
-      if (found == group.end()) continue;
-      device_ = static_cast<int>(g);
-      member_ = static_cast<int>(found - group.begin());
-      parts_ = static_cast<int>(group.size());
-    }
+    const RankPlace place = place_of_rank(graph_, rank_);
+    device_ = place.device;
+    member_ = place.member;
+    parts_ = place.parts;
   }
 
   std::vector<int> ranks_of(const std::vector<int>& devices, int member) const {
@@ -205,42 +299,63 @@ class Lowering {
 
   // The DAG's edges into (out of) a task, then this rank's release edges: the edges the plan
   // orders by.
+  // (Release edges are made between the tasks run() lowered: specialise() visits them as
+  // edges between the corresponding tasks of its rank.)
   template <typename Visit>
   void for_each_edge_into(ir::TaskId id, Visit visit) const {
     for (const ir::Edge& edge : dag_.edges_into(id)) visit(edge);
-    const auto release = release_into_.find(id);
+    const auto release = release_into_.find(template_task(id));
     if (release == release_into_.end()) return;
-    for (const ir::Edge& edge : release->second) visit(edge);
+    for (const ir::Edge& edge : release->second) visit(here(edge));
   }
   template <typename Visit>
   void for_each_edge_out_of(ir::TaskId id, Visit visit) const {
     for (const ir::Edge& edge : dag_.edges_out_of(id)) visit(edge);
-    const auto release = release_out_of_.find(id);
+    const auto release = release_out_of_.find(template_task(id));
     if (release == release_out_of_.end()) return;
-    for (const ir::Edge& edge : release->second) visit(edge);
+    for (const ir::Edge& edge : release->second) visit(here(edge));
   }
 
-  plan::Stream& stream(const std::string& name) {
-    for (plan::Stream& s : *plan_.mutable_streams()) {
-      if (s.name() == name) return s;
+  // The task run() lowered that corresponds to local task `id` of the rank being specialised
+  // (-1 for a task that is not local), and the edge between the specialised rank's tasks that
+  // corresponds to one between run()'s.
+  ir::TaskId template_task(ir::TaskId id) const {
+    if (!rewriting_) return id;
+    const int position = member_position_[static_cast<size_t>(id)];
+    return position < 0 ? -1 : order_[static_cast<size_t>(position)];
+  }
+  ir::Edge here(const ir::Edge& edge) const {
+    if (!rewriting_) return edge;
+    return {(*member_order_)[local_index_.at(edge.from)],
+            (*member_order_)[local_index_.at(edge.to)], edge.kind};
+  }
+
+  int stream_index(const std::string& name) {
+    for (int s = 0; s < plan_.streams_size(); ++s) {
+      if (plan_.streams(s).name() == name) return s;
     }
-    plan::Stream& s = *plan_.add_streams();
-    s.set_name(name);
-    return s;
+    plan_.add_streams()->set_name(name);
+    return plan_.streams_size() - 1;
   }
 
   // Waits for events of predecessors on other streams, then the task's kernels,
   // then records this task's event if a successor on another stream needs it.
   void emit_task(ir::TaskId id) {
     const ir::Task& task = graph_.task(id);
-    plan::Stream& out = stream(task.stream);
+    TaskSlots slots;
+    if (!rewriting_) {
+      slots.stream = stream_index(task.stream);
+      slots.first = plan_.streams(slots.stream).instructions_size();
+    }
+    plan::Stream& out = rewriting_ ? *rewrite_stream_ : *plan_.mutable_streams(slots.stream);
+    depends_on_rank_ = false;
     for_each_edge_into(id, [&](const ir::Edge& edge) {
-      const auto event = events_.find(edge.from);
+      const auto event = events_.find(template_task(edge.from));
       if (event != events_.end() && graph_.task(edge.from).stream != task.stream) {
         instruction(out, task, id, "wait")->mutable_wait()->set_event(event->second);
       }
     });
-    first_position_[id] = position_;
+    if (!rewriting_) first_position_[id] = position_;
     using_task_ = &task;
     using_id_ = id;
     if (task.kind == ir::TaskKind::kCompute) {
@@ -255,26 +370,45 @@ class Lowering {
       needed_elsewhere |= graph_.task(edge.to).stream != task.stream;
     });
     if (needed_elsewhere) {
-      const int event = plan_.num_events();
-      plan_.set_num_events(event + 1);
-      events_[id] = event;
+      int event = plan_.num_events();
+      if (rewriting_) {
+        const auto found = events_.find(template_task(id));
+        if (found == events_.end()) throw NotSymmetric{};
+        event = found->second;
+      } else {
+        plan_.set_num_events(event + 1);
+        events_[id] = event;
+      }
       instruction(out, task, id, "record")->mutable_record()->set_event(event);
     }
+    if (rewriting_) return;
     last_position_[id] = position_ - 1;
+    slots.count = out.instructions_size() - slots.first;
+    slots.depends_on_rank = depends_on_rank_;
+    task_slots_.push_back(slots);
   }
 
+  // The next instruction of `out`; when specialising, the next of the task's own, cleared.
   plan::Instruction* instruction(plan::Stream& out, const ir::Task& task, ir::TaskId id,
                                  const std::string& label) {
-    plan::Instruction* inst = out.add_instructions();
+    plan::Instruction* inst = nullptr;
+    if (rewriting_) {
+      if (rewrite_next_ == rewrite_end_) throw NotSymmetric{};
+      inst = out.mutable_instructions(rewrite_next_++);
+      inst->Clear();
+    } else {
+      inst = out.add_instructions();
+      ++position_;
+    }
     inst->set_pass(to_plan(task.pass));
     inst->set_microbatch(task.microbatch);
     inst->set_task(id);
     inst->set_label(label);
-    ++position_;
     return inst;
   }
 
   int replica_index(const ir::Task& task) const {
+    depends_on_rank_ = true;
     const auto found = std::find(task.devices.begin(), task.devices.end(), device_);
     return static_cast<int>(found - task.devices.begin());
   }
@@ -291,16 +425,20 @@ class Lowering {
   // Only where there are several (DualPipe's mirrored stages) do they get buffers of their
   // own; the gradient norm, read by tasks over other device sets, stays one.
   void find_replicas() {
-    for (ir::TaskId id : order_) {
-      const ir::Task& task = graph_.task(id);
+    for (size_t p = 0; p < order_.size(); ++p) {
+      const ir::Task& task = graph_.task(order_[p]);
       if (task.kind == ir::TaskKind::kRecv) {
         replicas_[{task.tensors.at(0), task.microbatch}].insert(task.replica);
+        if (ops_.tensor(task.tensors.at(0)).role == ir::Role::kInput) {
+          input_tasks_[{task.tensors.at(0), task.microbatch}].push_back(p);
+        }
       }
       if (task.kind != ir::TaskKind::kCompute) continue;
       for (ir::OpId op : task.ops) {
         for (ir::TensorId in : ops_.op(op).inputs) {
           if (in >= 0 && ops_.tensor(in).role == ir::Role::kInput) {
             replicas_[{in, task.microbatch}].insert(replica_index(task));
+            input_tasks_[{in, task.microbatch}].push_back(p);
           }
         }
         for (ir::TensorId out : ops_.op(op).outputs) {
@@ -363,6 +501,7 @@ class Lowering {
 
   // The gradients of this rank's share of the norm, named by their parameters.
   void describe_norm_share(const ir::Op& op, const plan::Kernel& kernel) {
+    depends_on_rank_ = true;  // specialise() lists the norm's gradients anew
     std::map<ir::TensorId, std::string> parameters;
     for (const ir::TrainedParameter& trained : ops_.trained) {
       const ir::Tensor& parameter = ops_.tensor(trained.parameter);
@@ -385,8 +524,9 @@ class Lowering {
   // The group a placed tensor's reshards and blocks are over: this rank's tensor-parallel
   // group, or the replicas of the task (expert parallelism, averages of batch means).
   int placement_group(const ir::Task& task, bool over_replicas) const {
-    if (over_replicas) return group_ids_.at(ranks_of(task.devices, member_));
-    return group_ids_.at(graph_.shard_groups.at(device_));
+    if (!over_replicas) depends_on_rank_ = true;  // the group of this rank's device
+    if (over_replicas) return group_ids_->at(ranks_of(task.devices, member_));
+    return group_ids_->at(graph_.shard_groups.at(device_));
   }
 
   // A reshard between placements (directives/shard.cc): a collective over this rank's
@@ -440,12 +580,12 @@ class Lowering {
     const std::string label = ir::to_string(task.kind) + " " + ops_.tensor(task.tensors[0]).name +
                               (task.tensors.size() > 2 ? " (+more)" : "");
     plan::Collective& collective = *instruction(out, task, id, label)->mutable_collective();
-    collective.set_group(group_ids_.at(collective_ranks(task, member_)));
+    collective.set_group(group_ids_->at(collective_ranks(task, member_)));
     collective.set_average(task.average);
     const auto add = [&](ir::TensorId tensor, bool input) {
       const int index = use(tensor, task.microbatch);
       (input ? collective.mutable_inputs() : collective.mutable_outputs())->Add(index);
-      (input ? comm_inputs_ : comm_outputs_)[id].push_back(index);
+      if (!rewriting_) (input ? comm_inputs_ : comm_outputs_)[id].push_back(index);
     };
     switch (task.kind) {
       case ir::TaskKind::kAllReduce:
@@ -476,26 +616,26 @@ class Lowering {
     const std::string label = ir::to_string(task.kind) + " " + ops_.tensor(tensor).name;
     plan::Instruction& inst = *instruction(out, task, id, label);
     const int index = use(tensor, task.microbatch);
-    // A transfer reads or writes; both lists exist, one of them empty.
-    comm_inputs_[id];
-    comm_outputs_[id];
+    if (!rewriting_) {
+      // A transfer reads or writes; both lists exist, one of them empty.
+      (task.kind == ir::TaskKind::kSend ? comm_inputs_ : comm_outputs_)[id].push_back(index);
+      (task.kind == ir::TaskKind::kSend ? comm_outputs_ : comm_inputs_)[id];
+    }
     if (task.kind == ir::TaskKind::kSend) {
       plan::Send& send = *inst.mutable_send();
       send.set_tensor(index);
       send.set_peer(ranks_of({task.peer}, member_).front());
       send.set_tag(id);
-      comm_inputs_[id].push_back(index);
       return;
     }
     plan::Recv& recv = *inst.mutable_recv();
     recv.set_tensor(index);
     recv.set_peer(ranks_of({task.peer}, member_).front());
     recv.set_tag(dag_.sending_task(id));
-    comm_outputs_[id].push_back(index);
   }
 
   void add_groups() {
-    for (const auto& [devices, id] : group_ids_) {
+    for (const auto& [devices, id] : *group_ids_) {
       if (std::find(devices.begin(), devices.end(), rank_) == devices.end()) continue;
       plan::CommGroup& group = *plan_.add_groups();
       group.set_id(id);
@@ -506,10 +646,8 @@ class Lowering {
   // The plan index of a tensor instance, extending its lifetime to now.
   int use(ir::TensorId tensor, int microbatch) {
     if (tensor < 0) return -1;
-    const bool per_microbatch = ir::is_per_microbatch(ops_, tensor);
-    const Instance key{.tensor = tensor,
-                       .microbatch = per_microbatch ? microbatch : -1,
-                       .replica = per_microbatch ? replica_of_use(tensor, microbatch) : 0};
+    if (rewriting_) return reuse(tensor, microbatch);
+    const Instance key = instance(tensor, microbatch);
     auto found = index_.find(key);
     const bool added = found == index_.end();
     if (added) {
@@ -522,11 +660,49 @@ class Lowering {
     // A run-time extent lives as long as every tensor it sizes.
     for (const ir::DynamicDim& dim : ops_.tensor(tensor).dynamic) {
       const int extent = use(dim.extent, microbatch);
-      if (!added) continue;
-      plan::DynamicDim& out = *plan_.mutable_tensors(index)->add_dynamic_dims();
-      out.set_dim(dim.dim);
-      out.set_extent(extent);
-      out.set_scale(dim.scale);
+      if (added) add_dynamic_dim(index, dim, extent);
+    }
+    return index;
+  }
+
+  Instance instance(ir::TensorId tensor, int microbatch) const {
+    const bool per_microbatch = ir::is_per_microbatch(ops_, tensor);
+    return {.tensor = tensor,
+            .microbatch = per_microbatch ? microbatch : -1,
+            .replica = per_microbatch ? replica_of_use(tensor, microbatch) : 0};
+  }
+
+  void add_dynamic_dim(int index, const ir::DynamicDim& dim, int extent) {
+    plan::DynamicDim& out = *plan_.mutable_tensors(index)->add_dynamic_dims();
+    out.set_dim(dim.dim);
+    out.set_extent(extent);
+    out.set_scale(dim.scale);
+  }
+
+  // use() when specialising: the plan index of the tensor that corresponds to `tensor` in the
+  // plan run() made, whose description is rewritten where it is another IR tensor (one of a
+  // task of the rank's own, as its share of the gradient norm).
+  int reuse(ir::TensorId tensor, int microbatch) {
+    const auto translated = tensor_to_template_.find(tensor);
+    const ir::TensorId was = translated == tensor_to_template_.end() ? tensor : translated->second;
+    const auto found = index_.find(instance(was, microbatch));
+    if (found == index_.end()) throw NotSymmetric{};
+    const int index = found->second;
+    const bool renamed = was != tensor;
+    if (renamed) {
+      const ir::Tensor& now = ops_.tensor(tensor);
+      if (!now.initializer.empty() || !now.data.empty()) throw NotSymmetric{};
+      plan::Tensor& out = *plan_.mutable_tensors(index);
+      const int64_t offset = out.offset();
+      out.Clear();
+      describe_tensor(out, {.tensor = tensor,
+                            .microbatch = found->first.microbatch,
+                            .replica = found->first.replica});
+      out.set_offset(offset);
+    }
+    for (const ir::DynamicDim& dim : ops_.tensor(tensor).dynamic) {
+      const int extent = reuse(dim.extent, microbatch);
+      if (renamed) add_dynamic_dim(index, dim, extent);
     }
     return index;
   }
@@ -541,7 +717,28 @@ class Lowering {
 
   int add_tensor(const Instance& key) {
     const ir::Tensor& tensor = ops_.tensor(key.tensor);
-    plan::Tensor& out = *plan_.add_tensors();
+    describe_tensor(*plan_.add_tensors(), key);
+    const int index = plan_.tensors_size() - 1;
+    TensorOrigin origin{.tensor = key.tensor, .position = task_slots_.size()};
+    if (!tensor.initializer.empty()) {
+      // What the load reads of the rank is the tensor's, not the task's.
+      const bool task_depends_on_rank = depends_on_rank_;
+      depends_on_rank_ = false;
+      origin.load = plan_.parameters_size();
+      describe_load(*plan_.add_parameters(), key.tensor, index);
+      origin.depends_on_rank = depends_on_rank_;
+      depends_on_rank_ = task_depends_on_rank;
+    } else if (!tensor.data.empty()) {
+      plan::ConstantValue& constant = *plan_.add_constants();
+      constant.set_tensor(index);
+      constant.set_data(tensor.data.data(), tensor.data.size());
+    }
+    tensor_origins_.push_back(origin);
+    return index;
+  }
+
+  void describe_tensor(plan::Tensor& out, const Instance& key) const {
+    const ir::Tensor& tensor = ops_.tensor(key.tensor);
     out.set_name(instance_name(tensor, key));
     out.set_dtype(to_plan(tensor.dtype));
     out.mutable_shape()->Add(tensor.shape.begin(), tensor.shape.end());
@@ -549,22 +746,19 @@ class Lowering {
     out.set_microbatch(key.microbatch);
     out.set_bytes(ir::num_elements(tensor.shape) * ir::dtype_size(tensor.dtype));
     out.set_zero_at_step_start(tensor.accumulated);
-    const int index = plan_.tensors_size() - 1;
-    if (!tensor.initializer.empty()) {
-      plan::ParameterLoad& load = *plan_.add_parameters();
-      load.set_initializer(initializer_here(tensor));
-      load.set_tensor(index);
-      if (tensor.shard_of >= 0) describe_shard(*load.mutable_shard(), tensor);
-      const ir::TensorId whole = tensor.shard_of >= 0 ? tensor.shard_of : key.tensor;
-      if (ops_.tensor(whole).placement.is_sharded()) {
-        describe_block(*load.mutable_block(), ops_.tensor(whole));
-      }
-    } else if (!tensor.data.empty()) {
-      plan::ConstantValue& constant = *plan_.add_constants();
-      constant.set_tensor(index);
-      constant.set_data(tensor.data.data(), tensor.data.size());
+  }
+
+  // What this rank loads into plan tensor `index` for parameter `id`, as the task being emitted
+  // uses it.
+  void describe_load(plan::ParameterLoad& load, ir::TensorId id, int index) const {
+    const ir::Tensor& tensor = ops_.tensor(id);
+    load.set_initializer(initializer_here(tensor));
+    load.set_tensor(index);
+    if (tensor.shard_of >= 0) describe_shard(*load.mutable_shard(), tensor);
+    const ir::TensorId whole = tensor.shard_of >= 0 ? tensor.shard_of : id;
+    if (ops_.tensor(whole).placement.is_sharded()) {
+      describe_block(*load.mutable_block(), ops_.tensor(whole));
     }
-    return index;
   }
 
   // The initializer this rank loads for `tensor`: its own, or where each replica binds one of
@@ -585,7 +779,7 @@ class Lowering {
     shard.set_element_offset(offset);
     shard.set_element_count(std::min(elements - offset, size));
     shard.set_elements(elements);
-    shard.set_group(group_ids_.at(ranks_of(using_task_->devices, member_)));
+    shard.set_group(group_ids_->at(ranks_of(using_task_->devices, member_)));
   }
 
   // This rank's block of a parameter split over its tensor-parallel group, or over the
@@ -612,14 +806,97 @@ class Lowering {
       input.set_tensor(index);
       const int64_t samples = tensor.shape.empty() ? 1 : tensor.shape[0];
       input.set_samples(samples);
-      // Replica-major: replica k takes rows [k*M*b, (k+1)*M*b), microbatch m of them [m*b, ...).
-      // A batch input read by one replica here is that replica's rows.
-      const int replica =
-          key.replica > 0 ? key.replica : *replicas_.at({key.tensor, key.microbatch}).begin();
-      input.set_sample_offset((replica * dag_.microbatches() + std::max(key.microbatch, 0)) *
-                              samples);
+      input.set_sample_offset(sample_offset(key, samples));
       input.set_int_high(tensor.int_high);
+      batch_inputs_.push_back(key);
     }
+  }
+
+  // Replica-major: replica k takes rows [k*M*b, (k+1)*M*b), microbatch m of them [m*b, ...).
+  // A batch input read by one replica here is that replica's rows: the lowest replica of the
+  // local tasks that read or receive it.
+  int64_t sample_offset(const Instance& key, int64_t samples) const {
+    int replica = key.replica;
+    if (replica == 0) {
+      const std::vector<ir::TaskId>& tasks = rewriting_ ? *member_order_ : order_;
+      replica = std::numeric_limits<int>::max();
+      for (size_t p : input_tasks_.at({key.tensor, key.microbatch})) {
+        replica = std::min(replica, replica_of(graph_.task(tasks[p])));
+      }
+    }
+    return (replica * dag_.microbatches() + std::max(key.microbatch, 0)) * samples;
+  }
+
+  // Pairs the local tasks of the rank being specialised with run()'s by position, names the
+  // streams and maps the IR tensors of tasks of the rank's own to run()'s; false where they do
+  // not correspond.
+  bool match_tasks() {
+    const std::vector<ir::TaskId>& theirs = dag_.device_tasks(device_);
+    member_order_ = nullptr;
+    if (theirs.size() != order_.size()) return false;
+    member_order_ = &theirs;
+    member_position_.resize(static_cast<size_t>(graph_.num_tasks()), -1);
+    tensor_to_template_.clear();
+    std::vector<const std::string*>& names = stream_names_;
+    names.assign(static_cast<size_t>(plan_.streams_size()), nullptr);
+    for (size_t p = 0; p < order_.size(); ++p) {
+      const ir::Task& was = graph_.task(order_[p]);
+      const ir::Task& now = graph_.task(theirs[p]);
+      if (was.kind != now.kind || was.pass != now.pass || was.microbatch != now.microbatch ||
+          was.ops.size() != now.ops.size() || was.tensors.size() != now.tensors.size()) {
+        return false;
+      }
+      const std::string*& name = names[static_cast<size_t>(task_slots_[p].stream)];
+      if (name == nullptr) {
+        name = &now.stream;
+      } else if (*name != now.stream) {
+        return false;
+      }
+      member_position_[static_cast<size_t>(theirs[p])] = static_cast<int>(p);
+      if (theirs[p] == order_[p]) continue;
+      for (size_t k = 0; k < was.ops.size(); ++k) {
+        const ir::Op& a = ops_.op(was.ops[k]);
+        const ir::Op& b = ops_.op(now.ops[k]);
+        if (a.type != b.type || a.inputs.size() != b.inputs.size() ||
+            a.outputs.size() != b.outputs.size()) {
+          return false;
+        }
+        for (size_t i = 0; i < a.inputs.size(); ++i) {
+          if (!match_tensor(a.inputs[i], b.inputs[i])) return false;
+        }
+        for (size_t i = 0; i < a.outputs.size(); ++i) {
+          if (!match_tensor(a.outputs[i], b.outputs[i])) return false;
+        }
+      }
+      for (size_t i = 0; i < was.tensors.size(); ++i) {
+        if (!match_tensor(was.tensors[i], now.tensors[i])) return false;
+      }
+    }
+    // Two of run()'s streams that are one stream here (a transfer to a device that is also a
+    // pipeline neighbour here) do not correspond.
+    for (size_t s = 0; s < names.size(); ++s) {
+      for (size_t t = 0; t < s; ++t) {
+        if (*names[t] == *names[s]) return false;
+      }
+    }
+    return true;
+  }
+
+  bool match_tensor(ir::TensorId was, ir::TensorId now) {
+    if (was == now) return true;
+    if (was < 0 || now < 0) return false;
+    const auto [found, added] = tensor_to_template_.emplace(now, was);
+    return added || found->second == was;
+  }
+
+  // Emits local task `position` of the rank being specialised into its instructions.
+  void rewrite_task(size_t position) {
+    const TaskSlots& slots = task_slots_[position];
+    rewrite_stream_ = plan_.mutable_streams(slots.stream);
+    rewrite_next_ = slots.first;
+    rewrite_end_ = slots.first + slots.count;
+    emit_task((*member_order_)[position]);
+    if (rewrite_next_ != rewrite_end_) throw NotSymmetric{};
   }
 
   void add_label_count(const ir::LabelCount& count, int index) {
@@ -840,7 +1117,7 @@ class Lowering {
   const DagIndex& dag_;
   const ir::TaskGraph& graph_;
   const ir::OpGraph& ops_;
-  const int rank_;
+  int rank_;
   const LowerContext& context_;
   std::map<Instance, int> index_;
   std::vector<BufferRequest> lifetimes_;
@@ -848,7 +1125,7 @@ class Lowering {
   int position_ = 0;
   // (tensor, microbatch) -> the replicas whose values reach this rank (find_replicas).
   std::map<std::pair<ir::TensorId, int>, std::set<int>> replicas_;
-  std::map<std::vector<int>, int> group_ids_;  // ranks, in group order -> id
+  const std::map<std::vector<int>, int>* group_ids_ = nullptr;  // ranks, in group order -> id
   int device_ = 0;          // this rank's device in the DAG: its tensor-parallel group's
   int member_ = 0;          // its place in that group
   int parts_ = 1;           // the group's size
@@ -866,6 +1143,26 @@ class Lowering {
   std::map<ir::TaskId, std::vector<int>> task_buffers_;  // the plan tensors each task uses
   std::map<ir::TaskId, std::vector<int>> comm_inputs_;
   std::map<ir::TaskId, std::vector<int>> comm_outputs_;
+  // (tensor, microbatch) of a batch input -> the positions in order_ of the tasks that read or
+  // receive it.
+  std::map<std::pair<ir::TensorId, int>, std::vector<size_t>> input_tasks_;
+
+  // What specialise() reads of run()'s plan.
+  std::vector<TaskSlots> task_slots_;         // by position in order_
+  std::vector<TensorOrigin> tensor_origins_;  // by plan tensor
+  std::vector<Instance> batch_inputs_;        // by plan batch input
+  mutable bool depends_on_rank_ = false;      // the task being emitted read the rank's place
+  // While specialising: the rank's local tasks, their positions by task id (-1: not local),
+  // its IR tensors that are others in run()'s plan, and the instructions of the task being
+  // emitted again.
+  bool rewriting_ = false;
+  const std::vector<ir::TaskId>* member_order_ = nullptr;
+  std::vector<int> member_position_;
+  std::unordered_map<ir::TensorId, ir::TensorId> tensor_to_template_;
+  std::vector<const std::string*> stream_names_;  // the rank's name of each plan stream
+  plan::Stream* rewrite_stream_ = nullptr;
+  int rewrite_next_ = 0;
+  int rewrite_end_ = 0;
 };
 
 }  // namespace
@@ -882,6 +1179,91 @@ void lower(const DagIndex& index, int rank, const LowerContext& context, plan::P
 
 plan::Plan lower(const ir::TaskGraph& graph, int rank, const LowerContext& context) {
   return lower(DagIndex(graph), rank, context);
+}
+
+std::vector<int> symmetry_classes(const DagIndex& index) {
+  const ir::TaskGraph& graph = index.graph();
+  std::map<std::vector<int64_t>, int> classes;
+  std::vector<int> class_of(static_cast<size_t>(index.num_ranks()));
+  for (int rank = 0; rank < index.num_ranks(); ++rank) {
+    const RankPlace place = place_of_rank(graph, rank);
+    std::vector<int64_t> shape = {place.member, place.parts};
+    for (ir::TaskId id : index.device_tasks(place.device)) {
+      const ir::Task& task = graph.task(id);
+      shape.insert(shape.end(), {static_cast<int64_t>(task.kind), static_cast<int64_t>(task.pass),
+                                 task.microbatch, static_cast<int64_t>(task.ops.size()),
+                                 static_cast<int64_t>(task.tensors.size())});
+    }
+    class_of[static_cast<size_t>(rank)] =
+        classes.emplace(std::move(shape), static_cast<int>(classes.size())).first->second;
+  }
+  return class_of;
+}
+
+std::vector<int> symmetric_order(const std::vector<int>& classes) {
+  std::vector<int> order(classes.size());
+  for (size_t rank = 0; rank < order.size(); ++rank) order[rank] = static_cast<int>(rank);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return classes[static_cast<size_t>(a)] < classes[static_cast<size_t>(b)];
+  });
+  return order;
+}
+
+struct SymmetricLowering::Template {
+  Template(const DagIndex& index, int rank, const LowerContext& context)
+      : plan(google::protobuf::Arena::CreateMessage<plan::Plan>(&arena)),
+        lowering(index, rank, context, *plan) {
+    lowering.run();
+  }
+  google::protobuf::Arena arena;
+  plan::Plan* plan;
+  Lowering lowering;
+  int symmetry_class = -1;
+  bool checked = false;  // a specialised plan of it was compared with the rank's lowering
+};
+
+SymmetricLowering::SymmetricLowering(const DagIndex& index, const LowerContext& context,
+                                     const std::vector<int>& classes)
+    : index_(index), context_(context), classes_(classes) {}
+
+SymmetricLowering::~SymmetricLowering() = default;
+
+plan::Plan& SymmetricLowering::plan(int rank) {
+  const int symmetry_class = classes_.at(static_cast<size_t>(rank));
+  if (template_ && template_->symmetry_class == symmetry_class &&
+      !unspecialisable_.count(symmetry_class)) {
+    try {
+      if (!template_->lowering.specialise(rank)) {
+        // This rank's tasks differ from its class's: it is lowered alone and
+        // the class's plan kept for the next.
+        alone_ = std::make_unique<plan::Plan>(lower(index_, rank, context_));
+        ++lowered_;
+        return *alone_;
+      }
+      if (template_->checked) {
+        ++specialised_;
+        return *template_->plan;
+      }
+      // The first plan specialised from each lowering is compared with the rank's own: a class
+      // whose ranks differ in a way specialise() does not rewrite is lowered rank by rank.
+      const plan::Plan lowered = lower(index_, rank, context_);
+      if (lowered.SerializeAsString() == template_->plan->SerializeAsString()) {
+        template_->checked = true;
+        ++specialised_;
+        return *template_->plan;
+      }
+      unspecialisable_.insert(symmetry_class);
+    } catch (...) {
+      // NotSymmetric, or whatever else failed while specialising: lowering the rank from scratch
+      // below throws again where the error is the rank's own.
+      unspecialisable_.insert(symmetry_class);
+    }
+  }
+  template_.reset();
+  template_ = std::make_unique<Template>(index_, rank, context_);
+  template_->symmetry_class = symmetry_class;
+  ++lowered_;
+  return *template_->plan;
 }
 
 }  // namespace piper::planner
