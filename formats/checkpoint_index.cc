@@ -1,7 +1,5 @@
 #include "formats/checkpoint_index.h"
 
-#include <zlib.h>
-
 #include <nlohmann/json.hpp>
 
 #include "formats/error.h"
@@ -169,17 +167,6 @@ CheckpointIndex parse_checkpoint_index(const std::string& text, const std::strin
     throw Error("checkpoint index '" + path + "'" + where + ": " + error.what());
   }
   return index;
-}
-
-uint32_t crc32_of(std::string_view bytes) {
-  uLong crc = ::crc32(0L, Z_NULL, 0);
-  // zlib takes lengths as uInt: feed large buffers in pieces.
-  constexpr size_t kPiece = 1u << 30;
-  for (size_t at = 0; at < bytes.size(); at += kPiece) {
-    const size_t count = std::min(kPiece, bytes.size() - at);
-    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at), static_cast<uInt>(count));
-  }
-  return static_cast<uint32_t>(crc);
 }
 
 }  // namespace piper::formats

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "formats/checksum.h"
+
 namespace piper::formats {
 
 inline constexpr int kCheckpointFormatVersion = 1;
@@ -91,9 +93,6 @@ struct CheckpointIndex {
 std::string checkpoint_index_json(const CheckpointIndex& index);
 // Throws piper::Error naming `path` and the JSON path at fault.
 CheckpointIndex parse_checkpoint_index(const std::string& text, const std::string& path);
-
-// CRC-32 (zlib's, as gzip and PNG use).
-uint32_t crc32_of(std::string_view bytes);
 
 template <typename Run>
 void for_each_slice_run(const TensorSlice& slice, const std::vector<int64_t>& shape, size_t element,

@@ -1,8 +1,8 @@
 #include "formats/comm_volume.h"
 
 #include <algorithm>
-#include <set>
 #include <sstream>
+#include <vector>
 
 #include "formats/error.h"
 #include "formats/plan_text.h"
@@ -10,23 +10,31 @@
 namespace piper::formats {
 namespace {
 
-std::string where(const plan::Plan& plan, const plan::Stream& stream, int index) {
-  return "rank " + std::to_string(plan.header().rank()) + ", stream '" + stream.name() +
-         "', instruction " + std::to_string(index);
-}
+// An instruction, named in errors only: every plan's summary walks all of them.
+struct Where {
+  const plan::Plan& plan;
+  const plan::Stream& stream;
+  int index;
 
-uint64_t tensor_bytes(const plan::Plan& plan, int32_t tensor, const std::string& at) {
+  std::string text() const {
+    return "rank " + std::to_string(plan.header().rank()) + ", stream '" + stream.name() +
+           "', instruction " + std::to_string(index);
+  }
+};
+
+uint64_t tensor_bytes(const plan::Plan& plan, int32_t tensor, const Where& at) {
   if (tensor < 0 || tensor >= plan.tensors_size()) {
-    throw Error(at + " names tensor " + std::to_string(tensor) + ", which the plan lacks");
+    throw Error(at.text() + " names tensor " + std::to_string(tensor) + ", which the plan lacks");
   }
   return plan.tensors(tensor).bytes();
 }
 
-int64_t group_size(const plan::Plan& plan, int32_t id, const std::string& at) {
+int64_t group_size(const plan::Plan& plan, int32_t id, const Where& at) {
   for (const plan::CommGroup& group : plan.groups()) {
     if (group.id() == id) return group.ranks_size();
   }
-  throw Error(at + " names communicator group " + std::to_string(id) + ", which the plan lacks");
+  throw Error(at.text() + " names communicator group " + std::to_string(id) +
+              ", which the plan lacks");
 }
 
 CommKind kind_of(plan::Collective::Kind kind) {
@@ -66,19 +74,21 @@ double ring_share(const plan::Plan& plan, const plan::Collective& collective, do
   }
 }
 
-// The tasks that run kernels here: compute tasks, whose collectives are reshards.
-std::set<int32_t> compute_tasks(const plan::Plan& plan) {
-  std::set<int32_t> tasks;
+// The tasks that run kernels here, sorted: compute tasks, whose collectives are reshards.
+std::vector<int32_t> compute_tasks(const plan::Plan& plan) {
+  std::vector<int32_t> tasks;
   for (const plan::Stream& stream : plan.streams()) {
     for (const plan::Instruction& instruction : stream.instructions()) {
-      if (instruction.has_kernel()) tasks.insert(instruction.task());
+      if (instruction.has_kernel()) tasks.push_back(instruction.task());
     }
   }
+  std::sort(tasks.begin(), tasks.end());
+  tasks.erase(std::unique(tasks.begin(), tasks.end()), tasks.end());
   return tasks;
 }
 
 void add_collective(const plan::Plan& plan, const plan::Collective& collective, bool reshard,
-                    const std::string& at, CommVolume& volume) {
+                    const Where& at, CommVolume& volume) {
   uint64_t bytes = 0;
   const int pairs = std::max(collective.inputs_size(), collective.outputs_size());
   for (int i = 0; i < pairs; ++i) {
@@ -138,22 +148,23 @@ const char* comm_kind_name(CommKind kind) {
 
 CommVolume comm_volume(const plan::Plan& plan) {
   CommVolume volume;
-  const std::set<int32_t> computing = compute_tasks(plan);
+  const std::vector<int32_t> computing = compute_tasks(plan);
   for (const plan::Stream& stream : plan.streams()) {
     for (int i = 0; i < stream.instructions_size(); ++i) {
       const plan::Instruction& instruction = stream.instructions(i);
       if (instruction.has_collective()) {
         // Only reshards exchange blocks; expert parallelism's run as tasks of their own.
-        const bool reshard = computing.count(instruction.task()) > 0 ||
-                             kind_of(instruction.collective().kind()) == CommKind::kAllToAll;
-        add_collective(plan, instruction.collective(), reshard, where(plan, stream, i), volume);
+        const bool reshard =
+            std::binary_search(computing.begin(), computing.end(), instruction.task()) ||
+            kind_of(instruction.collective().kind()) == CommKind::kAllToAll;
+        add_collective(plan, instruction.collective(), reshard, Where{plan, stream, i}, volume);
       } else if (instruction.has_send()) {
         add_transfer(CommKind::kSend,
-                     tensor_bytes(plan, instruction.send().tensor(), where(plan, stream, i)),
+                     tensor_bytes(plan, instruction.send().tensor(), Where{plan, stream, i}),
                      volume);
       } else if (instruction.has_recv()) {
         add_transfer(CommKind::kRecv,
-                     tensor_bytes(plan, instruction.recv().tensor(), where(plan, stream, i)),
+                     tensor_bytes(plan, instruction.recv().tensor(), Where{plan, stream, i}),
                      volume);
       }
     }

@@ -71,7 +71,7 @@ void write_plan_file(const std::string& path, const plan::Plan& plan) {
   std::string framed(kMagic);
   append_le<uint32_t>(framed, kPlanFormatVersion);
   append_le<uint64_t>(framed, payload.size());
-  append_le<uint64_t>(framed, fnv1a64(payload));
+  append_le<uint64_t>(framed, crc32_of(payload));
   framed += payload;
   write_file_atomically(path, framed);
 }
@@ -101,7 +101,7 @@ plan::Plan parse_plan_file(std::string_view view, const std::string& path) {
     throw Error("plan '" + path + "' is truncated: payload has " + std::to_string(payload.size()) +
                 " bytes, header says " + std::to_string(length));
   }
-  if (fnv1a64(payload) != checksum) {
+  if (crc32_of(payload) != checksum) {
     throw Error("plan '" + path + "' is corrupted: checksum mismatch");
   }
   plan::Plan plan;

@@ -9,7 +9,7 @@
 
 namespace piper::formats {
 
-inline constexpr uint32_t kPlanFormatVersion = 1;
+inline constexpr uint32_t kPlanFormatVersion = 2;  // 2: the payload checksum is CRC-32
 
 // Serializes and writes atomically. Throws piper::Error naming the path.
 void write_plan_file(const std::string& path, const plan::Plan& plan);

@@ -20,7 +20,7 @@ std::string framed(const std::string& payload) {
   std::string file = "PIPRPLAN";
   append_le<uint32_t>(file, piper::formats::kPlanFormatVersion);
   append_le<uint64_t>(file, payload.size());
-  append_le<uint64_t>(file, piper::formats::fnv1a64(payload));
+  append_le<uint64_t>(file, piper::formats::crc32_of(payload));
   return file + payload;
 }
 

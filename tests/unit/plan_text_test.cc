@@ -151,7 +151,7 @@ TEST(PlanTextTest, InstructionLines) {
 TEST(PlanTextTest, HeaderMemoryAndSettings) {
   const std::string text = plan_to_text(small_plan());
   EXPECT_EQ(lines_of(text).at(0), "plan: rank 0 of 1") << text;
-  EXPECT_TRUE(has_line(text, "  format version   1")) << text;
+  EXPECT_TRUE(has_line(text, "  format version   " + std::to_string(kPlanFormatVersion))) << text;
   EXPECT_TRUE(has_line(text, "  plan id          0123abcd")) << text;
   EXPECT_TRUE(has_line(text, "  model            /models/mlp.onnx")) << text;
   EXPECT_TRUE(has_line(text, "  global batch     32")) << text;
