@@ -65,16 +65,18 @@ std::vector<std::pair<uint64_t, uint64_t>> ranges_of(const plan::Plan& plan,
   return ranges;
 }
 
+// samples/gpt under DualPipe on 2 devices, one block a stage.
+const char* kDualPipe = R"({"batch": {"global": 8}, "frozen": ["*mask*"],
+    "annotations": [{"match": "/blocks.0/*", "tags": {"PP": 0}},
+                    {"match": "/blocks.1/*", "tags": {"PP": 1}}],
+    "directives": [{"op": "pipeline", "schedule": "dualpipe", "devices": [0, 1],
+                    "num_microbatches": 4}]})";
+
 // DualPipe on 2 devices pairs device 0's forward of microbatch 1 on stage 1 (stream compute2)
 // with its backward of microbatch 0 on stage 0 (compute): the two run at once, so no
 // activation of one may take bytes of the other's.
 TEST(LowerMemory, OverlappedPairsKeepTheirBuffersApart) {
-  const plan::Plan plan = gpt_plan(
-      R"({"batch": {"global": 8}, "frozen": ["*mask*"],
-          "annotations": [{"match": "/blocks.0/*", "tags": {"PP": 0}},
-                          {"match": "/blocks.1/*", "tags": {"PP": 1}}],
-          "directives": [{"op": "pipeline", "schedule": "dualpipe", "devices": [0, 1],
-                          "num_microbatches": 4}]})");
+  const plan::Plan plan = gpt_plan(kDualPipe);
   const auto forward = ranges_of(plan, "compute2", plan::FORWARD, 1);
   const auto backward = ranges_of(plan, "compute", plan::BACKWARD, 0);
   ASSERT_FALSE(forward.empty());
@@ -92,12 +94,7 @@ TEST(LowerMemory, OverlappedPairsKeepTheirBuffersApart) {
 // In an overlapped pair that task is on the stream that wrote what was sent: the partner on the
 // other compute stream does not wait for a send, which would hold it until the peer receives.
 TEST(LowerMemory, OnlyTheWritersStreamWaitsForASend) {
-  const plan::Plan plan = gpt_plan(
-      R"({"batch": {"global": 8}, "frozen": ["*mask*"],
-          "annotations": [{"match": "/blocks.0/*", "tags": {"PP": 0}},
-                          {"match": "/blocks.1/*", "tags": {"PP": 1}}],
-          "directives": [{"op": "pipeline", "schedule": "dualpipe", "devices": [0, 1],
-                          "num_microbatches": 4}]})");
+  const plan::Plan plan = gpt_plan(kDualPipe);
   std::map<int, std::string> recorder;                // event -> the stream that records it
   std::map<int, std::set<std::string>> send_writers;  // a send's event -> its writers' streams
   for (const plan::Stream& stream : plan.streams()) {
