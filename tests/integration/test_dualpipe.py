@@ -214,8 +214,10 @@ class DualPipe(one_process.SplitModels, unittest.TestCase):
         that computation in the trace (bench/trace_overlap.py reads it)."""
         work = os.path.join(self.tmp.name, "moe_ep2_trace")
         os.makedirs(work)
-        _, paired, shares = measure(os.path.dirname(Tools.plan), work, d=256, seq=128,
-                                    batch=32, steps=3, microbatches=8)
+        _, each_pair, shares = measure(os.path.dirname(Tools.plan), work, d=256, seq=128,
+                                       batch=32, steps=3, microbatches=8)
+        paired = [(sum(t for t, _ in pairs.values()), sum(h for _, h in pairs.values()))
+                  for pairs in each_pair]
         for rank, ((total, hidden), (every, under)) in enumerate(zip(paired, shares)):
             self.assertGreater(total, 0, f"rank {rank} traced no all-to-all of a pair")
             self.assertGreaterEqual(every, total)
