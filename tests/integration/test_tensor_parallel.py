@@ -144,7 +144,7 @@ CASES = {
     "tp2": (tp_only(2), MODELS),
     "tp4": (tp_only(4), ["heads4"]),
     "tp2_sp": (tp_sequence_parallel(), ["gpt", "swiglu", "gqa"]),
-    "tp2_bf16": (tp_bf16(), ["gpt", "swiglu"]),
+    "tp2_bf16": (tp_bf16(), MODELS),
     "tp2_sp_bf16": (tp_bf16(sequence_parallel=True), ["gpt"]),
     "tp2_dp2_zero1": (tp_dp(1), ["gpt", "swiglu"]),
     "tp2_dp2_zero3": (tp_dp(3), ["gpt", "gqa"]),
