@@ -71,6 +71,43 @@ bool is_graph_output(const onnx::GraphProto& graph, const std::string& name) {
   return false;
 }
 
+// The values of `node`'s inputs (null for an omitted optional one), or nullopt when one is not
+// known.
+std::optional<fold::Inputs> known_inputs(const onnx::NodeProto& node,
+                                         const std::map<std::string, ConstantValue>& known) {
+  fold::Inputs inputs;
+  for (const auto& name : node.input()) {
+    if (name.empty()) {
+      inputs.push_back(nullptr);
+      continue;
+    }
+    const auto value = known.find(name);
+    if (value == known.end()) return std::nullopt;
+    inputs.push_back(&value->second);
+  }
+  return inputs;
+}
+
+// The values of all of `node`'s outputs, or none when the folder leaves it to the engine:
+// one-output ops by their rule (fold_node), Split by fold::fold_split.
+std::vector<ConstantValue> fold_outputs(const onnx::NodeProto& node, const fold::Inputs& inputs,
+                                        int index) {
+  if (node.op_type() == "Split") {
+    try {
+      auto parts = fold::fold_split(node, inputs);
+      return parts ? std::move(*parts) : std::vector<ConstantValue>{};
+    } catch (const Error& error) {
+      throw Error(node_label(node, index) + ": " + error.what());
+    }
+  }
+  if (node.output_size() != 1) return {};
+  std::optional<ConstantValue> output = fold_node(node, inputs, index);
+  if (!output) return {};
+  std::vector<ConstantValue> outputs;
+  outputs.push_back(std::move(*output));
+  return outputs;
+}
+
 // One sweep over the nodes in order; returns how many were folded.
 int fold_once(onnx::ModelProto& model, const IsConstantInitializer& is_constant,
               std::set<std::string>& folded) {
@@ -90,36 +127,26 @@ int fold_once(onnx::ModelProto& model, const IsConstantInitializer& is_constant,
   int count = 0;
   for (int index = 0; index < graph.node_size(); ++index) {
     const onnx::NodeProto& node = graph.node(index);
-    std::optional<ConstantValue> output;
+    std::vector<ConstantValue> outputs;
     const bool to_graph_output =
         std::any_of(node.output().begin(), node.output().end(),
                     [&](const auto& o) { return is_graph_output(graph, o); });
-    if (node.domain().empty() && !to_graph_output && node.output_size() == 1) {
-      if (node.op_type() == "Shape") {
-        output = fold_shape(node, shapes);
-      } else if (fold_rules().count(node.op_type())) {
-        fold::Inputs inputs;
-        bool all_known = true;
-        for (const auto& name : node.input()) {
-          const auto value = known.find(name);
-          if (name.empty()) {
-            inputs.push_back(nullptr);
-          } else if (value == known.end()) {
-            all_known = false;
-          } else {
-            inputs.push_back(&value->second);
-          }
-        }
-        if (all_known) output = fold_node(node, inputs, index);
+    if (node.domain().empty() && !to_graph_output) {
+      if (node.op_type() == "Shape" && node.output_size() == 1) {
+        if (auto output = fold_shape(node, shapes)) outputs.push_back(std::move(*output));
+      } else if (const auto inputs = known_inputs(node, known)) {
+        outputs = fold_outputs(node, *inputs, index);
       }
     }
-    if (!output) {
+    if (outputs.empty()) {
       *kept_nodes.add_node() = node;
       continue;
     }
-    *graph.add_initializer() = to_tensor_proto(*output, node.output(0));
-    known[node.output(0)] = std::move(*output);
-    folded.insert(node.output(0));
+    for (int i = 0; i < node.output_size(); ++i) {
+      *graph.add_initializer() = to_tensor_proto(outputs[i], node.output(i));
+      known[node.output(i)] = std::move(outputs[i]);
+      folded.insert(node.output(i));
+    }
     ++count;
   }
   graph.mutable_node()->Swap(kept_nodes.mutable_node());

@@ -272,6 +272,50 @@ std::optional<ConstantValue> fold_tile(const onnx::NodeProto&, const Inputs& in)
 
 }  // namespace
 
+std::optional<std::vector<ConstantValue>> fold_split(const onnx::NodeProto& node,
+                                                     const Inputs& in) {
+  const ConstantValue& data = input(in, 0);
+  if (data.shape.empty()) throw Error("input must have rank 1 or more");
+  const int64_t axis = normalize_axis(int_attr(node, "axis", 0), rank_of(data));
+  const int64_t dim = data.shape[axis];
+  const auto outputs = static_cast<int64_t>(node.output_size());
+  std::vector<int64_t> sizes;
+  if (in.size() > 1 && in[1]) {
+    sizes = int_elements(*in[1], "split");
+    if (static_cast<int64_t>(sizes.size()) != outputs) {
+      throw Error("split has " + std::to_string(sizes.size()) + " sizes for " +
+                  std::to_string(outputs) + " outputs");
+    }
+    if (std::any_of(sizes.begin(), sizes.end(), [](int64_t size) { return size < 0; }) ||
+        std::accumulate(sizes.begin(), sizes.end(), int64_t{0}) != dim) {
+      throw Error("split sizes must be non-negative and add up to axis " + std::to_string(axis) +
+                  "'s " + std::to_string(dim));
+    }
+  } else {
+    if (outputs == 0 || dim % outputs != 0) {
+      throw Error("axis " + std::to_string(axis) + " of size " + std::to_string(dim) +
+                  " does not split evenly into " + std::to_string(outputs) + " outputs");
+    }
+    sizes.assign(static_cast<size_t>(outputs), dim / outputs);
+  }
+  const auto strides = strides_of(data.shape);
+  std::vector<ConstantValue> parts;
+  int64_t offset = 0;
+  for (int64_t size : sizes) {
+    std::vector<int64_t> shape = data.shape;
+    shape[axis] = size;
+    parts.push_back(gather_elements(data, shape, [&](const std::vector<int64_t>& at) {
+      int64_t source = 0;
+      for (size_t d = 0; d < at.size(); ++d) {
+        source += (at[d] + (static_cast<int64_t>(d) == axis ? offset : 0)) * strides[d];
+      }
+      return source;
+    }));
+    offset += size;
+  }
+  return parts;
+}
+
 void add_layout_rules(Rules& rules) {
   rules["Identity"] = fold_identity;
   rules["Gather"] = fold_gather;

@@ -24,6 +24,9 @@ void add_source_rules(Rules& rules);       // Constant, ConstantOfShape, Range
 void add_layout_rules(Rules& rules);       // Gather, Reshape, Slice, Concat, Expand, Tile, ...
 void add_elementwise_rules(Rules& rules);  // arithmetic, comparisons, logic, Cast, Where
 
+// Split: the one op with several outputs the folder folds, a value per output.
+std::optional<std::vector<ConstantValue>> fold_split(const onnx::NodeProto& node, const Inputs& in);
+
 // Folded values larger than this stay nodes: the plan would carry them as constants.
 constexpr int64_t kMaxElements = int64_t{1} << 24;
 // Whether a value of `shape` is too large to fold; throws when its size overflows.

@@ -59,6 +59,11 @@ ARCHITECTURES = {
              dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
                   num_attention_heads=2, intermediate_size=64, max_position_embeddings=SEQ,
                   hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
+    # Rotary embeddings on 4 of each head's 8 dimensions, interleaved by repeat_interleave,
+    # whose sizes the export computes with a constant Split.
+    "codegen": (transformers.CodeGenForCausalLM, transformers.CodeGenConfig,
+                dict(vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS, n_head=4, n_positions=SEQ,
+                     n_ctx=SEQ, rotary_dim=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)),
     # Position ids from the tokens in int32 (Cast, CumSum, Mul), as HF RoBERTa writes them;
     # padding token 0 as BERT's (never an input), so positions start at 1.
     "roberta": (transformers.RobertaForMaskedLM, transformers.RobertaConfig,

@@ -85,6 +85,8 @@ ARCHITECTURES = {
     "bert": {"layers": ["/model/bert/encoder/layer.0/*", "/model/bert/encoder/layer.1/*"],
              "fuses_attention": True,
              "key_biases": {"*attention.self.key.bias": slice(None)}},
+    "codegen": {"layers": ["/model/transformer/h.0/*", "/model/transformer/h.1/*"],
+                "fuses_attention": True, "key_biases": {}},
     # BERT's encoder; its position ids are computed from the tokens in int32.
     "roberta": {"layers": ["/model/roberta/encoder/layer.0/*",
                            "/model/roberta/encoder/layer.1/*"],

@@ -9,6 +9,7 @@
 
 #include "formats/error.h"
 #include "onnx_builder.h"
+#include "planner/import/fold_rules.h"
 #include "planner/import/import.h"
 
 namespace piper::planner {
@@ -506,6 +507,61 @@ TEST(ConstantFolding, ConstantSliceWithOpenEndFoldsToTheRightValues) {
   b.node("ReduceSum", {"same"}, {"loss"});
   const ir::OpGraph graph = import_model(b.model(), {.batch = 2}, "m.onnx");
   EXPECT_THAT(folded_ints(graph, "target"), ElementsAre(-1, 3, 4));
+}
+
+// Split of a constant, as exporters write repeat_interleave's sizes (HF CodeGen): [2, 3, 4]
+// split into [2] and [3, 4], the second half the target of a Reshape. `sizes` is the split
+// input ({} for equal parts).
+OnnxBuilder split_model(const std::vector<int64_t>& sizes) {
+  OnnxBuilder b;
+  b.input("x", {-1, 12}).output("loss", {});
+  b.int_initializer("dims", {3}, {2, 3, 4});
+  std::vector<std::string> inputs = {"dims"};
+  if (!sizes.empty()) {
+    b.int_initializer("sizes", {static_cast<int64_t>(sizes.size())}, sizes);
+    inputs.push_back("sizes");
+  }
+  b.node("Split", inputs, {"head", "tail"}, "/split/Split");
+  b.int_initializer("batch", {1}, {-1});
+  OnnxBuilder::attr(b.node("Concat", {"batch", "tail"}, {"target"}), "axis", int64_t{0});
+  b.node("Reshape", {"x", "target"}, {"y"});
+  b.node("ReduceSum", {"y"}, {"loss"});
+  return b;
+}
+
+TEST(ConstantFolding, SplitOfAConstantFoldsEveryPart) {
+  const ir::OpGraph graph = import_model(split_model({1, 2}).model(), {.batch = 2}, "m.onnx");
+  EXPECT_THAT(folded_ints(graph, "target"), ElementsAre(-1, 3, 4));
+  for (const ir::Op& op : graph.ops()) EXPECT_NE(op.type, "Split");
+}
+
+TEST(ConstantFolding, SplitThatDoesNotAddUpNamesTheNode) {
+  try {
+    import_model(split_model({1, 1}).model(), {.batch = 2}, "m.onnx");
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("/split/Split"));
+  }
+}
+
+// fold::fold_split itself: equal parts without sizes, and the check shape inference may leave
+// to it.
+TEST(FoldRules, SplitGivesEachPart) {
+  onnx::NodeProto split = make_node("Split");
+  split.add_output("a");
+  split.add_output("b");
+  const ConstantValue four = ints({4}, {1, 2, 3, 4}), sizes = ints({2}, {1, 1});
+  const auto halves = fold::fold_split(split, {&four, nullptr});
+  ASSERT_TRUE(halves.has_value());
+  ASSERT_EQ(halves->size(), 2u);
+  EXPECT_THAT(halves->at(0).ints, ElementsAre(1, 2));
+  EXPECT_THAT(halves->at(1).ints, ElementsAre(3, 4));
+  try {
+    fold::fold_split(split, {&four, &sizes});
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("add up to axis 0's 4"));
+  }
 }
 
 // A Concat of two constants whose axis is out of range, feeding a Reshape.
