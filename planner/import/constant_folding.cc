@@ -94,8 +94,7 @@ std::vector<ConstantValue> fold_outputs(const onnx::NodeProto& node, const fold:
                                         int index) {
   if (node.op_type() == "Split") {
     try {
-      auto parts = fold::fold_split(node, inputs);
-      return parts ? std::move(*parts) : std::vector<ConstantValue>{};
+      return fold::fold_split(node, inputs);
     } catch (const Error& error) {
       throw Error(node_label(node, index) + ": " + error.what());
     }

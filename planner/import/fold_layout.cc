@@ -272,8 +272,7 @@ std::optional<ConstantValue> fold_tile(const onnx::NodeProto&, const Inputs& in)
 
 }  // namespace
 
-std::optional<std::vector<ConstantValue>> fold_split(const onnx::NodeProto& node,
-                                                     const Inputs& in) {
+std::vector<ConstantValue> fold_split(const onnx::NodeProto& node, const Inputs& in) {
   const ConstantValue& data = input(in, 0);
   if (data.shape.empty()) throw Error("input must have rank 1 or more");
   const int64_t axis = normalize_axis(int_attr(node, "axis", 0), rank_of(data));

@@ -25,7 +25,7 @@ void add_layout_rules(Rules& rules);       // Gather, Reshape, Slice, Concat, Ex
 void add_elementwise_rules(Rules& rules);  // arithmetic, comparisons, logic, Cast, Where
 
 // Split: the one op with several outputs the folder folds, a value per output.
-std::optional<std::vector<ConstantValue>> fold_split(const onnx::NodeProto& node, const Inputs& in);
+std::vector<ConstantValue> fold_split(const onnx::NodeProto& node, const Inputs& in);
 
 // Folded values larger than this stay nodes: the plan would carry them as constants.
 constexpr int64_t kMaxElements = int64_t{1} << 24;
