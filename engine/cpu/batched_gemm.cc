@@ -1,11 +1,8 @@
 #include "engine/cpu/batched_gemm.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <climits>
 
-#include "engine/cpu/blas.h"
 #include "engine/cpu/parallel.h"
 #include "engine/cpu/split_invariant_gemm.h"
 
@@ -14,14 +11,13 @@ namespace {
 
 // Multiply-adds below which a GEMM task is neither split nor handed to another thread.
 constexpr int64_t kMinTaskWork = int64_t{1} << 20;
-// Rows (columns) of C per panel at least. OpenBLAS packs the whole other operand again for
-// every panel, so a GEMM is cut into no more panels than there are threads to run them.
+// Rows (columns) of C per panel at least. Each panel packs the whole other operand again
+// (split_invariant_gemm.cc), so a GEMM is cut into no more panels than there are threads.
 constexpr int64_t kMinPanel = 64;
 
 }  // namespace
 
 void BatchedGemm::prepare() {
-  blas_on_calling_thread();
   const auto batches = static_cast<int64_t>(a_offsets.size());
   bool fold = batches > 1 && !trans_a && lda == k && ldc == n && batches * m <= INT_MAX;
   for (int64_t i = 0; fold && i < batches; ++i) {
@@ -72,20 +68,7 @@ void BatchedGemm::run_task(const float* a, const float* b, float* c, float beta,
     pc += first;
     cols = size;
   }
-  if (k == 0) {  // BLAS leaves this case loosely specified: C = beta * C.
-    for (int r = 0; r < rows; ++r) {
-      float* row = pc + int64_t{r} * ldc;
-      for (int j = 0; j < cols; ++j) row[j] = beta == 0.0f ? 0.0f : beta * row[j];
-    }
-    return;
-  }
-  if (split_invariant) {
-    split_invariant_sgemm(trans_a, trans_b, rows, cols, k, alpha, pa, lda, pb, ldb, beta, pc, ldc);
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, rows, cols, k, alpha, pa, lda, pb, ldb, beta, pc,
-              ldc);
+  split_invariant_sgemm(trans_a, trans_b, rows, cols, k, alpha, pa, lda, pb, ldb, beta, pc, ldc);
 }
 
 }  // namespace piper::engine::cpu

@@ -1,5 +1,7 @@
-// Batched row-major GEMMs through OpenBLAS, spread over parallel.h's threads: MatMul, Gemm
-// and Einsum's contractions (gemm.cc, einsum.cc).
+// Batched row-major GEMMs, spread over parallel.h's threads: MatMul, Gemm and Einsum's
+// contractions (gemm.cc, einsum.cc). Every element is summed in split_invariant_gemm.h's order,
+// fixed by K alone, so that a tensor- or data-parallel split of a product computes the bits one
+// process computes (docs/strategy.md, Precision).
 #pragma once
 
 #include <cstdint>
@@ -16,20 +18,14 @@ struct BatchedGemm {
   int m = 0, n = 0, k = 0, lda = 1, ldb = 1, ldc = 1;
   float alpha = 1.0f;
   std::vector<int64_t> a_offsets, b_offsets, c_offsets;
-  // Sums each element in split_invariant_gemm.h's order instead of OpenBLAS's: the bfloat16
-  // products (widened_kernel.h), so that a tensor- or data-parallel split of one computes what
-  // one process computes. Slower than OpenBLAS (bench figures in docs/strategy.md, Precision).
-  bool split_invariant = false;
 
   // Folds the batches into one taller GEMM when they share B and A's and C's batches are
-  // stacked densely, and makes BLAS run on the calling thread (blas.h).
+  // stacked densely.
   void prepare();
 
   // Runs the batches on parallel.h's threads; when there are fewer batches than threads, each
-  // GEMM is cut into panels of C's rows (or columns, when N > M). Every element of C is the
-  // same dot product however C is cut, but OpenBLAS may sum it in another order in a call of
-  // other size (split_invariant_gemm.h): only split-invariant products give the same bits
-  // whatever the thread count.
+  // GEMM is cut into panels of C's rows (or columns, when N > M), which gives every element
+  // the same bits whatever the thread count.
   void run(const float* a, const float* b, float* c, float beta) const;
 
  private:

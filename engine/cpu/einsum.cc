@@ -1,6 +1,6 @@
 // ONNX Einsum on float32. One operand: a strided sum (permutation, diagonal,
 // reduction). Two or more: pairwise contractions left to right, each a batched
-// GEMM through OpenBLAS. An operand is handed to BLAS in place when its layout
+// GEMM (batched_gemm.h). An operand is handed to the GEMM in place when its layout
 // already is a (possibly transposed) batched matrix; otherwise it is packed
 // (gathered, with labels only it carries summed out) into a contiguous buffer
 // once per run. Everything is planned in prepare(), the
@@ -99,7 +99,7 @@ std::optional<int64_t> merged_stride(const View& view, const Labels& group,
   return stride.value_or(0);
 }
 
-// The layout that lets BLAS read `view` as [rows, cols] per batch, if any.
+// The layout that lets the GEMM read `view` as [rows, cols] per batch, if any.
 std::optional<MatrixLayout> matrix_layout(const View& view, const Labels& batch, const Labels& rows,
                                           const Labels& cols, const LabelSizes& sizes) {
   for (int label : view.labels) {
@@ -160,8 +160,9 @@ class Contraction {
     for (const auto& [what, value] :
          {std::pair{"M", msize}, std::pair{"N", nsize}, std::pair{"K", ksize}}) {
       if (value > INT_MAX) {
-        args.fail(std::string(what) + " = " + std::to_string(value) +
-                  " exceeds the BLAS integer range; split the einsum into smaller ones");
+        args.fail(
+            std::string(what) + " = " + std::to_string(value) +
+            " exceeds the int range of the CPU's products; split the einsum into smaller ones");
       }
     }
     gemm_.m = static_cast<int>(msize);
@@ -236,7 +237,6 @@ class Contraction {
     gemm_.trans_b = right_.layout.trans;
     gemm_.lda = left_.layout.ld;
     gemm_.ldb = right_.layout.ld;
-    gemm_.split_invariant = args.widened();
     gemm_.prepare();
   }
 

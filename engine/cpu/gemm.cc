@@ -1,4 +1,4 @@
-// Matrix products through OpenBLAS: ONNX Gemm and MatMul, and piper.MatMul
+// Matrix products (batched_gemm.h): ONNX Gemm and MatMul, and piper.MatMul
 // (MatMul with transA/transB on the last two dimensions, an optional Bias and an optional
 // tanh GELU after them).
 #include <algorithm>
@@ -16,29 +16,29 @@
 namespace piper::engine::cpu {
 namespace {
 
-int blas_int(const KernelArgs& args, int64_t value, const char* what) {
+int product_int(const KernelArgs& args, int64_t value, const char* what) {
   if (value > INT_MAX) {
-    args.fail(std::string(what) + " = " + std::to_string(value) +
-              " exceeds the BLAS integer range; split the operation into smaller ones");
+    args.fail(
+        std::string(what) + " = " + std::to_string(value) +
+        " exceeds the int range of the CPU's products; split the operation into smaller ones");
   }
   return static_cast<int>(value);
 }
 
-// The BLAS calls of a checked product, whose sizes must fit BLAS's integers.
+// The GEMMs of a checked product, whose sizes must fit BatchedGemm's ints.
 BatchedGemm batched_gemm(const KernelArgs& args, const MatmulGeometry& g) {
   BatchedGemm gemm;
   gemm.trans_a = g.trans_a;
   gemm.trans_b = g.trans_b;
-  gemm.m = blas_int(args, g.m, "M");
-  gemm.n = blas_int(args, g.n, "N");
-  gemm.k = blas_int(args, g.k, "K");
-  gemm.lda = std::max(1, blas_int(args, g.lda, "lda"));
-  gemm.ldb = std::max(1, blas_int(args, g.ldb, "ldb"));
+  gemm.m = product_int(args, g.m, "M");
+  gemm.n = product_int(args, g.n, "N");
+  gemm.k = product_int(args, g.k, "K");
+  gemm.lda = std::max(1, product_int(args, g.lda, "lda"));
+  gemm.ldb = std::max(1, product_int(args, g.ldb, "ldb"));
   gemm.ldc = std::max(1, gemm.n);
   gemm.a_offsets = g.a_offsets;
   gemm.b_offsets = g.b_offsets;
   gemm.c_offsets = g.y_offsets;
-  gemm.split_invariant = args.widened();
   gemm.prepare();
   return gemm;
 }

@@ -6,12 +6,11 @@
 namespace piper::engine::cpu {
 
 KernelArgs::KernelArgs(const plan::Kernel& kernel, std::vector<TensorView> inputs,
-                       std::vector<TensorView> outputs, bool widened)
+                       std::vector<TensorView> outputs)
     : kernel_(kernel),
       attributes_(kernel),
       inputs_(std::move(inputs)),
-      outputs_(std::move(outputs)),
-      widened_(widened) {}
+      outputs_(std::move(outputs)) {}
 
 const TensorView& KernelArgs::input(size_t i) const {
   if (!has_input(i)) {

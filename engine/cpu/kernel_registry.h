@@ -18,17 +18,13 @@ namespace piper::engine::cpu {
 // A kernel's tensors and attributes with validation helpers whose errors name the op.
 class KernelArgs {
  public:
-  // `widened`: the op's bfloat16 tensors are float32 copies (widened_kernel.h).
   KernelArgs(const plan::Kernel& kernel, std::vector<TensorView> inputs,
-             std::vector<TensorView> outputs, bool widened = false);
+             std::vector<TensorView> outputs);
 
   const std::string& op() const { return kernel_.op_type(); }
   // The plan's kernel: tensor indices identify this instruction within the plan.
   const plan::Kernel& kernel() const { return kernel_; }
   const Attributes& attributes() const { return attributes_; }
-  // Whether the op computes bfloat16 tensors on float32 copies: its matrix products are then
-  // split-invariant (batched_gemm.h).
-  bool widened() const { return widened_; }
   size_t num_inputs() const { return inputs_.size(); }
   size_t num_outputs() const { return outputs_.size(); }
   bool has_input(size_t i) const { return i < inputs_.size() && inputs_[i].present(); }
@@ -64,7 +60,6 @@ class KernelArgs {
   Attributes attributes_;
   std::vector<TensorView> inputs_;
   std::vector<TensorView> outputs_;
-  bool widened_ = false;
 };
 
 using KernelFactory = std::function<std::unique_ptr<PreparedKernel>(const KernelArgs&)>;

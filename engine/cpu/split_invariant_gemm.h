@@ -1,9 +1,10 @@
 // A float32 matrix product whose every element is summed in an order fixed by K alone, so that
 // splitting the product (its rows, columns or K) over calls, threads or ranks does not change
-// its bits: the bfloat16 products' kernel (batched_gemm.h). OpenBLAS's float32 GEMM gives an
-// element other bits depending on how many rows and columns the call has and where the element
-// lies in it (measured with OpenBLAS 0.3.21's Haswell and SkylakeX kernels), which a tensor-
-// or data-parallel split of a bfloat16 product then turns into other bfloat16 roundings.
+// its bits: the kernel of every CPU matrix product (batched_gemm.h). OpenBLAS's float32 GEMM
+// gives an element other bits depending on how many rows and columns the call has and where the
+// element lies in it (measured with OpenBLAS 0.3.21's Haswell and SkylakeX kernels), which a
+// tensor- or data-parallel split of a product then turns into another rounding, and AdamW
+// (which moves a weight by about lr whatever its gradient's size) into other weights.
 #pragma once
 
 #include <cstdint>

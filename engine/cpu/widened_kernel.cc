@@ -14,7 +14,7 @@ class WidenedKernel : public PreparedKernel {
     for (TensorView& view : inputs) widen_view(view, false);
     for (TensorView& view : outputs) widen_view(view, true);
     widen_all();  // constant inputs hold their values already, and kernels may read them now
-    inner_ = factory(KernelArgs(kernel, std::move(inputs), std::move(outputs), true));
+    inner_ = factory(KernelArgs(kernel, std::move(inputs), std::move(outputs)));
   }
 
   void run(const StepContext& context) override {

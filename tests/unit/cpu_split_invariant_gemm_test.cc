@@ -1,6 +1,7 @@
-// The bfloat16 products' order of summation (engine/cpu/split_invariant_gemm): the product, and
-// the same bits however its rows, columns or K are split, which OpenBLAS's float32 GEMM does not
-// give; and bfloat16 MatMul kernels compute with it.
+// The CPU products' order of summation (engine/cpu/split_invariant_gemm): the product, every
+// element the bits of its definition whatever tile computes it, the same bits however its rows,
+// columns or K are split, which OpenBLAS's GEMM does not give; and the float32 and bfloat16
+// MatMul kernels compute with it.
 #include <gmock/gmock.h>
 
 #include <cmath>
@@ -92,6 +93,41 @@ TEST(CpuSplitInvariantGemm, BetaZeroDoesNotReadC) {
 // Every row range, at any offset, gives the rows of the whole product bit for bit (a data-
 // parallel replica's rows, a thread's panel), and so does every column range (a column-parallel
 // member's columns).
+// S(i, j) over terms [from, from + k): halves added while k is even and a half holds at least
+// kSplitInvariantMinLeaf terms, else the terms added one after the other, each product rounded.
+float DefinedSum(const Product& p, int64_t i, int64_t j, int64_t from, int64_t k) {
+  if (k % 2 == 0 && k / 2 >= cpu::kSplitInvariantMinLeaf) {
+    return DefinedSum(p, i, j, from, k / 2) + DefinedSum(p, i, j, from + k / 2, k / 2);
+  }
+  float sum = p.at_a(i, from) * p.at_b(from, j);
+  for (int64_t q = from + 1; q < from + k; ++q) {
+    const float term = p.at_a(i, q) * p.at_b(q, j);
+    sum = sum + term;
+  }
+  return sum;
+}
+
+// Every element has its definition's bits, whichever tile (full or cut by M's and N's edges)
+// and panel of op(B) computes it, on every instruction set's tile shape this CPU runs.
+TEST(CpuSplitInvariantGemm, EveryElementIsItsDefinedSum) {
+  for (const bool ta : {false, true}) {
+    for (const bool tb : {false, true}) {
+      for (const int64_t k : {1, 8, 24, 96, 255, 1100}) {
+        const Product p = MakeProduct(ta, tb, 37, 70, k, 3);
+        const std::vector<float> c = p.Whole();
+        int64_t differing = 0;
+        for (int64_t i = 0; i < p.m; ++i) {
+          for (int64_t j = 0; j < p.n; ++j) {
+            const float want = DefinedSum(p, i, j, 0, k);
+            differing += std::memcmp(&c[i * p.n + j], &want, sizeof(float)) != 0;
+          }
+        }
+        EXPECT_EQ(differing, 0) << "ta " << ta << " tb " << tb << " k " << k;
+      }
+    }
+  }
+}
+
 TEST(CpuSplitInvariantGemm, RowsAndColumnsComputedApartGiveTheSameBits) {
   for (const bool ta : {false, true}) {
     for (const bool tb : {false, true}) {
@@ -154,6 +190,24 @@ TEST(CpuSplitInvariantGemm, Bfloat16MatMulRowsDoNotDependOnTheRowCount) {
   r.Run("Cast", {a_part}, {a_part16}, {Int("to", 16)});
   const int y_part = r.Output({part, n});
   r.Run("MatMul", {a_part16, b16}, {y_part});
+  const std::vector<float> whole = r.Floats(y), alone = r.Floats(y_part);
+  EXPECT_TRUE(SameBits(alone.data(), whole.data() + (rows - part) * n, part * n));
+}
+
+// A float32 MatMul is split-invariant too: a replica's rows, or a tensor-parallel member's,
+// come out as one process's.
+TEST(CpuSplitInvariantGemm, Float32MatMulRowsDoNotDependOnTheRowCount) {
+  const int64_t rows = 64, k = 96, n = 80, part = 24;
+  KernelRunner r;
+  const std::vector<float> a_values = Random(rows * k, 31);
+  const int a = r.Input({rows, k}, a_values);
+  const int b = r.Input({k, n}, Random(k * n, 32));
+  const int y = r.Output({rows, n});
+  r.Run("MatMul", {a, b}, {y});
+  const int a_part =
+      r.Input({part, k}, std::vector<float>(a_values.end() - part * k, a_values.end()));
+  const int y_part = r.Output({part, n});
+  r.Run("MatMul", {a_part, b}, {y_part});
   const std::vector<float> whole = r.Floats(y), alone = r.Floats(y_part);
   EXPECT_TRUE(SameBits(alone.data(), whole.data() + (rows - part) * n, part * n));
 }
