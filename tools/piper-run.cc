@@ -1,5 +1,6 @@
 // piper-run: executes one rank's plan (written by piper-plan) for some training steps.
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 
@@ -21,6 +22,10 @@ int main(int argc, char** argv) {
   // OpenBLAS chooses its kernels as it loads and falls back to slow ones on CPUs newer than
   // itself; this restarts piper-run with OPENBLAS_CORETYPE naming the kernels the CPU supports.
   piper::engine::cpu::restart_with_openblas_core(argv);
+  // Gloo's TCP pairs write without MSG_NOSIGNAL: when a peer rank dies, the next write would
+  // kill this rank with SIGPIPE before it could report which peer went. Ignored, the write
+  // fails with EPIPE and the step fails naming the peer.
+  std::signal(SIGPIPE, SIG_IGN);
   piper::engine::RunOptions options;
   CLI::App app{
       "Executes a Piper plan: trains the planned model for some steps on this rank, printing "

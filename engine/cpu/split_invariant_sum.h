@@ -3,7 +3,7 @@
 // the rows and the float32 all-reduce adding the halves (the norms' weight and bias gradients,
 // bias gradients, the embedding's scatter-add). A sum over R rows is the sum of its first half
 // plus the sum of its second half while R is even, else the rows added one after the other: the
-// split-invariant order of the bfloat16 products' K (split_invariant_gemm.h) down to single
+// split-invariant order of the products' K (split_invariant_gemm.h) down to single
 // rows, which costs no more additions than summing the rows in turn. Two replicas' halves added
 // by a 2-member all-reduce (a + b, commutative) then give one process's bits, as do 2^k
 // microbatches or replicas whose partial sums are added pairwise.
