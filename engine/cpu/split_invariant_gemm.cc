@@ -183,6 +183,8 @@ struct TiledProduct {
   }
 };
 
+// One instantiation per instruction set, chosen at the first call: each needs its own tile,
+// which one body multiversioned with target_clones (PIPER_VECTOR_CLONES) cannot give.
 #if defined(__x86_64__) && defined(__GNUC__)
 // 16 of the 32 AVX-512 registers hold the sums (8 rows of two registers).
 __attribute__((target("avx512f"))) void run_avx512(const Product& p) {
