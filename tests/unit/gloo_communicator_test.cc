@@ -8,12 +8,15 @@
 
 #include <gloo/rendezvous/hash_store.h>
 #include <gmock/gmock.h>
+#include <sched.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <functional>
+#include <set>
 #include <thread>
 
 #include "formats/error.h"
@@ -456,6 +459,31 @@ TEST(GlooCommunicator, AbortInterruptsABlockedOperation) {
     EXPECT_THROW(communicator->all_reduce(&value, 1, false), Error);
   });
   ExpectAllSucceeded(errors);
+}
+
+// The threads of this process, by id.
+std::set<pid_t> Threads() {
+  std::set<pid_t> threads;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    threads.insert(static_cast<pid_t>(std::stoi(entry.path().filename().string())));
+  }
+  return threads;
+}
+
+// Gloo's event thread spins while a caller holds a connection's lock; as a batch thread it
+// does not preempt that caller when it wakes (gloo_communicator.cc, create_device).
+TEST(GlooCommunicator, TheTransportThreadIsABatchThread) {
+  const std::set<pid_t> before = Threads();
+  gloo::rendezvous::HashStore store;
+  GlooCommunicatorFactory factory(store, 0, Options());
+  auto communicator = factory.connect("alone", {0});
+  std::vector<pid_t> started;
+  for (pid_t thread : Threads()) {
+    if (!before.count(thread)) started.push_back(thread);
+  }
+  ASSERT_FALSE(started.empty());
+  for (pid_t thread : started) EXPECT_EQ(sched_getscheduler(thread), SCHED_BATCH) << thread;
+  EXPECT_EQ(sched_getscheduler(0), SCHED_OTHER);  // the caller keeps its policy
 }
 
 TEST(GlooCommunicator, RefusesGroupsWithoutThisRank) {
