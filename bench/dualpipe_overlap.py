@@ -29,7 +29,7 @@ import tempfile
 import numpy as np
 import torch
 
-from trace_overlap import each_pair_hidden_share, hidden_share
+from trace_overlap import each_pair_hidden_share, hidden_share, stages_of_tasks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPERTS = {"blocks.*.mlp.w1": 0, "blocks.*.mlp.b1": 0, "blocks.*.mlp.w2": 0,
@@ -45,15 +45,15 @@ def moe_sample():
 
 
 def overlapped_pairs(tools, model_path, strategy_path):
-    """Each device's overlapped pairs, [((MB, PASS), (MB, PASS))], from the `order`s that
-    piper-plan --expand writes: its groups of two."""
+    """Each device's overlapped pairs, [((PP, MB, PASS), (PP, MB, PASS))], from the `order`s
+    that piper-plan --expand writes: its groups of two."""
     expanded = json.loads(subprocess.run(
         [os.path.join(tools, "piper-plan"), model_path, strategy_path, "--expand"], check=True,
         capture_output=True, text=True).stdout)
     pairs = {}
     for directive in expanded["directives"]:
         if directive["op"] == "order":
-            pairs[directive["device"]] = [tuple((f["MB"], f["PASS"]) for f in group)
+            pairs[directive["device"]] = [tuple((f["PP"], f["MB"], f["PASS"]) for f in group)
                                           for group in directive["filters"] if len(group) == 2]
     return pairs
 
@@ -98,12 +98,16 @@ def measure(tools, work, d, seq, batch, steps, microbatches=4):
         seconds = [json.loads(line)["seconds"] for line in f][1:]
     pairs = overlapped_pairs(tools, model_path, strategy_path)
     traces = [os.path.join(work, f"trace{rank}.json") for rank in range(2)]
-    paired = [each_pair_hidden_share(trace, pairs[rank]) for rank, trace in enumerate(traces)]
+    paired = [each_pair_hidden_share(trace, pairs[rank], stages_of_tasks(json.loads(
+        subprocess.run([os.path.join(tools, "piper-dump"), "--json",
+                        os.path.join(plans, f"rank{rank}.plan")], check=True,
+                       capture_output=True, text=True).stdout)))
+              for rank, trace in enumerate(traces)]
     return float(np.median(seconds)), paired, [hidden_share(trace) for trace in traces]
 
 
 def label(pair):
-    return " & ".join(f"{mb}{p}" for mb, p in pair)
+    return " & ".join(f"{mb}{p} (PP {pp})" for pp, mb, p in pair)
 
 
 def main():
@@ -133,7 +137,7 @@ def main():
               f"every all-to-all {every / 1000:.2f} ms, of it under the other stage's "
               f"computation {under / 1000:.2f} ms ({under / every:.0%})")
         each = [f"{label(pair)} {h / t:.0%}" for pair, (t, h) in each_pair.items() if t > 0]
-        print(f"    each pair (MB PASS & MB PASS: share): {', '.join(each)}")
+        print(f"    each pair (MB PASS (stage) & MB PASS (stage): share): {', '.join(each)}")
     if args.keep:
         print(f"  files in {tmp}")
     else:

@@ -5,9 +5,9 @@ each one's expert all-to-alls run on a communication stream of their own, `a2a_c
 `a2a_compute2` (planner/expert_exchanges.h), so an all-to-all of one microbatch can run while
 the other microbatch computes.
 
-`pair_hidden_share` measures what issue 16 asks of the overlapped pairs: of the exchanges of
-each microbatch that the schedule pairs with another (an order group of two tasks), the share
-of time under the paired microbatch's own computation. `hidden_share` measures every exchange
+`each_pair_hidden_share` measures what issue 16 asks of the overlapped pairs: of the exchanges
+of each task that the schedule pairs with another (an order group of two tasks), the share of
+time under the paired task's own computation. `hidden_share` measures every exchange
 of the rank against any computation on another stage's stream, warm-up and cool-down included,
 where no microbatch is paired.
 
@@ -48,32 +48,52 @@ def load_events(trace_path):
     return events, streams
 
 
-def task_of_kernels(events):
-    """Each kernel event's task, as (microbatch, pass) from the task event (piper-run's trace
-    writes one per run of a task's instructions) that holds it on its stream."""
+def task_of_kernels(events, streams, stages):
+    """Each kernel event's task, as (stage, microbatch, pass) from the task event (piper-run's
+    trace writes one per run of a task's instructions) that holds it on its stream. `stages`
+    maps the plan's task numbers (the task events' "task") to their pipeline stage
+    (stages_of_tasks). It lacks the pieces the planner cuts a task into around its exchanges:
+    those take the stage of the compute stream they run for when all its listed tasks have one
+    (a DualPipe device computes each of its two stages on a stream of its own), else None."""
     tasks = {}
     for e in events:
         if e.get("ph") == "X" and e.get("cat") in ("compute", "comm"):
             tasks.setdefault(e["tid"], []).append(e)
+    stream_stages = {}
+    for tid, held in tasks.items():
+        for task in held:
+            if task["args"]["task"] in stages:
+                stream_stages.setdefault(own_compute_stream(streams[tid]), set()).add(
+                    stages[task["args"]["task"]])
     owner = {}
     for e in events:
         if e.get("ph") != "X" or e.get("cat") != "kernel":
             continue
         for task in tasks.get(e["tid"], []):
             if task["ts"] <= e["ts"] and e["ts"] + e["dur"] <= task["ts"] + task["dur"] + 1e-3:
-                owner[id(e)] = (task["args"]["microbatch"], task["args"]["pass"])
+                args = task["args"]
+                of_stream = stream_stages.get(own_compute_stream(streams[e["tid"]]), set())
+                stage = stages.get(args["task"], next(iter(of_stream)) if len(of_stream) == 1
+                                   else None)
+                owner[id(e)] = (stage, args["microbatch"], args["pass"])
                 break
     return owner
 
 
-def each_pair_hidden_share(trace_path, pairs):
-    """Per overlapped pair, (exchange microseconds of its two microbatches, of them under the
+def stages_of_tasks(plan_json):
+    """{task number: pipeline stage} of one rank's plan as `piper-dump --json` prints it (its
+    planned tasks; tasks outside pipelines have none)."""
+    return {t["task"]: t["stage"] for t in plan_json.get("planned_tasks", []) if "stage" in t}
+
+
+def each_pair_hidden_share(trace_path, pairs, stages):
+    """Per overlapped pair, (exchange microseconds of its two tasks, of them under the
     partner's kernels) of one rank's trace, keyed by the pair as listed. `pairs` lists the
-    rank's overlapped pairs as ((MB, PASS), (MB, PASS)) from its `order` (piper-plan
-    --expand): the filters of a group of two. A pair's two tasks
-    run on the rank's two compute streams, so an exchange of (MB, PASS) cut from one compute
-    stream counts as hidden only under the kernels of its partner's task on the other one (not
-    under the same microbatch and pass of the other stage)."""
+    rank's overlapped pairs as ((PP, MB, PASS), (PP, MB, PASS)) from its `order` (piper-plan
+    --expand): the filters of a group of two; `stages` maps the rank's tasks to their stage
+    (stages_of_tasks). A pair's two tasks run on the rank's two compute streams, so an exchange
+    of one counts as hidden only under the kernels of the other. The same microbatch and pass
+    of the rank's other stage (a task outside the pair) neither counts nor hides."""
     events, streams = load_events(trace_path)
     partner = {}
     for a, b in pairs:
@@ -83,7 +103,7 @@ def each_pair_hidden_share(trace_path, pairs):
                                  f"{other}; the pairs cannot tell which one an exchange hides "
                                  f"under")
     compute = sorted({name for name in streams.values() if name.startswith("compute")})
-    owner = task_of_kernels(events)
+    owner = task_of_kernels(events, streams, stages)
     kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
     work = {}
     for e in kernels:
@@ -103,13 +123,6 @@ def each_pair_hidden_share(trace_path, pairs):
         share[0] += e["dur"]
         share[1] += covered((e["ts"], e["ts"] + e["dur"]), under)
     return {pair: tuple(share) for pair, share in shares.items()}
-
-
-def pair_hidden_share(trace_path, pairs):
-    """(exchange microseconds of the paired microbatches, of them under the partner's kernels)
-    of one rank's trace: each_pair_hidden_share's pairs added."""
-    shares = each_pair_hidden_share(trace_path, pairs).values()
-    return sum(total for total, _ in shares), sum(hidden for _, hidden in shares)
 
 
 def hidden_share(trace_path):

@@ -373,6 +373,48 @@ TEST(ExpertAndTensorParallel, LowersEachAxisOverItsGroups) {
   }
 }
 
+// DualPipe's overlapped pair written by hand: on each device the forward of microbatch 1 (on
+// "compute") runs with the backward of microbatch 0 (on "compute2"). Cut around their
+// exchanges, the two tasks' compute parts take turns, joined by temporal edges: each exchange
+// then runs while the partner computes its next part.
+TEST(ExpertParallel, TheComputePartsOfAnOverlappedPairTakeTurns) {
+  ir::TaskGraph graph = expert_task_graph(4);
+  const std::string order =
+      R"([[{"MB": 0, "PASS": "F"}], [{"MB": 1, "PASS": "F"}, {"MB": 0, "PASS": "B"}],
+          [{"MB": 1, "PASS": "B"}]])";
+  testing::apply_directives(graph, R"([
+      {"op": "split", "dim_name": "MB", "filter": {}, "num_microbatches": 2},
+      {"op": "place", "devices": [0], "filter": {"PASS": "B"}, "stream": "compute2"},
+      {"op": "replicate", "devices": [0, 1]},
+      {"op": "shard", "devices": [0, 1], "params": {"w*": 0}},
+      {"op": "order", "device": 0, "filters": )" +
+                                       order + R"(},
+      {"op": "order", "device": 1, "filters": )" +
+                                       order + "}]");
+  EXPECT_EQ(planner::separate_expert_exchanges(graph), 6);
+  ir::verify_or_throw(graph, "after separating the expert exchanges");
+  const auto in_pair = [](const ir::Task& task) {
+    return task.kind == ir::TaskKind::kCompute && task.stream.rfind("compute", 0) == 0 &&
+           ((task.pass == ir::Pass::kForward && task.microbatch == 1) ||
+            (task.pass == ir::Pass::kBackward && task.microbatch == 0));
+  };
+  std::vector<ir::TaskId> turns;
+  std::string passes;
+  for (ir::TaskId id : graph.topological_order()) {
+    if (!in_pair(graph.task(id))) continue;
+    turns.push_back(id);
+    passes += ir::to_string(graph.task(id).pass) + " ";
+  }
+  // Three forward parts (two exchanges), two backward ones (one), the longer first.
+  EXPECT_EQ(passes, "F B F B F ") << ir::print(graph);
+  const std::string text = ir::print(graph);
+  for (size_t i = 0; i + 1 < turns.size(); ++i) {
+    const std::string edge =
+        "edge " + std::to_string(turns[i]) + " -> " + std::to_string(turns[i + 1]) + " temporal";
+    EXPECT_TRUE(has_line(text, edge)) << edge << " in\n" << text;
+  }
+}
+
 std::string planning_error(const std::vector<std::string>& list) {
   try {
     composed_graph(list);
