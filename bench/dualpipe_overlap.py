@@ -58,6 +58,12 @@ def overlapped_pairs(tools, model_path, strategy_path):
     return pairs
 
 
+def plan_json(tools, plan_path):
+    """One rank's plan as `piper-dump --json` prints it."""
+    return json.loads(subprocess.run([os.path.join(tools, "piper-dump"), "--json", plan_path],
+                                     check=True, capture_output=True, text=True).stdout)
+
+
 def measure(tools, work, d, seq, batch, steps, microbatches=4):
     """Plans and trains the experiment in `work` with the binaries in `tools`: (the median
     step's seconds after the first, [(all-to-all us, of it hidden us) per rank] of the paired
@@ -98,10 +104,8 @@ def measure(tools, work, d, seq, batch, steps, microbatches=4):
         seconds = [json.loads(line)["seconds"] for line in f][1:]
     pairs = overlapped_pairs(tools, model_path, strategy_path)
     traces = [os.path.join(work, f"trace{rank}.json") for rank in range(2)]
-    paired = [each_pair_hidden_share(trace, pairs[rank], stages_of_tasks(json.loads(
-        subprocess.run([os.path.join(tools, "piper-dump"), "--json",
-                        os.path.join(plans, f"rank{rank}.plan")], check=True,
-                       capture_output=True, text=True).stdout)))
+    paired = [each_pair_hidden_share(trace, pairs[rank], stages_of_tasks(
+        plan_json(tools, os.path.join(plans, f"rank{rank}.plan"))))
               for rank, trace in enumerate(traces)]
     return float(np.median(seconds)), paired, [hidden_share(trace) for trace in traces]
 

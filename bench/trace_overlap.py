@@ -59,12 +59,13 @@ def task_of_kernels(events, streams, stages):
     for e in events:
         if e.get("ph") == "X" and e.get("cat") in ("compute", "comm"):
             tasks.setdefault(e["tid"], []).append(e)
-    stream_stages = {}
+    listed = {}  # each compute stream's stages, from the tasks `stages` lists
     for tid, held in tasks.items():
         for task in held:
             if task["args"]["task"] in stages:
-                stream_stages.setdefault(own_compute_stream(streams[tid]), set()).add(
+                listed.setdefault(own_compute_stream(streams[tid]), set()).add(
                     stages[task["args"]["task"]])
+    stream_stage = {stream: next(iter(s)) for stream, s in listed.items() if len(s) == 1}
     owner = {}
     for e in events:
         if e.get("ph") != "X" or e.get("cat") != "kernel":
@@ -72,9 +73,8 @@ def task_of_kernels(events, streams, stages):
         for task in tasks.get(e["tid"], []):
             if task["ts"] <= e["ts"] and e["ts"] + e["dur"] <= task["ts"] + task["dur"] + 1e-3:
                 args = task["args"]
-                of_stream = stream_stages.get(own_compute_stream(streams[e["tid"]]), set())
-                stage = stages.get(args["task"], next(iter(of_stream)) if len(of_stream) == 1
-                                   else None)
+                stage = stages.get(args["task"],
+                                   stream_stage.get(own_compute_stream(streams[e["tid"]])))
                 owner[id(e)] = (stage, args["microbatch"], args["pass"])
                 break
     return owner

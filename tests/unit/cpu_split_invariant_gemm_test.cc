@@ -90,9 +90,6 @@ TEST(CpuSplitInvariantGemm, BetaZeroDoesNotReadC) {
   EXPECT_TRUE(SameBits(c.data(), p.Whole().data(), 30));
 }
 
-// Every row range, at any offset, gives the rows of the whole product bit for bit (a data-
-// parallel replica's rows, a thread's panel), and so does every column range (a column-parallel
-// member's columns).
 // S(i, j) over terms [from, from + k): halves added while k is even and a half holds at least
 // kSplitInvariantMinLeaf terms, else the terms added one after the other, each product rounded.
 float DefinedSum(const Product& p, int64_t i, int64_t j, int64_t from, int64_t k) {
@@ -128,6 +125,9 @@ TEST(CpuSplitInvariantGemm, EveryElementIsItsDefinedSum) {
   }
 }
 
+// Every row range, at any offset, gives the rows of the whole product bit for bit (a data-
+// parallel replica's rows, a thread's panel), and so does every column range (a column-parallel
+// member's columns).
 TEST(CpuSplitInvariantGemm, RowsAndColumnsComputedApartGiveTheSameBits) {
   for (const bool ta : {false, true}) {
     for (const bool tb : {false, true}) {
