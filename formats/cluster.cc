@@ -80,8 +80,11 @@ std::string Cluster::describe() const {
   std::snprintf(text, sizeof text, ", %g us per op", op_overhead * 1e6);
   out += text;
   if (!measured.empty()) {
-    out += "; measured: " + std::to_string(measured.kernels.size()) + " kernels, " +
-           std::to_string(measured.collectives.size()) + " collectives (" + measured.on + ")";
+    out += "; measured: " + std::to_string(measured.kernels.size()) + " kernels, ";
+    if (!measured.products.empty()) {
+      out += std::to_string(measured.products.size()) + " products grids, ";
+    }
+    out += std::to_string(measured.collectives.size()) + " collectives (" + measured.on + ")";
   }
   return out;
 }

@@ -1,6 +1,8 @@
 #include "formats/measured_costs.h"
 
 #include <cmath>
+#include <optional>
+#include <tuple>
 
 #include "formats/strategy_reader.h"
 
@@ -57,6 +59,56 @@ MeasuredKernel read_kernel(const Context& ctx, const std::string& path, const js
   return kernel;
 }
 
+constexpr std::string_view kLayouts[] = {"nn", "nt", "tn", "tt"};
+
+// [number, ...]: `what` numbers > 0, and with `increasing` each above the one before.
+std::vector<double> read_positive_numbers(const Context& ctx, const std::string& path,
+                                          const json& value, const std::string& what,
+                                          bool increasing) {
+  const json& numbers = strategy::reader::read_array(ctx, path, value, what);
+  if (numbers.empty()) ctx.fail(path, "expected at least one of " + what + ", got []");
+  std::vector<double> result;
+  for (size_t i = 0; i < numbers.size(); ++i) {
+    const std::string at = strategy::reader::index_path(path, i);
+    const double number =
+        strategy::reader::read_number(ctx, at, numbers[i], Range{.min = 0, .min_open = true});
+    if (increasing && !result.empty() && !(number > result.back())) {
+      ctx.fail(at, "sizes must increase: " + strategy::reader::shown(numbers[i]) + " follows " +
+                       strategy::reader::shown(numbers[i - 1]));
+    }
+    result.push_back(number);
+  }
+  return result;
+}
+
+MeasuredProducts read_products(const Context& ctx, const std::string& path, const json& value) {
+  const Keys keys = {"dtype", "sizes", "seconds"};
+  const Object o(ctx, value, path, keys, keys);
+  MeasuredProducts products;
+  products.dtype = *o.choice("dtype", {"float32", "bfloat16"});
+  products.sizes = *o.get("sizes", read_positive_numbers, "sizes", true);
+  const size_t count = products.sizes.size() * products.sizes.size() * products.sizes.size();
+  const Keys layouts(std::begin(kLayouts), std::end(kLayouts));
+  const Object by_layout(ctx, *o.find("seconds"), o.at("seconds"), layouts, {"nn"});
+  for (std::string_view layout : kLayouts) {
+    const std::string what = std::to_string(count) + " seconds (one per [m, n, k] of the sizes)";
+    std::optional<std::vector<double>> seconds =
+        by_layout.get(layout, read_positive_numbers, what, false);
+    if (!seconds) continue;
+    if (seconds->size() != count) {
+      by_layout.fail(layout, "expected " + what + ", got " + std::to_string(seconds->size()));
+    }
+    products.seconds.emplace(layout, std::move(*seconds));
+  }
+  return products;
+}
+
+json products_json(const MeasuredProducts& products) {
+  json seconds = json::object();
+  for (const auto& [layout, times] : products.seconds) seconds[layout] = times;
+  return {{"dtype", products.dtype}, {"sizes", products.sizes}, {"seconds", seconds}};
+}
+
 MeasuredCollective read_collective(const Context& ctx, const std::string& path, const json& value) {
   const Keys keys = {"kind", "ranks", "points"};
   const Object o(ctx, value, path, keys, keys);
@@ -89,6 +141,43 @@ double MeasuredCurve::seconds(double size) const {
   return y0 * std::pow(size / x0, exponent);
 }
 
+double MeasuredProducts::product_seconds(double m, double n, double k,
+                                         const std::string& layout) const {
+  auto found = seconds.find(layout);
+  if (found == seconds.end()) found = seconds.find("nn");
+  const std::vector<double>& grid = found->second;
+  const size_t count = sizes.size();
+  // Per size: the two grid indices around it and the second one's weight, in log space.
+  double beyond = 1;
+  const auto cell = [&](double x) -> std::tuple<size_t, size_t, double> {
+    if (x > sizes.back()) {
+      beyond *= x / sizes.back();
+      return {count - 1, count - 1, 0.0};
+    }
+    if (count == 1 || x <= sizes.front()) return {0, 0, 0.0};
+    size_t i = 1;
+    while (sizes[i] < x) ++i;
+    return {i - 1, i, std::log(x / sizes[i - 1]) / std::log(sizes[i] / sizes[i - 1])};
+  };
+  const auto [m0, m1, wm] = cell(m);
+  const auto [n0, n1, wn] = cell(n);
+  const auto [k0, k1, wk] = cell(k);
+  double log_seconds = 0;
+  for (const auto& [im, fm] : {std::pair{m0, 1 - wm}, std::pair{m1, wm}}) {
+    for (const auto& [in, fn] : {std::pair{n0, 1 - wn}, std::pair{n1, wn}}) {
+      for (const auto& [ik, fk] : {std::pair{k0, 1 - wk}, std::pair{k1, wk}}) {
+        const double weight = fm * fn * fk;
+        if (weight > 0) log_seconds += weight * std::log(grid[(im * count + in) * count + ik]);
+      }
+    }
+  }
+  return beyond * std::exp(log_seconds);
+}
+
+std::string product_layout(bool trans_a, bool trans_b) {
+  return std::string(trans_a ? "t" : "n") + (trans_b ? "t" : "n");
+}
+
 const char* collective_name(CollectiveKind kind) {
   switch (kind) {
     case CollectiveKind::kAllReduce:
@@ -115,6 +204,13 @@ const MeasuredKernel* MeasuredCosts::kernel(const std::string& op_type,
   return nullptr;
 }
 
+const MeasuredProducts* MeasuredCosts::products_in(const std::string& dtype) const {
+  for (const MeasuredProducts& grid : products) {
+    if (grid.dtype == dtype) return &grid;
+  }
+  return nullptr;
+}
+
 const MeasuredCollective* MeasuredCosts::collective(CollectiveKind kind, int ranks) const {
   for (const MeasuredCollective& measured : collectives) {
     if (measured.kind == kind && measured.ranks == ranks) return &measured;
@@ -128,8 +224,9 @@ double attention_flops(double batch, double t, double d, double tk, double dv, b
 }
 
 MeasuredCosts read_measured_costs(const Object& top) {
-  const Keys keys = {"on", "kernels", "collectives"};
-  const Object o(top.ctx(), *top.find("measured"), top.at("measured"), keys, keys);
+  const Keys keys = {"on", "kernels", "products", "collectives"};
+  const Object o(top.ctx(), *top.find("measured"), top.at("measured"), keys,
+                 {"on", "kernels", "collectives"});
   MeasuredCosts costs;
   costs.on = *o.get("on", strategy::reader::read_string);
   const json& kernels =
@@ -141,6 +238,18 @@ MeasuredCosts read_measured_costs(const Object& top) {
       o.ctx().fail(path, kernel.op_type + " in " + kernel.dtype + " is measured twice");
     }
     costs.kernels.push_back(std::move(kernel));
+  }
+  if (const json* products = o.find("products")) {
+    const json& grids =
+        strategy::reader::read_array(o.ctx(), o.at("products"), *products, "products grids");
+    for (size_t i = 0; i < grids.size(); ++i) {
+      const std::string path = strategy::reader::index_path(o.at("products"), i);
+      MeasuredProducts grid = read_products(o.ctx(), path, grids[i]);
+      if (costs.products_in(grid.dtype) != nullptr) {
+        o.ctx().fail(path, "products in " + grid.dtype + " are measured twice");
+      }
+      costs.products.push_back(std::move(grid));
+    }
   }
   const json& collectives = strategy::reader::read_array(o.ctx(), o.at("collectives"),
                                                          *o.find("collectives"), "collectives");
@@ -171,6 +280,8 @@ std::string measured_costs_text(const MeasuredCosts& costs) {
                        {"by", kernel.key == CostKey::kFlops ? "flops" : "bytes"},
                        {"points", curve_json(kernel.curve)}});
   }
+  std::vector<json> products;
+  for (const MeasuredProducts& grid : costs.products) products.push_back(products_json(grid));
   std::vector<json> collectives;
   for (const MeasuredCollective& collective : costs.collectives) {
     collectives.push_back({{"kind", collective_name(collective.kind)},
@@ -178,6 +289,7 @@ std::string measured_costs_text(const MeasuredCosts& costs) {
                            {"points", curve_json(collective.curve)}});
   }
   return "{\n  \"on\": " + json(costs.on).dump() + ",\n  \"kernels\": " + lines(kernels) +
+         (products.empty() ? "" : ",\n  \"products\": " + lines(products)) +
          ",\n  \"collectives\": " + lines(collectives) + "\n}";
 }
 

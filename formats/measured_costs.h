@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +33,25 @@ struct MeasuredKernel {
   MeasuredCurve curve;
 };
 
+// Seconds of matrix products [m, k] x [k, n] on a grid of shapes. Products of equal FLOPs run at
+// rates that differ by shape and layout (a long K, a transposed operand: on this project's CPU up
+// to a quarter slower than a square product), so where a profile has this grid the cost model
+// prices a product by its own shape, not off its FLOPs curve.
+struct MeasuredProducts {
+  std::string dtype;          // "float32" or "bfloat16"
+  std::vector<double> sizes;  // what m, n and k each take: > 0, increasing
+  // By layout, "nn", "nt" (B transposed), "tn" (A transposed) or "tt": sizes^3 seconds, m the
+  // slowest index and k the fastest. "nn" is always there and stands in for an unmeasured one.
+  std::map<std::string, std::vector<double>> seconds;
+
+  // Between grid points the power law in each size (trilinear in log-log); a size below the
+  // grid costs as its first (dispatch-bound), one above it in proportion (at the edge's rate).
+  double product_seconds(double m, double n, double k, const std::string& layout) const;
+};
+
+// "nn", "nt", "tn" or "tt": which of a product's operands are read transposed.
+std::string product_layout(bool trans_a, bool trans_b);
+
 // Collectives and transfers as the cost model prices them; kTransfer is a send matched by its
 // recv between two ranks.
 enum class CollectiveKind {
@@ -55,11 +75,14 @@ struct MeasuredCollective {
 struct MeasuredCosts {
   std::string on;  // what was measured, how: "cpu, 2 threads per rank, 2 ranks, gloo"
   std::vector<MeasuredKernel> kernels;
+  std::vector<MeasuredProducts> products;       // at most one grid per dtype
   std::vector<MeasuredCollective> collectives;  // groups within one node
 
-  bool empty() const { return kernels.empty() && collectives.empty(); }
+  bool empty() const { return kernels.empty() && products.empty() && collectives.empty(); }
   // The curve of `op_type` in `dtype`, or null when the profile did not time it.
   const MeasuredKernel* kernel(const std::string& op_type, const std::string& dtype) const;
+  // The products grid in `dtype`, or null when the profile did not time one.
+  const MeasuredProducts* products_in(const std::string& dtype) const;
   // The curve of `kind` over `ranks` ranks, or null when the profile did not time it.
   const MeasuredCollective* collective(CollectiveKind kind, int ranks) const;
 };
@@ -81,10 +104,11 @@ class Object;
 namespace piper::formats {
 
 // Reads the "measured" object at `o`'s key "measured"; throws piper::Error naming the JSON path
-// of what is wrong (sizes not increasing, an unknown collective, a group under 2 ranks).
+// of what is wrong (sizes not increasing, an unknown collective, a group under 2 ranks, a
+// products grid without sizes^3 times).
 MeasuredCosts read_measured_costs(const strategy::reader::Object& o);
 // The "measured" object read_measured_costs reads, as JSON text laid out for a cluster file's
-// top level: one line per kernel and per collective.
+// top level: one line per kernel, products grid and collective.
 std::string measured_costs_text(const MeasuredCosts& costs);
 
 }  // namespace piper::formats

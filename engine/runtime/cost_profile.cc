@@ -37,6 +37,7 @@ double median(std::vector<double> values) {
 // How long each measurement runs.
 struct Budget {
   double kernel_s;            // a kernel runs back to back for this long, per round
+  double product_s;           // as kernel_s, for each shape of a products grid
   int rounds;                 // rounds per size; the median counts
   int max_repeats;            // of a collective per size (fewer for large ones)
   double largest_collective;  // bytes
@@ -149,6 +150,32 @@ double time_kernel(PreparedKernel& kernel, DeviceQueue& queue, Ranks& ranks, con
   return ranks.mean(median(per_call));
 }
 
+// An instance's tensors in device memory, filled with host_values, and its prepared kernel.
+struct PlacedKernel {
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+  std::unique_ptr<PreparedKernel> kernel;
+};
+
+// Throws what backend.prepare throws for a kernel the backend does not have.
+PlacedKernel place(const ProfileKernel& instance, Backend& backend) {
+  PlacedKernel placed;
+  const auto place_all = [&](const std::vector<ProfileTensor>& tensors) {
+    std::vector<TensorView> views;
+    for (const ProfileTensor& tensor : tensors) {
+      const std::vector<uint8_t> values = host_values(tensor);
+      placed.buffers.push_back(std::make_unique<DeviceBuffer>(backend, values.size()));
+      backend.upload(placed.buffers.back()->data(), values.data(), values.size());
+      views.push_back({placed.buffers.back()->data(), tensor.dtype, tensor.shape});
+    }
+    return views;
+  };
+  std::vector<TensorView> inputs = place_all(instance.inputs);
+  std::vector<TensorView> outputs = place_all(instance.outputs);
+  if (instance.view) outputs[0].data = inputs[0].data;
+  placed.kernel = backend.prepare(instance.kernel, inputs, outputs);
+  return placed;
+}
+
 // The family's curve, or nullopt when the backend has no such kernel (said on `out`).
 std::optional<formats::MeasuredKernel> profile_family(const ProfileFamily& family, Backend& backend,
                                                       DeviceQueue& queue, Ranks& ranks,
@@ -159,23 +186,9 @@ std::optional<formats::MeasuredKernel> profile_family(const ProfileFamily& famil
     // Small scales of row kernels round up to one whole row: the same instance again.
     const double size = profile_size(family, instance);
     if (!measured.curve.points.empty() && size <= measured.curve.points.back().first) continue;
-    std::vector<std::unique_ptr<DeviceBuffer>> buffers;
-    const auto place = [&](const std::vector<ProfileTensor>& tensors) {
-      std::vector<TensorView> views;
-      for (const ProfileTensor& tensor : tensors) {
-        const std::vector<uint8_t> values = host_values(tensor);
-        buffers.push_back(std::make_unique<DeviceBuffer>(backend, values.size()));
-        backend.upload(buffers.back()->data(), values.data(), values.size());
-        views.push_back({buffers.back()->data(), tensor.dtype, tensor.shape});
-      }
-      return views;
-    };
-    std::vector<TensorView> inputs = place(instance.inputs);
-    std::vector<TensorView> outputs = place(instance.outputs);
-    if (instance.view) outputs[0].data = inputs[0].data;
-    std::unique_ptr<PreparedKernel> kernel;
+    PlacedKernel placed;
     try {
-      kernel = backend.prepare(instance.kernel, inputs, outputs);
+      placed = place(instance, backend);
     } catch (const Error& error) {
       // Every rank runs the same backend, so every rank skips the same families.
       if (!measured.curve.points.empty()) throw;
@@ -184,7 +197,7 @@ std::optional<formats::MeasuredKernel> profile_family(const ProfileFamily& famil
       }
       return std::nullopt;
     }
-    const double seconds = time_kernel(*kernel, queue, ranks, budget);
+    const double seconds = time_kernel(*placed.kernel, queue, ranks, budget);
     measured.curve.points.emplace_back(size, seconds);
   }
   if (ranks.rank == 0) {
@@ -196,6 +209,53 @@ std::optional<formats::MeasuredKernel> profile_family(const ProfileFamily& famil
                   family.op_type.c_str(), family.dtype.c_str(), first_s * 1e6, first_size,
                   flops ? "FLOP" : "B", last_size / last_s / 1e9, flops ? "GFLOP" : "GB", last_size,
                   flops ? "FLOP" : "B");
+    out << line;
+  }
+  return measured;
+}
+
+// The grid's times, or nullopt when the backend has no such product (said on `out`).
+std::optional<formats::MeasuredProducts> profile_products(const ProductGrid& grid, Backend& backend,
+                                                          DeviceQueue& queue, Ranks& ranks,
+                                                          const Budget& budget, std::ostream& out) {
+  formats::MeasuredProducts measured{grid.dtype, {}, {}};
+  for (int64_t size : grid.sizes) measured.sizes.push_back(static_cast<double>(size));
+  Budget each = budget;
+  each.kernel_s = budget.product_s;
+  double slowest = 0, fastest = 0;  // FLOP/s
+  for (const std::string& layout : grid.layouts) {
+    std::vector<double>& seconds = measured.seconds[layout];
+    for (int64_t m : grid.sizes) {
+      for (int64_t n : grid.sizes) {
+        for (int64_t k : grid.sizes) {
+          const ProfileKernel instance = product_kernel(grid, m, n, k, layout);
+          PlacedKernel placed;
+          try {
+            placed = place(instance, backend);
+          } catch (const Error& error) {
+            if (!seconds.empty()) throw;
+            if (ranks.rank == 0) {
+              out << "piper.MatMul " << grid.dtype << " by shape: not measured (" << error.what()
+                  << ")\n";
+            }
+            return std::nullopt;
+          }
+          seconds.push_back(time_kernel(*placed.kernel, queue, ranks, each));
+          const double rate = instance.flops / seconds.back();
+          slowest = slowest == 0 ? rate : std::min(slowest, rate);
+          fastest = std::max(fastest, rate);
+        }
+      }
+    }
+  }
+  if (ranks.rank == 0) {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "piper.MatMul %s by shape: %zu layouts of %zu shapes from %lld to %lld, %.3g .. "
+                  "%.3g GFLOP/s\n",
+                  grid.dtype.c_str(), grid.layouts.size(), measured.seconds.begin()->second.size(),
+                  static_cast<long long>(grid.sizes.front()),
+                  static_cast<long long>(grid.sizes.back()), slowest / 1e9, fastest / 1e9);
     out << line;
   }
   return measured;
@@ -387,8 +447,8 @@ void profile_costs(const CostProfileOptions& options, std::ostream& out) {
   std::unique_ptr<Backend> backend = make_backend(options.device);
   Ranks ranks;
   connect_ranks(options, comm, *backend, ranks);
-  const Budget budget =
-      options.quick ? Budget{0.002, 3, 3, 16384.0} : Budget{0.03, 5, 20, 64.0 * 1024 * 1024};
+  const Budget budget = options.quick ? Budget{0.002, 0.002, 3, 3, 16384.0}
+                                      : Budget{0.03, 0.004, 5, 20, 64.0 * 1024 * 1024};
   std::string on = options.device;
   if (options.device == "cpu") {
     on += " (" + std::to_string(cpu::num_threads()) + " threads per rank)";
@@ -409,6 +469,11 @@ void profile_costs(const CostProfileOptions& options, std::ostream& out) {
     for (const ProfileFamily& family : profile_families(options.quick)) {
       if (auto measured = profile_family(family, *backend, queue, ranks, budget, out)) {
         cluster.measured.kernels.push_back(std::move(*measured));
+      }
+    }
+    for (const ProductGrid& grid : product_grids(options.quick)) {
+      if (auto measured = profile_products(grid, *backend, queue, ranks, budget, out)) {
+        cluster.measured.products.push_back(std::move(*measured));
       }
     }
     std::vector<int> group_sizes;

@@ -58,9 +58,14 @@ Shape rows_of(int64_t elements, int64_t width) {
   return {std::max<int64_t>(elements / width, 1), width};
 }
 
+// piper.MatMul's element type for a family's or grid's dtype.
+plan::DType product_type(const std::string& dtype) {
+  return dtype == "bfloat16" ? plan::BFLOAT16 : kF32;
+}
+
 // C = A B of [s, s] matrices: dispatch-bound at 16, past the caches at 1536.
 ProfileFamily matmul_family(const std::string& dtype, bool quick) {
-  const plan::DType type = dtype == "bfloat16" ? plan::BFLOAT16 : kF32;
+  const plan::DType type = product_type(dtype);
   ProfileFamily family{"piper.MatMul", dtype, CostKey::kFlops, {}, nullptr};
   family.scales = quick ? std::vector<int64_t>{16, 32, 64}
                         : std::vector<int64_t>{16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536};
@@ -125,6 +130,33 @@ ProfileFamily elements_family(const std::string& op_type, bool quick,
 }
 
 }  // namespace
+
+// From dispatch-bound to past the caches in each size, 32^3 to 2048^3 (17 GFLOP), in steps of
+// 2: a rate can halve between 1024 and 2048, where operands leave the cache (two ranks on a
+// CPU), so that steps of 4 mispriced the products between by a quarter.
+std::vector<ProductGrid> product_grids(bool quick) {
+  const std::vector<int64_t> sizes = quick
+                                         ? std::vector<int64_t>{16, 64}
+                                         : std::vector<int64_t>{32, 64, 128, 256, 512, 1024, 2048};
+  const std::vector<std::string> layouts = {"nn", "nt", "tn"};
+  return {{"float32", sizes, layouts}, {"bfloat16", sizes, layouts}};
+}
+
+ProfileKernel product_kernel(const ProductGrid& grid, int64_t m, int64_t n, int64_t k,
+                             const std::string& layout) {
+  const plan::DType type = product_type(grid.dtype);
+  const bool trans_a = layout[0] == 't';
+  const bool trans_b = layout[1] == 't';
+  plan::Kernel kernel = kernel_of("piper.MatMul");
+  add_int(kernel, "transA", trans_a);
+  add_int(kernel, "transB", trans_b);
+  const Shape a = trans_a ? Shape{k, m} : Shape{m, k};
+  const Shape b = trans_b ? Shape{n, k} : Shape{k, n};
+  ProfileKernel product = make(kernel, {{type, a}, {type, b}}, {{type, {m, n}}});
+  product.flops = formats::product_flops(static_cast<double>(m), static_cast<double>(n),
+                                         static_cast<double>(k));
+  return product;
+}
 
 std::vector<ProfileFamily> profile_families(bool quick) {
   std::vector<ProfileFamily> families;

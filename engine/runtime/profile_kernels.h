@@ -38,6 +38,21 @@ struct ProfileFamily {
   std::function<ProfileKernel(int64_t)> make;  // the instance of one scale
 };
 
+// Products timed on a grid of shapes (formats::MeasuredProducts): every [m, k] x [k, n] with m, n
+// and k from `sizes`, in each layout ("nn", "nt", "tn").
+struct ProductGrid {
+  std::string dtype;  // "float32" or "bfloat16"
+  std::vector<int64_t> sizes;
+  std::vector<std::string> layouts;
+};
+
+// The grids, `quick`: two sizes only.
+std::vector<ProductGrid> product_grids(bool quick);
+
+// The piper.MatMul of one grid point.
+ProfileKernel product_kernel(const ProductGrid& grid, int64_t m, int64_t n, int64_t k,
+                             const std::string& layout);
+
 // The families, `quick`: fewer and smaller instances (seconds in all, for tests).
 std::vector<ProfileFamily> profile_families(bool quick);
 

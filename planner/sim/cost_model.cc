@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,44 @@ double matmul_flops(const ir::OpGraph& graph, const ir::Op& op) {
   const bool trans_a = ir::attr_int(op.attributes, "transA", 0) != 0 && a.size() >= 2;
   const int64_t k = trans_a ? a[a.size() - 2] : a.back();
   return 2.0 * elements(graph, op.outputs[0]) * static_cast<double>(k);
+}
+
+// A product as a products grid indexes it (formats/measured_costs.h): `batch` products
+// [m, k] x [k, n] read in `layout`.
+struct ProductShape {
+  double batch = 1, m = 0, n = 0, k = 0;
+  std::string layout;
+};
+
+// MatMul, Gemm and piper.MatMul; nullopt for other ops (an Einsum is priced by its FLOPs).
+std::optional<ProductShape> product_shape(const ir::OpGraph& graph, const ir::Op& op) {
+  if (op.type != "MatMul" && op.type != "Gemm" && op.type != "piper.MatMul") return std::nullopt;
+  const ir::Shape& a = shape(graph, op, 0);
+  const ir::Shape& b = shape(graph, op, 1);
+  if (a.empty() || b.empty() || op.outputs.empty()) return std::nullopt;
+  const auto transposed = [&](const char* name, const ir::Shape& operand) {
+    return op.type != "MatMul" && ir::attr_int(op.attributes, name, 0) != 0 && operand.size() >= 2;
+  };
+  const bool trans_a = transposed("transA", a);
+  const bool trans_b = transposed("transB", b);
+  const auto at = [](const ir::Shape& dims, size_t from_end) {
+    return static_cast<double>(dims[dims.size() - from_end]);
+  };
+  ProductShape product;
+  product.layout = formats::product_layout(trans_a, trans_b);
+  // As numpy: a 1-D A is one row, a 1-D B one column.
+  product.m = a.size() < 2 ? 1 : at(a, trans_a ? 1 : 2);
+  product.k = at(a, trans_a ? 2 : 1);
+  product.n = b.size() < 2 ? 1 : at(b, trans_b ? 2 : 1);
+  const double each = product.m * product.n;
+  product.batch = each > 0 ? elements(graph, op.outputs[0]) / each : 0;
+  // Batches that share one B run as one taller product (the CPU's BatchedGemm folds them, and
+  // a GPU's library runs them as one launch).
+  if (b.size() <= 2 && !trans_a) {
+    product.m *= product.batch;
+    product.batch = 1;
+  }
+  return product;
 }
 
 // One multiply-add per point of the space all labels span.
@@ -321,9 +360,15 @@ double op_seconds(const ir::OpGraph& graph, const ir::Op& op, const DeviceRates&
   const bool bfloat16 = std::any_of(op.inputs.begin(), op.inputs.end(), [&](ir::TensorId in) {
     return in >= 0 && graph.tensor(in).dtype == ir::DType::kBFloat16;
   });
-  // A measured curve holds the kernel's whole time, its dispatch included.
-  if (const formats::MeasuredKernel* measured =
-          measured_kernel(op, bfloat16 ? "bfloat16" : "float32", rates.measured)) {
+  const std::string dtype = bfloat16 ? "bfloat16" : "float32";
+  // Measured times hold the kernel's whole time, its dispatch included.
+  if (const formats::MeasuredProducts* grid = rates.measured.products_in(dtype)) {
+    if (const std::optional<ProductShape> product = product_shape(graph, op)) {
+      return product->batch *
+             grid->product_seconds(product->m, product->n, product->k, product->layout);
+    }
+  }
+  if (const formats::MeasuredKernel* measured = measured_kernel(op, dtype, rates.measured)) {
     return measured->curve.seconds(measured->key == formats::CostKey::kFlops ? op_flops(graph, op)
                                                                              : op_bytes(graph, op));
   }

@@ -56,6 +56,15 @@ class CostProfile(unittest.TestCase):
         # 64 times the FLOPs of the smallest: slower, whatever else runs on the machine.
         self.assertGreater(times[-1], times[0], product)
         self.assertEqual(kernels[("Add", "float32")]["points"][0][0], 3 * 256 * 4)
+        # Products by shape: every [m, k] x [k, n] of m, n, k in 16 and 64, in three layouts.
+        grid = {g["dtype"]: g for g in profile["measured"]["products"]}["float32"]
+        self.assertEqual(grid["sizes"], [16, 64])
+        self.assertEqual(set(grid["seconds"]), {"nn", "nt", "tn"})
+        for layout, times in grid["seconds"].items():
+            self.assertEqual(len(times), 8, layout)
+            self.assertTrue(all(t > 0 for t in times), grid)
+            # 64 times the FLOPs of the smallest product: slower.
+            self.assertGreater(times[-1], times[0], (layout, times))
 
     def test_one_rank_profiles_kernels_that_piper_plan_reads(self):
         path, profile, result = self.profile("one.json", 1)

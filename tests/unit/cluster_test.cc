@@ -104,6 +104,9 @@ const std::string kMeasured = R"(,
     "kernels": [{"op": "piper.MatMul", "dtype": "float32", "by": "flops",
                  "points": [[1e6, 1e-5], [1e9, 1e-2]]},
                 {"op": "Add", "dtype": "float32", "by": "bytes", "points": [[3072, 2e-6]]}],
+    "products": [{"dtype": "float32", "sizes": [16, 256],
+                  "seconds": {"nn": [1e-6, 2e-6, 3e-6, 4e-6, 5e-6, 6e-6, 7e-6, 8e-6],
+                              "tn": [1e-6, 1e-6, 1e-6, 1e-6, 1e-6, 1e-6, 1e-6, 1e-3]}}],
     "collectives": [{"kind": "all_reduce", "ranks": 2, "points": [[1024, 1e-4], [4096, 4e-4]]}]
   }
 })";
@@ -125,13 +128,19 @@ TEST(ClusterFile, ReadsMeasuredCurves) {
   EXPECT_EQ(cluster.measured.on, "cpu (2 threads per rank), 2 ranks at once, gloo");
   ASSERT_NE(cluster.measured.collective(CollectiveKind::kAllReduce, 2), nullptr);
   EXPECT_EQ(cluster.measured.collective(CollectiveKind::kAllReduce, 4), nullptr);
-  EXPECT_NE(cluster.describe().find("; measured: 2 kernels, 1 collectives (cpu"),
+  EXPECT_NE(cluster.describe().find("; measured: 2 kernels, 1 products grids, 1 collectives (cpu"),
             std::string::npos);
+  const MeasuredProducts* products = cluster.measured.products_in("float32");
+  ASSERT_NE(products, nullptr);
+  EXPECT_EQ(products->sizes, (std::vector<double>{16, 256}));
+  EXPECT_EQ(products->seconds.size(), 2u);
+  EXPECT_EQ(cluster.measured.products_in("bfloat16"), nullptr);
   // Written and read back, the same curves.
   const Cluster again = parse_cluster(cluster_json(cluster), "written.json");
   EXPECT_EQ(again.measured.kernels[0].curve.points, product->curve.points);
   EXPECT_EQ(again.measured.collectives[0].curve.points,
             cluster.measured.collectives[0].curve.points);
+  EXPECT_EQ(again.measured.products[0].seconds, products->seconds);
   EXPECT_DOUBLE_EQ(again.inter_node.bandwidth, 50e9);
 }
 
@@ -142,6 +151,44 @@ TEST(ClusterFile, InterpolatesCurvesAsPowerLaws) {
   EXPECT_DOUBLE_EQ(curve.seconds(1e5), 1e-4);
   EXPECT_NEAR(curve.seconds(1e5 * std::sqrt(10.0)), 1e-4 * std::pow(2.0, 0.5), 1e-15);
   EXPECT_DOUBLE_EQ(curve.seconds(4e6), 8e-4);  // beyond the last: at its rate
+}
+
+TEST(ClusterFile, InterpolatesProductsAsPowerLawsInEachSize) {
+  // seconds = m * n * k * 1e-9 on sizes 16, 64, 256, except "tn" at m = n = k = 256.
+  MeasuredProducts grid{"float32", {16, 64, 256}, {}};
+  for (double m : grid.sizes) {
+    for (double n : grid.sizes) {
+      for (double k : grid.sizes) grid.seconds["nn"].push_back(m * n * k * 1e-9);
+    }
+  }
+  grid.seconds["tn"] = grid.seconds["nn"];
+  grid.seconds["tn"].back() = 1;
+  EXPECT_DOUBLE_EQ(grid.product_seconds(64, 16, 256, "nn"), 64 * 16 * 256 * 1e-9);
+  EXPECT_NEAR(grid.product_seconds(32, 100, 200, "nn"), 32 * 100 * 200 * 1e-9, 1e-15);
+  EXPECT_NEAR(grid.product_seconds(32, 100, 200, "nt"), 32 * 100 * 200 * 1e-9, 1e-15);  // as nn
+  EXPECT_NEAR(grid.product_seconds(256, 256, 256, "tn"), 1, 1e-12);
+  // Below the grid: the first size's time; above it: in proportion, in every size at once.
+  EXPECT_NEAR(grid.product_seconds(2, 1, 16, "nn"), 16 * 16 * 16 * 1e-9, 1e-15);
+  EXPECT_NEAR(grid.product_seconds(1024, 512, 64, "nn"), 1024 * 512 * 64 * 1e-9, 1e-15);
+  // A grid of one size: that product's time, in proportion above it.
+  const MeasuredProducts one{"float32", {64}, {{"nn", {2e-4}}}};
+  EXPECT_NEAR(one.product_seconds(8, 64, 64, "tn"), 2e-4, 1e-15);
+  EXPECT_NEAR(one.product_seconds(128, 64, 64, "nn"), 4e-4, 1e-15);
+}
+
+TEST(ClusterFile, RefusesBadProductsGridsNamingTheirPath) {
+  EXPECT_EQ(error_of(measured("[16, 256]", "[256, 16]")),
+            "h100.json: $.measured.products[0].sizes[1]: sizes must increase: 16 follows 256");
+  EXPECT_EQ(error_of(measured("1e-6, 1e-6, 1e-3]", "1e-6, 1e-3]")),
+            "h100.json: $.measured.products[0].seconds.tn: expected 8 seconds (one per [m, n, k] "
+            "of the sizes), got 7");
+  EXPECT_EQ(error_of(measured("\"tn\": [1e-6", "\"tn\": [0")),
+            "h100.json: $.measured.products[0].seconds.tn[0]: expected a number > 0, got 0");
+  EXPECT_EQ(error_of(measured("\"nn\": [1e-6", "\"tt\": [1e-6")),
+            "h100.json: $.measured.products[0].seconds: missing required key \"nn\"");
+  EXPECT_EQ(error_of(measured("\"tn\"", "\"at\"")),
+            "h100.json: $.measured.products[0].seconds.at: unknown key; expected one of nn, nt, "
+            "tn, tt");
 }
 
 TEST(ClusterFile, RefusesBadCurvesNamingTheirPath) {

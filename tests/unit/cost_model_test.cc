@@ -251,6 +251,57 @@ TEST(CostModel, PricesMeasuredKernelsOffTheirCurves) {
                    op_bytes(ops, ops.op(1)) / 1e9 + 1e-3);
 }
 
+// Products measured on a grid of shapes: each seconds entry m * n * k * 1e-9 (at 1 GFLOP/s per
+// multiply-add pair), but "nt" twice as slow; no "tn".
+formats::MeasuredProducts products_grid() {
+  formats::MeasuredProducts grid{"float32", {16, 64, 256}, {}};
+  for (const char* layout : {"nn", "nt"}) {
+    std::vector<double>& seconds = grid.seconds[layout];
+    for (double m : grid.sizes) {
+      for (double n : grid.sizes) {
+        for (double k : grid.sizes) {
+          seconds.push_back(m * n * k * 1e-9 * (std::string(layout) == "nt" ? 2 : 1));
+        }
+      }
+    }
+  }
+  return grid;
+}
+
+TEST(CostModel, PricesProductsByTheirShapeWhereTheProfileHasAGrid) {
+  const ir::TaskGraph graph = ir::build_task_graph(ir::parse(kLayers + R"(
+tensor xs f32[4,8,64] input
+tensor ys f32[4,8,128] activation
+tensor bs f32[4,64,128] input
+tensor zs f32[4,8,128] activation
+tensor e f32[32,128] activation
+op 4 piper.MatMul "/batched/shared_B" (xs, w1) -> (ys) {transB=1}
+op 5 MatMul "/batched/own_B" (xs, bs) -> (zs)
+op 6 Einsum "/einsum" (x, w1) -> (e) {equation="ij,kj->ik"}
+)")
+                                                       .op_graph());
+  const ir::OpGraph& ops = graph.op_graph();
+  DeviceRates rates = measured_rates();
+  rates.measured.products = {products_grid()};
+  const formats::MeasuredProducts& grid = rates.measured.products[0];
+  // Gemm with transB: [32, 64] x [64, 128] read as "nt", on the grid's power law.
+  EXPECT_DOUBLE_EQ(op_seconds(ops, ops.op(0), rates), grid.product_seconds(32, 128, 64, "nt"));
+  EXPECT_NEAR(op_seconds(ops, ops.op(0), rates), 2 * 32 * 128 * 64 * 1e-9, 1e-15);
+  // transA, which the grid lacks: priced as "nn". m = 128, n = 16, k = the 32 rows.
+  EXPECT_NEAR(op_seconds(ops, ops.op(3), rates), 128 * 16 * 32 * 1e-9, 1e-15);
+  // Below the grid a size costs as the first (16 for n = 16 and 8 alike); above it, in
+  // proportion: 4 batches sharing B fold into one product of 32 rows; 4 with their own B
+  // are 4 products of 8 rows, each priced as 16.
+  EXPECT_NEAR(op_seconds(ops, ops.op(4), rates), 2 * 32 * 128 * 64 * 1e-9, 1e-15);
+  EXPECT_NEAR(op_seconds(ops, ops.op(5), rates), 4 * 16 * 128 * 64 * 1e-9, 1e-15);
+  EXPECT_NEAR(grid.product_seconds(1024, 16, 16, "nn"), 1024 * 16 * 16 * 1e-9, 1e-15);
+  // An Einsum is no product of the grid: the FLOPs curve prices it.
+  EXPECT_DOUBLE_EQ(op_seconds(ops, ops.op(6), rates),
+                   rates.measured.kernels[0].curve.seconds(op_flops(ops, ops.op(6))));
+  // No grid in bfloat16: a bfloat16 product falls back to the curves and rates.
+  EXPECT_EQ(rates.measured.products_in("bfloat16"), nullptr);
+}
+
 TEST(CostModel, PricesMeasuredCollectivesWithinANodeAndTheRatesAcross) {
   ir::TaskGraph graph = layers();
   ir::Task all_reduce;
