@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <stdexcept>
 
 #include "engine/runtime/row_exchange.h"
 #include "formats/error.h"
@@ -60,7 +61,8 @@ struct Pair {
 class CollectiveKernel : public PreparedKernel {
  public:
   CollectiveKernel(plan::Collective::Kind kind, bool average, int root, std::vector<Pair> pairs,
-                   ElementType type, Communicator& communicator, Backend& memory)
+                   ElementType type, Communicator& communicator, Backend& memory,
+                   FusionBuffer& fusion)
       : kind_(kind),
         average_(average),
         root_(root),
@@ -69,6 +71,7 @@ class CollectiveKernel : public PreparedKernel {
         e_(element_size(type)),
         communicator_(communicator),
         memory_(memory),
+        fusion_(fusion),
         n_(static_cast<size_t>(communicator.size())) {
     for (Pair& pair : pairs_) {
       pair.offset = fused_k_;
@@ -84,20 +87,16 @@ class CollectiveKernel : public PreparedKernel {
          (kind_ == plan::Collective::ALL_GATHER && pairs_[0].out_count == n_ * pairs_[0].k));
     fused_ = fusable && !pairs_.empty() && !direct;
     if (fused_) {
-      // Zero-filled once: the reduce-scatter padding is never written afterwards.
-      const size_t whole = kind_ == plan::Collective::ALL_REDUCE ? fused_k_ : n_ * fused_k_;
-      full_ = static_cast<uint8_t*>(memory_.allocate(whole * e_));
-      if (kind_ != plan::Collective::ALL_REDUCE) {
-        shard_ = static_cast<uint8_t*>(memory_.allocate(fused_k_ * e_));
+      // The reduce-scatter pads each pair's input to n shards: with zeros, which the buffer
+      // keeps apart, since the users before this one leave their values where the pads go.
+      size_t padding = 0;
+      if (kind_ == plan::Collective::REDUCE_SCATTER) {
+        for (const Pair& pair : pairs_) padding = std::max(padding, n_ * pair.k - pair.in_count);
       }
+      const size_t whole = kind_ == plan::Collective::ALL_REDUCE ? fused_k_ : n_ * fused_k_;
+      fusion_.reserve(whole * e_, padding * e_);
     }
   }
-  ~CollectiveKernel() override {
-    memory_.release(full_);
-    memory_.release(shard_);
-  }
-  CollectiveKernel(const CollectiveKernel&) = delete;
-  CollectiveKernel& operator=(const CollectiveKernel&) = delete;
 
   void run(const StepContext&) override {
     if (fused_) {
@@ -134,15 +133,19 @@ class CollectiveKernel : public PreparedKernel {
   }
 
  private:
+  // The fused buffer is every member's fused shard in group order (all_reduce: the bucket);
+  // reduce_scatter and all_gather work in place, on this member's shard within it.
   void run_fused() {
+    uint8_t* full = fusion_.data();
+    uint8_t* shard = full + static_cast<size_t>(communicator_.rank()) * fused_k_ * e_;
     switch (kind_) {
       case plan::Collective::ALL_REDUCE:
         for (const Pair& pair : pairs_) {
-          memory_.copy(full_ + pair.offset * e_, pair.in.view.data, pair.k * e_);
+          memory_.copy(full + pair.offset * e_, pair.in.view.data, pair.k * e_);
         }
-        communicator_.all_reduce(full_, fused_k_, type_, average_);
+        communicator_.all_reduce(full, fused_k_, type_, average_);
         for (const Pair& pair : pairs_) {
-          memory_.copy(pair.out.view.data, full_ + pair.offset * e_, pair.k * e_);
+          memory_.copy(pair.out.view.data, full + pair.offset * e_, pair.k * e_);
         }
         break;
       case plan::Collective::REDUCE_SCATTER:
@@ -152,26 +155,28 @@ class CollectiveKernel : public PreparedKernel {
           for (size_t r = 0; r < n_; ++r) {
             const size_t first = r * pair.k;
             const size_t have = first < pair.in_count ? std::min(pair.k, pair.in_count - first) : 0;
-            memory_.copy(full_ + (r * fused_k_ + pair.offset) * e_, in + first * e_, have * e_);
+            uint8_t* to = full + (r * fused_k_ + pair.offset) * e_;
+            memory_.copy(to, in + first * e_, have * e_);
+            if (have < pair.k) memory_.copy(to + have * e_, fusion_.zeros(), (pair.k - have) * e_);
           }
         }
-        communicator_.reduce_scatter(full_, shard_, fused_k_, type_, average_);
+        communicator_.reduce_scatter(full, shard, fused_k_, type_, average_);
         for (const Pair& pair : pairs_) {
-          memory_.copy(pair.out.view.data, shard_ + pair.offset * e_, pair.k * e_);
+          memory_.copy(pair.out.view.data, shard + pair.offset * e_, pair.k * e_);
         }
         break;
       case plan::Collective::ALL_GATHER:
         for (const Pair& pair : pairs_) {
-          memory_.copy(shard_ + pair.offset * e_, pair.in.view.data, pair.k * e_);
+          memory_.copy(shard + pair.offset * e_, pair.in.view.data, pair.k * e_);
         }
-        communicator_.all_gather(shard_, full_, fused_k_, type_);
+        communicator_.all_gather(shard, full, fused_k_, type_);
         // Output element i of a pair is element i % k of member i / k's shard; the output
         // keeps the first out_count elements.
         for (const Pair& pair : pairs_) {
           auto* out = pair.out.view.as<uint8_t>();
           for (size_t r = 0; r < n_ && r * pair.k < pair.out_count; ++r) {
             const size_t take = std::min(pair.k, pair.out_count - r * pair.k);
-            memory_.copy(out + r * pair.k * e_, full_ + (r * fused_k_ + pair.offset) * e_,
+            memory_.copy(out + r * pair.k * e_, full + (r * fused_k_ + pair.offset) * e_,
                          take * e_);
           }
         }
@@ -188,12 +193,11 @@ class CollectiveKernel : public PreparedKernel {
   ElementType type_;
   size_t e_;  // bytes per element of type_
   Communicator& communicator_;
-  Backend& memory_;  // where the tensors live: copies and the fused buffers
+  Backend& memory_;  // where the tensors and fusion_ live: copies
+  FusionBuffer& fusion_;
   size_t n_;
   bool fused_ = false;
-  size_t fused_k_ = 0;        // sum of the pairs' k
-  uint8_t* full_ = nullptr;   // all_reduce: the bucket; else every member's shards
-  uint8_t* shard_ = nullptr;  // this member's fused shard
+  size_t fused_k_ = 0;  // sum of the pairs' k
 };
 
 class TransferKernel : public PreparedKernel {
@@ -308,6 +312,41 @@ std::vector<Pair> checked_pairs(const plan::Collective& collective, std::vector<
 
 }  // namespace
 
+FusionBuffer::~FusionBuffer() { memory_.release(base_); }
+
+void FusionBuffer::reserve(size_t bytes, size_t zero_bytes) {
+  if (base_ != nullptr) throw std::logic_error("FusionBuffer::reserve after allocate");
+  bytes_ = std::max(bytes_, bytes);
+  zero_bytes_ = std::max(zero_bytes_, zero_bytes);
+}
+
+void FusionBuffer::allocate() {
+  if (base_ != nullptr || bytes_ == 0) return;
+  // Zero-filled by the backend; the zeros stay so, since users work only past them.
+  base_ = static_cast<uint8_t*>(memory_.allocate(zero_room() + bytes_));
+}
+
+uint8_t* FusionBuffer::data() const {
+  check_allocated();
+  return base_ + zero_room();
+}
+
+const uint8_t* FusionBuffer::zeros() const {
+  check_allocated();
+  return base_;
+}
+
+// The zeros, rounded up so that the room users work in keeps the allocation's alignment.
+size_t FusionBuffer::zero_room() const {
+  constexpr size_t kAlignment = 64;
+  return (zero_bytes_ + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+void FusionBuffer::check_allocated() const {
+  if (base_ == nullptr)
+    throw std::logic_error("a collective ran before its FusionBuffer was allocated");
+}
+
 void check_collective(const plan::Collective& collective, std::vector<CommTensor> inputs,
                       std::vector<CommTensor> outputs, size_t group_size) {
   if (is_row_exchange(collective.kind())) {
@@ -320,7 +359,8 @@ void check_collective(const plan::Collective& collective, std::vector<CommTensor
 std::unique_ptr<PreparedKernel> prepare_collective(const plan::Collective& collective,
                                                    std::vector<CommTensor> inputs,
                                                    std::vector<CommTensor> outputs,
-                                                   Communicator& communicator, Backend& memory) {
+                                                   Communicator& communicator, Backend& memory,
+                                                   FusionBuffer& fusion) {
   if (is_row_exchange(collective.kind())) {
     return prepare_row_exchange(collective, std::move(inputs), std::move(outputs), communicator,
                                 memory);
@@ -332,7 +372,7 @@ std::unique_ptr<PreparedKernel> prepare_collective(const plan::Collective& colle
                     : element_type(pairs[0].in.view.dtype).value_or(ElementType::kFloat32);
   return std::make_unique<CollectiveKernel>(collective.kind(), collective.average(),
                                             collective.root(), std::move(pairs), type, communicator,
-                                            memory);
+                                            memory, fusion);
 }
 
 std::unique_ptr<PreparedKernel> prepare_send(CommTensor tensor, int peer, int tag,

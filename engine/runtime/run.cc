@@ -181,10 +181,14 @@ void train(Session& session, BatchSource& source, const RunOptions& options,
       << session.num_streams() << " streams, " << session.num_kernels() << " kernels, global batch "
       << global_batch << "; device " << session.backend().name() << ", " << source.describe()
       << "\n";
-  out << "memory: arena " << mib(session.peak_bytes()) << " holding parameters "
+  out << "memory: arena " << mib(memory.arena_bytes()) << " holding parameters "
       << mib(memory.parameter_bytes()) << ", gradients " << mib(memory.gradient_bytes())
       << ", optimizer state " << mib(memory.optimizer_bytes()) << ", activations at peak "
-      << mib(memory.activation_bytes()) << ", inputs " << mib(memory.input_bytes()) << "\n";
+      << mib(memory.activation_bytes()) << ", inputs " << mib(memory.input_bytes());
+  if (session.fusion_bytes() > 0) {
+    out << "; collectives' fusion buffers " << mib(session.fusion_bytes());
+  }
+  out << "\n";
 
   const std::optional<std::string> metrics_path = rank_path(options.metrics_path, rank);
   const std::optional<std::string> save_onnx_path = rank_path(options.save_onnx_path, rank);

@@ -430,6 +430,7 @@ std::unique_ptr<Executor> Session::prepare_streams() {
     }
     streams.push_back(std::move(exec));
   }
+  for (auto& [key, buffer] : fusion_) buffer->allocate();
   std::unique_ptr<DeviceStreams> device =
       backend_->make_device_streams(streams.size(), plan_.num_events());
   return std::make_unique<Executor>(
@@ -514,6 +515,20 @@ Communicator& Session::channel(const std::string& key, Communicator& communicato
   return *channel;
 }
 
+FusionBuffer& Session::fusion_buffer(const std::string& stream, Backend& memory) {
+  std::unique_ptr<FusionBuffer>& buffer = fusion_[{stream, &memory}];
+  if (!buffer) buffer = std::make_unique<FusionBuffer>(memory);
+  return *buffer;
+}
+
+uint64_t Session::fusion_bytes() const {
+  uint64_t bytes = 0;
+  for (const auto& [key, buffer] : fusion_) {
+    if (key.second == backend_.get()) bytes += buffer->bytes();
+  }
+  return bytes;
+}
+
 void Session::abort_communicators() {
   for (auto& [id, communicator] : groups_) communicator->abort();
   for (auto& [peer, communicator] : peers_) communicator->abort();
@@ -582,7 +597,7 @@ std::unique_ptr<PreparedKernel> Session::prepare_comm(const plan::Instruction& i
                      Backend& memory) -> std::unique_ptr<PreparedKernel> {
     if (instruction.has_collective()) {
       return prepare_collective(instruction.collective(), std::move(in), std::move(out), *link,
-                                memory);
+                                memory, fusion_buffer(stream, memory));
     }
     if (instruction.has_send()) {
       return prepare_send(std::move(in.at(0)), member, instruction.send().tag(), *link);

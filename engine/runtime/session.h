@@ -89,8 +89,11 @@ class Session {
   // Continues a run from a checkpoint: `steps` steps ran before, `updates` of them updated.
   void restore_progress(int64_t steps, int64_t updates);
 
-  // Bytes this session holds on the device (the arena): its peak memory.
-  uint64_t peak_bytes() const { return arena_bytes_; }
+  // Bytes this session holds on the device, its peak memory: the arena and the buffers its
+  // collectives fuse buckets in.
+  uint64_t peak_bytes() const { return arena_bytes_ + fusion_bytes(); }
+  // Bytes of the buffers on the device that collectives fuse buckets in.
+  uint64_t fusion_bytes() const;
   // The planner's estimate of memory by role.
   const plan::MemorySummary& planned_memory() const { return plan_.memory(); }
   size_t num_streams() const { return executor_->num_streams(); }
@@ -135,6 +138,8 @@ class Session {
   // The channel of `stream` on communicator `key` ("group 3", "peer 1").
   Communicator& channel(const std::string& key, Communicator& communicator,
                         const std::string& stream);
+  // The buffer in `memory` that the collectives of `stream` fuse buckets in.
+  FusionBuffer& fusion_buffer(const std::string& stream, Backend& memory);
   void abort_communicators();
   TensorView view(int index) const;
   const plan::Tensor& tensor_named(const std::string& name) const;
@@ -150,6 +155,8 @@ class Session {
   std::map<int, std::unique_ptr<Communicator>> groups_;  // by group id
   std::map<int, std::unique_ptr<Communicator>> peers_;   // by global rank, for send/recv
   std::map<std::pair<std::string, std::string>, std::unique_ptr<Communicator>> channels_;
+  // By stream and memory: a stream runs its collectives one at a time, so they share one.
+  std::map<std::pair<std::string, Backend*>, std::unique_ptr<FusionBuffer>> fusion_;
   // By plan.parameters() index: the block each load takes from, for --save-onnx.
   std::vector<BlockLayout> layouts_;
   std::vector<Shape> initializer_shapes_;  // by plan.parameters() index

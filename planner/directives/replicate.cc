@@ -1,11 +1,15 @@
 // replicate: data parallelism. The selected tasks run on every device of the
 // set, each replica on its own rows of the batch; gradients are averaged by
 // bucketed all-reduce (ZeRO-0), and with sharding each replica keeps only its
-// slice of the optimizer state (ZeRO-1) and of the gradients (ZeRO-2),
-// updates its slice of the parameters and all-gathers them. With sharded
-// parameters (ZeRO-3) a replica holds only its slice between uses: every task
-// that reads parameters has them all-gathered just before it and freed after.
+// slice of the optimizer state (ZeRO-1) and of the gradients (ZeRO-2, reduce-
+// scattered a bucket at a time), updates its slice of the parameters and
+// all-gathers them, again a bucket at a time: every collective synchronises the
+// replicas, so one per parameter would cost more than the bytes it moves. With
+// sharded parameters (ZeRO-3) a replica holds only its slice between uses:
+// every task that reads parameters has them all-gathered just before it and
+// freed after.
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 #include <tuple>
@@ -90,9 +94,15 @@ struct Replication {
     return static_cast<size_t>(std::find(task_ops.begin(), task_ops.end(), op) - task_ops.begin());
   }
 
+  // A trained parameter and the task whose end makes its gradient final.
+  struct Ready {
+    size_t parameter;
+    ir::TaskId task;
+  };
+
   // Trained parameters in the order their gradients become final: by the last task that writes
   // each, then by where in that task.
-  std::vector<size_t> by_readiness() {
+  std::vector<Ready> by_readiness() {
     const std::vector<ir::TaskId> order = graph.topological_order();
     std::vector<int> position(graph.num_tasks());
     for (size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int>(i);
@@ -106,50 +116,96 @@ struct Replication {
       ready.emplace_back(last.first, last.second, p);
     }
     std::stable_sort(ready.begin(), ready.end());
-    std::vector<size_t> result;
-    for (const auto& entry : ready) result.push_back(std::get<2>(entry));
+    std::vector<Ready> result;
+    for (const auto& [task_position, op, p] : ready) result.push_back({p, order[task_position]});
     return result;
   }
 
-  int64_t gradient_bytes(size_t p) {
-    return ir::num_elements(ops().tensor(ops().trained[p].gradient).shape) * 4;
+  // A trained parameter's bytes, and its whole gradient's (also once its gradient is sharded).
+  int64_t parameter_bytes(size_t p) {
+    const ir::TensorId gradient = ops().trained[p].gradient;
+    const ir::TensorId whole = ops().tensor(gradient).shard_of;
+    return ir::num_elements(ops().tensor(whole >= 0 ? whole : gradient).shape) * 4;
   }
 
-  // Gradients in the order they become final, cut into buckets of at most the bucket size (or
-  // one gradient); the first holds at most 1 MiB, as DDP's, so that its all-reduce starts early,
-  // and the others at most a kMinBuckets-th of all gradients (but 1 MiB), so that a model that
-  // one bucket would hold still overlaps all but its last bucket with the backward.
-  std::vector<std::vector<size_t>> buckets() {
-    const std::vector<size_t> order = by_readiness();
-    int64_t total = 0;
-    for (size_t p : order) total += gradient_bytes(p);
-    const int64_t first_limit = std::min(kFirstBucketBytes, spec.bucket_size);
-    const int64_t limit =
-        std::min(spec.bucket_size, std::max(kFirstBucketBytes, total / kMinBuckets));
+  // `order` (trained parameters) cut into buckets: bucket b ends before the parameter that
+  // would take it past `limit(b)` bytes (a parameter larger than that has one of its own), and
+  // before each i with `ends_before(i)`.
+  template <typename Limit, typename EndsBefore>
+  std::vector<std::vector<size_t>> cut_into_buckets(const std::vector<size_t>& order, Limit limit,
+                                                    EndsBefore ends_before) {
     std::vector<std::vector<size_t>> result(1);
     int64_t bytes = 0;
-    for (size_t p : order) {
-      const int64_t size = gradient_bytes(p);
-      if (!result.back().empty() && bytes + size > (result.size() == 1 ? first_limit : limit)) {
+    for (size_t i = 0; i < order.size(); ++i) {
+      const int64_t size = parameter_bytes(order[i]);
+      if (!result.back().empty() && (bytes + size > limit(result.size() - 1) || ends_before(i))) {
         result.emplace_back();
         bytes = 0;
       }
-      result.back().push_back(p);
+      result.back().push_back(order[i]);
       bytes += size;
     }
     if (result.back().empty()) result.pop_back();  // nothing to reduce (only expert weights)
     return result;
   }
 
-  // A bucket's all-reduce waits for the tasks that write its gradients. Where one backward task
+  // Whether the backward may be cut where gradient buckets end (cut_backward_at_buckets). Not
+  // with microbatches: a schedule's order groups (DualPipe's overlapped pairs) name the tasks.
+  // Not under ZeRO-3 either, which gathers parameters per task.
+  bool backward_may_be_cut() const {
+    if (spec.shard_params) return false;
+    for (ir::TaskId id = 0; id < graph.num_tasks(); ++id) {
+      if (selected[id] && graph.task(id).microbatch > 0) return false;
+    }
+    return true;
+  }
+
+  // The most bytes a bucket holds (but the first of a cut backward) where its parameters
+  // total `total` bytes: the bucket size, but at most a kMinBuckets-th of them (and at least
+  // 1 MiB), so that a model that one bucket would hold still overlaps all but its last bucket
+  // with the backward, and the fusion buffer a stream keeps for its largest bucket (and Gloo's
+  // scratch beside it) stays a small share of the memory that sharding saves.
+  int64_t bucket_limit(int64_t total) const {
+    return std::min(spec.bucket_size, std::max(kFirstBucketBytes, total / kMinBuckets));
+  }
+
+  // Gradients in the order they become final, cut into buckets of at most bucket_limit bytes
+  // (or one gradient). Where the backward may be cut at them, the first holds at most 1 MiB, as
+  // DDP's, so that its reduction starts early. Where the backward stays whole, the gradients a
+  // task makes final are ready together: a bucket holds those of one task only.
+  std::vector<std::vector<size_t>> buckets() {
+    const std::vector<Ready> ready = by_readiness();
+    std::vector<size_t> order;
+    int64_t total = 0;
+    for (const Ready& entry : ready) {
+      order.push_back(entry.parameter);
+      total += parameter_bytes(entry.parameter);
+    }
+    if (spec.shard_params) {
+      // ZeRO-3 scatters each gradient on its own still: bucketing them moves its gathers'
+      // prefetch windows (gather_parameters_before_use counts the accumulation tasks), and with
+      // them the order its plan runs in, which recompute's savings were measured against.
+      return cut_into_buckets(
+          order, [&](size_t) { return spec.bucket_size; }, [](size_t) { return true; });
+    }
+    const int64_t limit = bucket_limit(total);
+    if (!backward_may_be_cut()) {
+      return cut_into_buckets(
+          order, [&](size_t) { return limit; },
+          [&](size_t i) { return i > 0 && ready[i].task != ready[i - 1].task; });
+    }
+    const int64_t first_limit = std::min(kFirstBucketBytes, spec.bucket_size);
+    return cut_into_buckets(
+        order, [&](size_t bucket) { return bucket == 0 ? first_limit : limit; },
+        [](size_t) { return false; });
+  }
+
+  // A bucket's reduction waits for the tasks that write its gradients. Where one backward task
   // writes several buckets' gradients (a model without per-layer tags is one backward task), it
   // is cut after each bucket's last gradient but the last bucket's, so that the bucket's
-  // all-reduce overlaps the rest of the backward, as DDP's gradient hooks do. With microbatches
-  // the tasks stay whole: a schedule's order groups (DualPipe's overlapped pairs) name them.
+  // reduction overlaps the rest of the backward, as DDP's gradient hooks do.
   void cut_backward_at_buckets(const std::vector<std::vector<size_t>>& buckets) {
-    for (ir::TaskId id = 0; id < graph.num_tasks(); ++id) {
-      if (selected[id] && graph.task(id).microbatch > 0) return;
-    }
+    if (!backward_may_be_cut()) return;
     // Backward task -> bucket -> the position of that bucket's last gradient in the task.
     std::map<ir::TaskId, std::map<size_t, size_t>> ends;
     for (size_t b = 0; b < buckets.size(); ++b) {
@@ -193,9 +249,7 @@ struct Replication {
     return tasks[0];
   }
 
-  void all_reduce_gradients() {
-    const std::vector<std::vector<size_t>> gradient_buckets = buckets();
-    cut_backward_at_buckets(gradient_buckets);
+  void all_reduce_gradients(const std::vector<std::vector<size_t>>& gradient_buckets) {
     for (const auto& bucket : gradient_buckets) {
       std::vector<ir::TensorId> gradients;
       std::vector<ir::TaskId> producers;
@@ -252,6 +306,7 @@ struct Replication {
   // gathered whole only for tasks elsewhere that read it.
   void shard_updates(const std::map<size_t, ir::TensorId>& gradient_shards) {
     const std::set<ir::TensorId> read_elsewhere = read_by_other_tasks();
+    std::vector<Gathered> gathered;
     for (size_t p : parameters) {
       ir::TrainedParameter& trained = ops().trained[p];
       const ir::OpId update = update_op(p);
@@ -271,16 +326,70 @@ struct Replication {
       const ir::TensorId whole = trained.parameter;
       if (spec.shard_params) trained.parameter = parameter_shard;
       if (!spec.shard_params || read_elsewhere.count(whole)) {
-        gather_after(task, parameter_shard, whole);
+        gathered.push_back({p, parameter_shard, whole, task});
       }
+    }
+    gather_after_updates(gathered);
+  }
+
+  // A parameter all-gathered from its updated slices.
+  struct Gathered {
+    size_t parameter;
+    ir::TensorId shard, whole;
+    ir::TaskId update;
+  };
+
+  // All-gathers the updated slices into the whole parameters, a bucket of at most
+  // bucket_limit bytes at a time, each after every update of its parameters. The gather stream runs
+  // its gathers in the order they are added: the parameters that the forward reads first come
+  // first.
+  void gather_after_updates(std::vector<Gathered> gathered) {
+    const std::map<ir::TensorId, std::pair<size_t, size_t>> first = first_reads();
+    const std::pair<size_t, size_t> unread{std::numeric_limits<size_t>::max(), 0};
+    const auto read_at = [&](const Gathered& parameter) {
+      const auto found = first.find(parameter.whole);
+      return found != first.end() ? found->second : unread;
+    };
+    std::stable_sort(gathered.begin(), gathered.end(),
+                     [&](const Gathered& a, const Gathered& b) { return read_at(a) < read_at(b); });
+    std::vector<size_t> order;
+    int64_t total = 0;
+    for (const Gathered& parameter : gathered) {
+      order.push_back(parameter.parameter);
+      total += parameter_bytes(parameter.parameter);
+    }
+    const int64_t limit = bucket_limit(total);
+    const auto buckets = cut_into_buckets(
+        order, [&](size_t) { return limit; }, [](size_t) { return false; });
+    auto next = gathered.begin();  // buckets are consecutive runs of `order`
+    for (const auto& bucket : buckets) {
+      const auto end = next + static_cast<std::ptrdiff_t>(bucket.size());
+      std::vector<ir::TensorId> pairs;
+      for (auto parameter = next; parameter != end; ++parameter) {
+        pairs.push_back(parameter->shard);
+        pairs.push_back(parameter->whole);
+      }
+      const ir::TaskId gather =
+          add_comm(ir::TaskKind::kAllGather, pairs, ir::Pass::kUpdate, 0, spec.gather_stream);
+      for (; next != end; ++next) graph.add_edge(next->update, gather, ir::EdgeKind::kData);
     }
   }
 
-  // All-gathers the updated slices into the whole parameter after the update.
-  void gather_after(ir::TaskId update, ir::TensorId shard, ir::TensorId whole) {
-    const ir::TaskId gather = add_comm(ir::TaskKind::kAllGather, {shard, whole}, ir::Pass::kUpdate,
-                                       0, spec.gather_stream);
-    graph.add_edge(update, gather, ir::EdgeKind::kData);
+  // Where compute tasks first read each tensor: the position in task order of the first task
+  // that reads it, and of the op in that task.
+  std::map<ir::TensorId, std::pair<size_t, size_t>> first_reads() const {
+    std::map<ir::TensorId, std::pair<size_t, size_t>> first;
+    const std::vector<ir::TaskId> order = graph.topological_order();
+    for (size_t i = 0; i < order.size(); ++i) {
+      const ir::Task& task = graph.task(order[i]);
+      if (task.kind != ir::TaskKind::kCompute) continue;
+      for (size_t j = 0; j < task.ops.size(); ++j) {
+        for (ir::TensorId input : graph.op_graph().op(task.ops[j]).inputs) {
+          first.emplace(input, std::pair{i, j});
+        }
+      }
+    }
+    return first;
   }
 
   // What compute tasks this directive does not replicate read: a tied
@@ -382,71 +491,125 @@ struct Replication {
     return order;
   }
 
-  // ZeRO-2: every microbatch's gradient is reduce-scattered as soon as it is
-  // computed and this replica's slice accumulates; no replica holds a whole
+  // A gradient that replicas reduce-scatter, each keeping its slice.
+  struct Scattered {
+    size_t parameter;
+    ir::TensorId partial;        // a microbatch's gradient, or the gradient itself
+    ir::TensorId partial_shard;  // this replica's slice of `partial`'s sum
+    ir::OpId accumulate;         // adds partial_shard into the kept slice; -1 without microbatches
+  };
+
+  // Makes parameter p's gradient this replica's slice of it, its microbatches' slices
+  // accumulated into it, and returns what to reduce-scatter.
+  Scattered shard_gradient(size_t p) {
+    ir::TrainedParameter& trained = ops().trained[p];
+    const ir::TensorId gradient = trained.gradient;
+    const ir::OpId writer = ops().producer(gradient);
+    const bool accumulated = ops().tensor(gradient).accumulated;
+    // The per-microbatch gradient: the Accumulate op's input, or the gradient itself.
+    const ir::TensorId partial = accumulated ? ops().op(writer).inputs[0] : gradient;
+    if (!accumulated) ops().tensor(gradient).role = ir::Role::kActivation;
+    const std::string name = ops().tensor(gradient).name;
+    const ir::TensorId shard =
+        add_shard_tensor(name + "/shard", shard_elements(gradient), ir::Role::kGradient);
+    ops().tensor(shard).shard_of = gradient;
+    trained.gradient = shard;
+    if (!accumulated) return {p, partial, shard, -1};
+    const ir::TensorId partial_shard = add_shard_tensor(
+        name + "/microbatch/shard", shard_elements(gradient), ir::Role::kActivation);
+    ir::Op& accumulate = ops().op(writer);
+    accumulate.inputs = {partial_shard};
+    accumulate.outputs = {shard};
+    ops().tensor(shard).accumulated = true;
+    ops().tensor(gradient).accumulated = false;
+    return {p, partial, partial_shard, writer};
+  }
+
+  // ZeRO-2: every microbatch's gradients are reduce-scattered a bucket at a time, as soon as
+  // the bucket's are computed, and this replica's slices accumulate; no replica holds a whole
   // gradient past its backward.
-  std::map<size_t, ir::TensorId> reduce_scatter_gradients() {
+  std::map<size_t, ir::TensorId> reduce_scatter_gradients(
+      const std::vector<std::vector<size_t>>& gradient_buckets) {
     const std::vector<ir::TaskId> compute_order = compute_tasks_in_order();
     std::map<size_t, ir::TensorId> shards;
     // In the order the gradients become final: the reduce stream runs its scatters in the
     // order they are added, and one that waits for the end of the backward would hold back
     // every scatter after it.
-    for (size_t p : by_readiness()) {
-      ir::TrainedParameter& trained = ops().trained[p];
-      const ir::TensorId gradient = trained.gradient;
-      const ir::OpId writer = ops().producer(gradient);
-      const bool accumulated = ops().tensor(gradient).accumulated;
-      // The per-microbatch gradient: the Accumulate op's input, or the gradient itself.
-      const ir::TensorId partial = accumulated ? ops().op(writer).inputs[0] : gradient;
-      if (!accumulated) ops().tensor(gradient).role = ir::Role::kActivation;
-      const std::string name = ops().tensor(gradient).name;
-      const ir::TensorId shard =
-          add_shard_tensor(name + "/shard", shard_elements(gradient), ir::Role::kGradient);
-      ops().tensor(shard).shard_of = gradient;
-      ir::TensorId partial_shard = shard;
-      if (accumulated) {
-        partial_shard = add_shard_tensor(name + "/microbatch/shard", shard_elements(gradient),
-                                         ir::Role::kActivation);
-        ir::Op& accumulate = ops().op(writer);
-        accumulate.inputs = {partial_shard};
-        accumulate.outputs = {shard};
-        ops().tensor(shard).accumulated = true;
-        ops().tensor(gradient).accumulated = false;
+    for (const auto& bucket : gradient_buckets) {
+      std::vector<Scattered> gradients;
+      for (size_t p : bucket) {
+        gradients.push_back(shard_gradient(p));
+        shards[p] = ops().trained[p].gradient;
       }
-      for (ir::TaskId id : tasks_running(ops().producer(partial))) {
-        const ir::Task source = graph.task(id);
-        const ir::TaskId scatter = add_comm(ir::TaskKind::kReduceScatter, {partial, partial_shard},
-                                            source.pass, source.microbatch, spec.reduce_stream);
-        graph.add_edge(id, scatter, ir::EdgeKind::kData);
-        if (accumulated) {
-          // The accumulation moves out of the backward task (or out of its
-          // BW half, when an order split it), after the scatter.
-          for (ir::TaskId holder : tasks_running(writer)) {
-            auto& task_ops = graph.task(holder).ops;
-            if (graph.task(holder).microbatch != source.microbatch) continue;
-            task_ops.erase(std::remove(task_ops.begin(), task_ops.end(), writer), task_ops.end());
-          }
-          ir::Task add = source;
-          add.ops = {writer};
-          selected.push_back(true);
-          const ir::TaskId accumulate_task = graph.add_task(std::move(add));
-          graph.add_edge(scatter, accumulate_task, ir::EdgeKind::kData);
-          graph.add_edge(accumulate_task, update_task(p), ir::EdgeKind::kData);
-          // Accumulate while the task after the next one has not begun: the
-          // scatter overlaps the next task, and the whole per-microbatch
-          // gradient is freed before backward moves two tasks further on.
-          const auto k = std::find(compute_order.begin(), compute_order.end(), id);
-          if (compute_order.end() - k > 2) {
-            graph.add_edge(accumulate_task, *(k + 2), ir::EdgeKind::kWindow);
-          }
-        } else {
-          graph.add_edge(scatter, update_task(p), ir::EdgeKind::kData);
+      // The tasks of each microbatch that write the bucket's gradients.
+      std::map<int, std::vector<ir::TaskId>> writers;
+      for (const Scattered& gradient : gradients) {
+        for (ir::TaskId id : tasks_running(ops().producer(gradient.partial))) {
+          writers[graph.task(id).microbatch].push_back(id);
         }
       }
-      trained.gradient = shard;
-      shards[p] = shard;
+      for (const auto& [microbatch, tasks] : writers) {
+        scatter_bucket(gradients, tasks, compute_order);
+      }
     }
     return shards;
+  }
+
+  // One reduce-scatter of `gradients` after `writers`, the tasks of one microbatch that write
+  // them; the updates of gradients accumulated over microbatches wait for the accumulation
+  // after it, the others for the scatter.
+  void scatter_bucket(const std::vector<Scattered>& gradients,
+                      const std::vector<ir::TaskId>& writers,
+                      const std::vector<ir::TaskId>& compute_order) {
+    // The writer that runs last.
+    auto last = compute_order.begin();
+    for (ir::TaskId id : writers) {
+      last = std::max(last, std::find(compute_order.begin(), compute_order.end(), id));
+    }
+    const ir::Task source = graph.task(*last);
+    std::vector<ir::TensorId> pairs;
+    std::vector<ir::OpId> accumulates;
+    for (const Scattered& gradient : gradients) {
+      pairs.push_back(gradient.partial);
+      pairs.push_back(gradient.partial_shard);
+      if (gradient.accumulate >= 0) accumulates.push_back(gradient.accumulate);
+    }
+    const ir::TaskId scatter = add_comm(ir::TaskKind::kReduceScatter, pairs, source.pass,
+                                        source.microbatch, spec.reduce_stream);
+    connect(writers, scatter);
+    const ir::TaskId accumulated =
+        accumulates.empty() ? scatter : accumulate_after(scatter, accumulates, last, compute_order);
+    for (const Scattered& gradient : gradients) {
+      graph.add_edge(gradient.accumulate >= 0 ? accumulated : scatter,
+                     update_task(gradient.parameter), ir::EdgeKind::kData);
+    }
+  }
+
+  // Moves the Accumulate ops `accumulates` of the microbatch of task *last (its last writer of
+  // them) out of the backward task (or out of its BW half, when an order split it) into a task
+  // after `scatter`; returns that task.
+  ir::TaskId accumulate_after(ir::TaskId scatter, const std::vector<ir::OpId>& accumulates,
+                              std::vector<ir::TaskId>::const_iterator last,
+                              const std::vector<ir::TaskId>& compute_order) {
+    ir::Task add = graph.task(*last);
+    for (ir::OpId accumulate : accumulates) {
+      for (ir::TaskId holder : tasks_running(accumulate)) {
+        if (graph.task(holder).microbatch != add.microbatch) continue;
+        auto& task_ops = graph.task(holder).ops;
+        task_ops.erase(std::remove(task_ops.begin(), task_ops.end(), accumulate), task_ops.end());
+      }
+    }
+    add.ops = accumulates;
+    selected.push_back(true);
+    const ir::TaskId accumulate_task = graph.add_task(std::move(add));
+    graph.add_edge(scatter, accumulate_task, ir::EdgeKind::kData);
+    // Accumulate while the task after the next one has not begun: the scatter overlaps the
+    // next task, and the whole per-microbatch gradients are freed before backward moves two
+    // tasks further on.
+    if (compute_order.end() - last > 2) {
+      graph.add_edge(accumulate_task, *(last + 2), ir::EdgeKind::kWindow);
+    }
+    return accumulate_task;
   }
 
   // Selects the compute tasks to replicate; tasks already kept in sync by
@@ -512,15 +675,13 @@ struct Replication {
     }
     if (devices.size() > 1) {
       average_loss();
+      const std::vector<std::vector<size_t>> gradient_buckets = buckets();
+      cut_backward_at_buckets(gradient_buckets);
       if (spec.shard_grads) {
-        // ZeRO-2 reduce-scatters each gradient after the task that writes it: cut where
-        // buckets would be, so that the scatters of one part run while the next computes.
-        // (ZeRO-3 gathers parameters per task; its backward stays whole.)
-        if (!spec.shard_params) cut_backward_at_buckets(buckets());
-        shard_updates(reduce_scatter_gradients());
+        shard_updates(reduce_scatter_gradients(gradient_buckets));
         if (spec.shard_params) gather_parameters_before_use();
       } else {
-        all_reduce_gradients();
+        all_reduce_gradients(gradient_buckets);
         if (spec.shard_optimizer) shard_updates({});
       }
     }

@@ -175,14 +175,14 @@ class Router {
   }
 
   // For sync_parameter, in task order: the update tasks that read each tensor, the all-gathers
-  // that write each as their first output, and the other compute tasks that read each. One
-  // pass over the DAG, not one per parameter; the transfers sync_parameter adds are none of
-  // these.
+  // that write each (as the output of one of their pairs: a bucket gathers several), and the
+  // other compute tasks that read each. One pass over the DAG, not one per parameter; the
+  // transfers sync_parameter adds are none of these.
   void index_parameter_use() {
     for (ir::TaskId id = 0; id < graph_.num_tasks(); ++id) {
       const ir::Task& task = graph_.task(id);
-      if (task.kind == ir::TaskKind::kAllGather && task.tensors.size() > 1) {
-        gathers_[task.tensors[1]].push_back(id);
+      for (size_t i = 1; task.kind == ir::TaskKind::kAllGather && i < task.tensors.size(); i += 2) {
+        gathers_[task.tensors[i]].push_back(id);
       }
       if (task.kind != ir::TaskKind::kCompute) continue;
       auto& index = task.pass == ir::Pass::kUpdate ? updates_ : readers_;

@@ -139,7 +139,7 @@ TEST(ReplicateDirective, ZeroOneShardsOptimizerStateAndGathersParameters) {
     for (ir::TensorId state : trained.state) EXPECT_EQ(elements(ops, state), (n + 3) / 4);
     EXPECT_EQ(elements(ops, trained.gradient), n);  // gradients stay whole in ZeRO-1
   }
-  EXPECT_EQ(count_tasks(graph, ir::TaskKind::kAllGather), 2);
+  EXPECT_EQ(count_tasks(graph, ir::TaskKind::kAllGather), 1);  // w1 and w2 in one bucket
   EXPECT_EQ(count_tasks(graph, ir::TaskKind::kReduceScatter), 0);
 }
 
@@ -153,7 +153,57 @@ TEST(ReplicateDirective, ZeroTwoReduceScattersEveryMicrobatch) {
     EXPECT_EQ(elements(ops, trained.gradient), (n + 3) / 4);
     EXPECT_TRUE(ops.tensor(trained.gradient).accumulated);
   }
-  EXPECT_EQ(count_tasks(graph, ir::TaskKind::kReduceScatter), 2 * 2);  // params x microbatches
+  EXPECT_EQ(count_tasks(graph, ir::TaskKind::kReduceScatter), 2);  // a bucket per microbatch
+}
+
+TEST(ReplicateDirective, ZeroTwoScattersABucketPerMicrobatchAndGathersABucket) {
+  // The backward task of each microbatch makes grad/w2 and grad/w1 final together: one bucket,
+  // one reduce-scatter per microbatch, and one task after it accumulating both slices (ops 12
+  // and 11), the first before the second microbatch's backward begins. One all-gather after
+  // the update rebuilds both parameters, w1 first, as the forward reads them.
+  ir::TaskGraph graph = two_layer_task_graph(1, R"({"type": "sgd", "momentum": 0.9})");
+  apply_directives(graph, R"([{"op": "split", "dim_name": "MB", "num_microbatches": 2},
+      {"op": "zero", "stage": 2, "devices": [0, 1]}])");
+  EXPECT_EQ(tasks_and_edges(graph),
+            R"(task 0 compute F mb=0 tags={} devices=[0,1] stream=compute ops=[0,1,2,3]
+task 1 compute B mb=0 tags={} devices=[0,1] stream=compute ops=[4,5,6,7,8]
+task 2 compute U mb=0 tags={} devices=[0,1] stream=compute ops=[13,9,14,10]
+task 3 compute F mb=1 tags={} devices=[0,1] stream=compute ops=[0,1,2,3]
+task 4 compute B mb=1 tags={} devices=[0,1] stream=compute ops=[4,5,6,7,8]
+task 5 all_reduce F mb=0 tags={} devices=[0,1] stream=dp_loss tensors=[loss] average=1
+task 6 all_reduce F mb=1 tags={} devices=[0,1] stream=dp_loss tensors=[loss] average=1
+task 7 reduce_scatter B mb=0 tags={} devices=[0,1] stream=dp_reduce tensors=[grad/w2/microbatch,grad/w2/microbatch/shard,grad/w1/microbatch,grad/w1/microbatch/shard] average=1
+task 8 compute B mb=0 tags={} devices=[0,1] stream=compute ops=[12,11]
+task 9 reduce_scatter B mb=1 tags={} devices=[0,1] stream=dp_reduce tensors=[grad/w2/microbatch,grad/w2/microbatch/shard,grad/w1/microbatch,grad/w1/microbatch/shard] average=1
+task 10 compute B mb=1 tags={} devices=[0,1] stream=compute ops=[12,11]
+task 11 all_gather U mb=0 tags={} devices=[0,1] stream=dp_gather tensors=[w1/shard,w1,w2/shard,w2] average=1
+edge 0 -> 1 data
+edge 1 -> 2 data
+edge 3 -> 4 data
+edge 4 -> 2 data
+edge 0 -> 5 data
+edge 3 -> 6 data
+edge 1 -> 7 data
+edge 7 -> 8 data
+edge 8 -> 4 window
+edge 8 -> 2 data
+edge 4 -> 9 data
+edge 9 -> 10 data
+edge 10 -> 2 data
+edge 2 -> 11 data
+)");
+  // Buckets of 128 bytes hold w2 (96 B) and w1 (128 B) apart: two scatters per microbatch, two
+  // accumulations, two gathers.
+  ir::TaskGraph small = two_layer_task_graph(1, R"({"type": "sgd", "momentum": 0.9})");
+  apply_directives(small, R"([{"op": "split", "dim_name": "MB", "num_microbatches": 2},
+      {"op": "zero", "stage": 2, "devices": [0, 1], "bucket_size": 128}])");
+  EXPECT_EQ(count_tasks(small, ir::TaskKind::kReduceScatter), 2 * 2);
+  EXPECT_EQ(count_tasks(small, ir::TaskKind::kAllGather), 2);
+  for (const ir::Task& task : small.tasks()) {
+    if (task.kind == ir::TaskKind::kReduceScatter || task.kind == ir::TaskKind::kAllGather) {
+      EXPECT_EQ(task.tensors.size(), 2u);  // one (input, output) pair
+    }
+  }
 }
 
 TEST(ReplicateDirective, ZeroThreeKeepsParameterSlicesAndGathersThemBeforeEveryUse) {

@@ -114,6 +114,51 @@ TEST(SessionComm, CollectivesAndTransfersAcrossTwoRanks) {
   EXPECT_EQ(errors, std::vector<std::string>(kWorld, ""));
 }
 
+// The fused collectives of a stream share one buffer, the size of the largest. A bucket's
+// reduce-scatter leaves its sums where the next one pads its input, and the pad is zero again.
+TEST(SessionComm, FusedCollectivesOfAStreamShareOneBuffer) {
+  PlanBuilder b;
+  const int a = b.Tensor("a", {8});
+  const int a_out = b.Tensor("a_out", {4});
+  const int c = b.Tensor("c", {8});
+  const int c_out = b.Tensor("c_out", {4});
+  const int d = b.Tensor("d", {7});  // padded to 2 x 4
+  const int d_out = b.Tensor("d_out", {4});
+  plan::Plan base = b.Build();
+  base.add_streams()->set_name("comm");
+  AddGroup(base, 0, {0, 1});
+  AddCollective(base, 0, plan::Collective::REDUCE_SCATTER, 0, {a, c}, {a_out, c_out});
+  AddCollective(base, 0, plan::Collective::REDUCE_SCATTER, 0, {d}, {d_out});
+  const auto errors = RunRanks([&](int rank, CommunicatorFactory& factory) {
+    plan::Plan plan = base;
+    SetRank(plan, rank);
+    Session session(plan, std::make_unique<cpu::CpuBackend>(), {0, &factory});
+    // One buffer: the bucket's 2 x 8 floats, after the pad's zeros (one float, kept 64-byte
+    // aligned); not one per collective.
+    EXPECT_EQ(session.fusion_bytes(), 64u + 16 * sizeof(float));
+    EXPECT_EQ(session.peak_bytes(), session.plan().memory().arena_bytes() + 128);
+    auto write = [&](const std::string& name, const std::vector<float>& values) {
+      session.write_tensor(name, values.data(), values.size() * sizeof(float));
+    };
+    write("a", Floats(8, 1));
+    write("c", Floats(8, 11));
+    write("d", Floats(7, 100));
+    session.step({});
+    const float r = static_cast<float>(rank);
+    ExpectNear(session.read_floats("a_out"), {2 + 8 * r, 4 + 8 * r, 6 + 8 * r, 8 + 8 * r}, 0,
+               "bucket a");
+    ExpectNear(session.read_floats("c_out"), {22 + 8 * r, 24 + 8 * r, 26 + 8 * r, 28 + 8 * r}, 0,
+               "bucket c");
+    std::vector<double> scatter;
+    for (int i = 0; i < 4; ++i) {
+      const int j = 4 * rank + i;
+      scatter.push_back(j < 7 ? 200.0 + 2 * j : 0.0);
+    }
+    ExpectNear(session.read_floats("d_out"), scatter, 0, "padded reduce-scatter after the bucket");
+  });
+  EXPECT_EQ(errors, std::vector<std::string>(kWorld, ""));
+}
+
 // bfloat16 collectives run on bfloat16 (no float casts): an all-reduce, a fused bucket, a
 // reduce-scatter with padding and a truncated all-gather; sums here are exact in bfloat16.
 TEST(SessionComm, BFloat16CollectivesReduceAndGatherInBFloat16) {
