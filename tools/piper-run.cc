@@ -39,11 +39,11 @@ int main(int argc, char** argv) {
   auto* profile_option = app.add_option(
       "--profile-costs", profile.path,
       "Instead of training, measure this machine for the cost model and write FILE, a "
-      "cluster file for piper-plan --cluster (docs/cost-model.md): products by size, "
-      "element-wise and other kernels by bytes (through --device), and, started as several "
-      "ranks (piper-launch --ranks N, or a launcher with --rendezvous), collectives and "
+      "cluster file for piper-plan --cluster (docs/cost-model.md): products by size and by "
+      "shape, element-wise and other kernels by bytes (through --device), and, started as "
+      "several ranks (piper-launch --ranks N, or a launcher with --rendezvous), collectives and "
       "transfers by size and group (through --comm), every rank timing its kernels at the same "
-      "time. No plan is needed; rank 0 writes FILE. Takes a minute or two");
+      "time. No plan is needed; rank 0 writes FILE. Takes two to three minutes");
   profile_option->type_name("FILE")->excludes(plan_option);
   app.add_flag("--profile-quick", profile.quick,
                "With --profile-costs: fewer and smaller sizes, briefly timed (a check that the "
