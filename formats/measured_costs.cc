@@ -90,8 +90,8 @@ MeasuredProducts read_products(const Context& ctx, const std::string& path, cons
   const size_t count = products.sizes.size() * products.sizes.size() * products.sizes.size();
   const Keys layouts(std::begin(kLayouts), std::end(kLayouts));
   const Object by_layout(ctx, *o.find("seconds"), o.at("seconds"), layouts, {"nn"});
+  const std::string what = std::to_string(count) + " seconds (one per [m, n, k] of the sizes)";
   for (std::string_view layout : kLayouts) {
-    const std::string what = std::to_string(count) + " seconds (one per [m, n, k] of the sizes)";
     std::optional<std::vector<double>> seconds =
         by_layout.get(layout, read_positive_numbers, what, false);
     if (!seconds) continue;

@@ -28,15 +28,6 @@ const ir::Shape& shape(const ir::OpGraph& graph, const ir::Op& op, size_t input)
   return graph.tensor(op.inputs[input]).shape;
 }
 
-// 2 * (elements of Y) * K, K the contracted dimension of A.
-double matmul_flops(const ir::OpGraph& graph, const ir::Op& op) {
-  const ir::Shape& a = shape(graph, op, 0);
-  if (a.empty() || op.outputs.empty()) return 0;
-  const bool trans_a = ir::attr_int(op.attributes, "transA", 0) != 0 && a.size() >= 2;
-  const int64_t k = trans_a ? a[a.size() - 2] : a.back();
-  return 2.0 * elements(graph, op.outputs[0]) * static_cast<double>(k);
-}
-
 // A product as a products grid indexes it (formats/measured_costs.h): `batch` products
 // [m, k] x [k, n] read in `layout`.
 struct ProductShape {
@@ -49,7 +40,7 @@ std::optional<ProductShape> product_shape(const ir::OpGraph& graph, const ir::Op
   if (op.type != "MatMul" && op.type != "Gemm" && op.type != "piper.MatMul") return std::nullopt;
   const ir::Shape& a = shape(graph, op, 0);
   const ir::Shape& b = shape(graph, op, 1);
-  if (a.empty() || b.empty() || op.outputs.empty()) return std::nullopt;
+  if (a.empty() || op.outputs.empty()) return std::nullopt;
   const auto transposed = [&](const char* name, const ir::Shape& operand) {
     return op.type != "MatMul" && ir::attr_int(op.attributes, name, 0) != 0 && operand.size() >= 2;
   };
@@ -315,7 +306,9 @@ std::pair<double, double> kernel_and_reshard_seconds(const ir::TaskGraph& graph,
 
 double op_flops(const ir::OpGraph& graph, const ir::Op& op) {
   if (op.type == "MatMul" || op.type == "Gemm" || op.type == "piper.MatMul") {
-    return matmul_flops(graph, op);
+    // 2 * (elements of Y) * K.
+    const std::optional<ProductShape> product = product_shape(graph, op);
+    return product ? 2.0 * elements(graph, op.outputs[0]) * product->k : 0;
   }
   if (op.type == "Einsum") return einsum_flops(graph, op);
   if (op.type == "piper.FusedAttention") return attention_flops(graph, op, 0, false);
