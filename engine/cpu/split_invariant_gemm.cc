@@ -11,6 +11,8 @@ namespace {
 // panel's size at most, so that it stays in a core's L2 cache while every row tile reads it.
 constexpr int64_t kPanelCols = 256;
 constexpr int64_t kPanelFloats = int64_t{1} << 16;
+// Column tiles of a panel above which a transposed op(A) is packed rather than read in place.
+constexpr int64_t kPackedTiles = 4;
 // Halvings of K at most: K < 2^63.
 constexpr int kMaxHalvings = 63;
 
@@ -56,21 +58,22 @@ struct TiledProduct {
     Lanes v[Rows][Vectors];
   };
 
-  // S for a tile: Cols columns of packed op(B) (K rows of Cols) and Rows rows of packed op(A)
-  // (K groups of Rows). After leaf t, the sums of the leaves before it that sum_order adds to it
-  // (one for each time 2 divides t + 1) are popped from a stack and added, then the result is
-  // pushed: sum_order's pairwise order, with the running sum in registers.
-  [[gnu::always_inline]] static inline void sum(const float* a, const float* b, SumOrder order,
-                                                Tile& out) {
+  // S for a tile: Cols columns of packed op(B) (K rows of Cols) and Rows rows of op(A), the
+  // value of row r and term kk at a[r · row_step + kk · term_step]. After leaf t, the sums of the
+  // leaves before it that sum_order adds to it (one for each time 2 divides t + 1) are popped from
+  // a stack and added, then the result is pushed: sum_order's pairwise order, with the running sum
+  // in registers.
+  [[gnu::always_inline]] static inline void sum(const float* a, int64_t row_step, int64_t term_step,
+                                                const float* b, SumOrder order, Tile& out) {
     Tile stack[kMaxHalvings + 1];
     int depth = 0;
     for (int64_t leaf = 0; leaf < order.leaves; ++leaf) {
       const int64_t first = leaf * order.leaf;
       Tile acc;
-      multiply(a + first * Rows, b + first * Cols, acc);
+      multiply(a + first * term_step, row_step, b + first * Cols, acc);
       for (int64_t kk = first + 1; kk < first + order.leaf; ++kk) {
         Tile terms;
-        multiply(a + kk * Rows, b + kk * Cols, terms);
+        multiply(a + kk * term_step, row_step, b + kk * Cols, terms);
         add(terms, acc);
       }
       for (int64_t done = leaf + 1; done % 2 == 0; done /= 2) add(stack[--depth], acc);
@@ -80,14 +83,14 @@ struct TiledProduct {
   }
 
   // The products of one term of K: a column of Rows values of op(A) times a row of Cols of op(B).
-  [[gnu::always_inline]] static inline void multiply(const float* a_col, const float* b_row,
-                                                     Tile& out) {
+  [[gnu::always_inline]] static inline void multiply(const float* a_col, int64_t row_step,
+                                                     const float* b_row, Tile& out) {
 #pragma GCC unroll 4
     for (int64_t v = 0; v < Vectors; ++v) {
       Lanes b_vector;
       std::memcpy(&b_vector, b_row + v * Width, sizeof(b_vector));
 #pragma GCC unroll 16
-      for (int64_t r = 0; r < Rows; ++r) out.v[r][v] = a_col[r] * b_vector;
+      for (int64_t r = 0; r < Rows; ++r) out.v[r][v] = a_col[r * row_step] * b_vector;
     }
   }
 
@@ -172,10 +175,21 @@ struct TiledProduct {
       pack_b(p, panel, width, packed);
       for (int64_t i = 0; i < p.m; i += Rows) {
         const int64_t rows = std::min(Rows, p.m - i);
-        pack_a(p, i, rows, a_tile);
+        // A whole tile of op(A)'s rows is read where it is stored unless it is transposed and
+        // the panel has more than kPackedTiles tiles to read it: packing it for every panel
+        // cost a fifth of the time where K is large (and panels narrow), while a transposed
+        // tile read in place takes a cache line a term.
+        const bool in_place = rows == Rows && (!p.trans_a || width <= kPackedTiles * Cols);
+        if (!in_place) pack_a(p, i, rows, a_tile);
         for (int64_t j = 0; j < width; j += Cols) {
           Tile s;
-          sum(a_tile.data(), packed.data() + j * p.k, order, s);
+          if (in_place && p.trans_a) {
+            sum(p.a + i, 1, p.lda, packed.data() + j * p.k, order, s);
+          } else if (in_place) {
+            sum(p.a + i * p.lda, p.lda, 1, packed.data() + j * p.k, order, s);
+          } else {
+            sum(a_tile.data(), 1, Rows, packed.data() + j * p.k, order, s);
+          }
           store(p, s, p.c + i * p.ldc + panel + j, rows, std::min(Cols, width - j));
         }
       }
