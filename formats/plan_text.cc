@@ -354,8 +354,8 @@ void write_tensors(std::ostringstream& out, const plan::Plan& plan) {
 }
 
 void write_stream(std::ostringstream& out, const plan::Plan& plan, const plan::Stream& stream) {
-  out << "\nstream '" << stream.name() << "' (" << stream.instructions_size()
-      << " instructions):\n";
+  out << "\nstream '" << stream.name() << "' (" << stream.instructions_size() << " instructions"
+      << (stream.background() ? ", background" : "") << "):\n";
   const size_t width = std::to_string(std::max(stream.instructions_size() - 1, 0)).size();
   for (int i = 0; i < stream.instructions_size(); ++i) {
     out << "  " << pad_left(std::to_string(i), width) << " "

@@ -1,5 +1,7 @@
 #include "engine/runtime/executor.h"
 
+#include <sched.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -11,6 +13,20 @@
 
 namespace piper::engine {
 namespace {
+
+// Makes the calling thread a batch thread: it keeps its share of the CPU, but its wakeups no
+// longer preempt the thread running on its core. A background stream (gradient reductions)
+// sleeps until a peer's data or a computing stream's event wakes it; as a normal thread it
+// preempted that computing stream on a core the two share and ran the collective's copies and
+// sums to the end before the computation went on, so that on a CPU with a core per rank the
+// late rank's all-reduces ran beside its backward in name only (bench/ddp_overlap.py). Streams
+// others wait for (expert exchanges, pipeline transfers) stay normal: as batch threads they
+// hid less of DualPipe's exchanges (bench/dualpipe_overlap.py). Gloo's event thread is a batch
+// thread for the same reason (gloo_communicator.cc).
+void run_as_batch_thread() {
+  const sched_param param{};
+  ::sched_setscheduler(0, SCHED_BATCH, &param);  // if refused, the thread runs as before
+}
 
 // The system clock's reading, in microseconds since the epoch, at steady-clock time `when`: the
 // clocks' offset is taken once per process from the closest of a few paired readings, so that a
@@ -250,6 +266,7 @@ void Executor::run_step(const StepContext& context) {
     try {
       for (size_t s = 0; s < streams_.size(); ++s) {
         threads.emplace_back([this, s, &context, &events, &clocks] {
+          if (streams_[s].background) run_as_batch_thread();
           run_stream(streams_[s], s, device_.get(), context, events, clocks[s]);
         });
       }

@@ -25,6 +25,8 @@ struct ExecInstruction {
 struct ExecStream {
   std::string name;
   std::vector<ExecInstruction> instructions;
+  // The plan's Stream.background: the stream's thread runs as a batch thread (run_step).
+  bool background = false;
 };
 
 // Host times of one step's instructions, recorded only while tracing is on.

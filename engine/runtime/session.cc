@@ -365,7 +365,7 @@ std::vector<RunTimeExtent> Session::run_time_extents(const plan::Kernel& kernel)
 std::unique_ptr<Executor> Session::prepare_streams() {
   std::vector<ExecStream> streams;
   for (const auto& stream : plan_.streams()) {
-    ExecStream exec{stream.name(), {}};
+    ExecStream exec{stream.name(), {}, stream.background()};
     for (int i = 0; i < stream.instructions_size(); ++i) {
       const plan::Instruction& instruction = stream.instructions(i);
       ExecInstruction exec_instruction;

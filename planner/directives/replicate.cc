@@ -59,8 +59,9 @@ struct Replication {
     return found;
   }
 
+  // `background`: only the update reads what the task makes (ir::Task.background).
   ir::TaskId add_comm(ir::TaskKind kind, std::vector<ir::TensorId> tensors, ir::Pass pass,
-                      int microbatch, const std::string& stream) {
+                      int microbatch, const std::string& stream, bool background) {
     ir::Task task;
     task.kind = kind;
     task.pass = pass;
@@ -69,6 +70,7 @@ struct Replication {
     task.stream = stream;
     task.tensors = std::move(tensors);
     task.average = true;
+    task.background = background;
     selected.push_back(false);
     return graph.add_task(std::move(task));
   }
@@ -83,7 +85,8 @@ struct Replication {
     for (ir::TaskId id : tasks_running(producer)) {
       const int mb = graph.task(id).microbatch;
       const ir::TaskId reduce =
-          add_comm(ir::TaskKind::kAllReduce, {ops().loss}, ir::Pass::kForward, mb, kLossStream);
+          add_comm(ir::TaskKind::kAllReduce, {ops().loss}, ir::Pass::kForward, mb, kLossStream,
+                   /*background=*/true);
       graph.add_edge(id, reduce, ir::EdgeKind::kData);
     }
   }
@@ -262,7 +265,7 @@ struct Replication {
       int last_mb = 0;
       for (ir::TaskId id : producers) last_mb = std::max(last_mb, graph.task(id).microbatch);
       const ir::TaskId reduce = add_comm(ir::TaskKind::kAllReduce, gradients, ir::Pass::kBackward,
-                                         last_mb, spec.reduce_stream);
+                                         last_mb, spec.reduce_stream, /*background=*/true);
       connect(producers, reduce);
       for (size_t p : bucket) graph.add_edge(reduce, update_task(p), ir::EdgeKind::kData);
     }
@@ -370,7 +373,8 @@ struct Replication {
         pairs.push_back(parameter->whole);
       }
       const ir::TaskId gather =
-          add_comm(ir::TaskKind::kAllGather, pairs, ir::Pass::kUpdate, 0, spec.gather_stream);
+          add_comm(ir::TaskKind::kAllGather, pairs, ir::Pass::kUpdate, 0, spec.gather_stream,
+                   /*background=*/false);
       for (; next != end; ++next) graph.add_edge(next->update, gather, ir::EdgeKind::kData);
     }
   }
@@ -440,7 +444,8 @@ struct Replication {
       }
       if (found->second.empty()) continue;
       const ir::TaskId gather = add_comm(ir::TaskKind::kAllGather, found->second, task.pass,
-                                         task.microbatch, spec.gather_stream);
+                                         task.microbatch, spec.gather_stream,
+                                         /*background=*/false);
       graph.add_edge(gather, id, ir::EdgeKind::kData);
       // Prefetch one task ahead: the gather for this task may run alongside
       // the previous one, but not earlier, so at most two tasks' parameters
@@ -574,8 +579,11 @@ struct Replication {
       pairs.push_back(gradient.partial_shard);
       if (gradient.accumulate >= 0) accumulates.push_back(gradient.accumulate);
     }
+    // A scatter whose slices are accumulated after it holds back the next microbatch's backward
+    // (the accumulation window): not background.
     const ir::TaskId scatter = add_comm(ir::TaskKind::kReduceScatter, pairs, source.pass,
-                                        source.microbatch, spec.reduce_stream);
+                                        source.microbatch, spec.reduce_stream,
+                                        /*background=*/accumulates.empty());
     connect(writers, scatter);
     const ir::TaskId accumulated =
         accumulates.empty() ? scatter : accumulate_after(scatter, accumulates, last, compute_order);

@@ -47,6 +47,9 @@ struct Task {
   int peer = -1;
   // Reductions divide by the number of devices (data-parallel averaging).
   bool average = false;
+  // Comm tasks whose result only the update reads (gradient and loss reductions): they may run
+  // behind computation (plan::Stream.background).
+  bool background = false;
   // Send/recv: the replica whose value it moves (replica i of the writer feeds replica i of
   // the reader).
   int replica = 0;

@@ -12,6 +12,7 @@
 //   shard_groups [INT, ...] ...
 //   task INDEX KIND PASS [mb=INT] [tags={...}] [devices=[INT, ...]] [stream=NAME]
 //        [ops=[INT, ...]] [tensors=[NAME, ...]] [peer=INT] [replica=INT] [average=1]
+//        [background=1]
 //   edge FROM -> TO [data | temporal | window]
 //
 // Names are bare words ([A-Za-z0-9_./]) or C-style quoted strings; `_` in an
@@ -258,6 +259,7 @@ class Printer {
     if (task.peer != -1) out_ += " peer=" + std::to_string(task.peer);
     if (task.replica != 0) out_ += " replica=" + std::to_string(task.replica);
     if (task.average) out_ += " average=1";
+    if (task.background) out_ += " background=1";
     out_ += "\n";
   }
 
@@ -790,7 +792,8 @@ class Parser {
         "broadcast)",
         parse_task_kind);
     task.pass = in.choice("a pass (F, B, BI, BW, U)", parse_pass);
-    in.fields({"mb", "tags", "devices", "stream", "ops", "tensors", "peer", "replica", "average"},
+    in.fields({"mb", "tags", "devices", "stream", "ops", "tensors", "peer", "replica", "average",
+               "background"},
               [&](const std::string& key) {
                 if (key == "mb") task.microbatch = static_cast<int>(in.integer("a microbatch"));
                 if (key == "tags") task.tags = tags(in);
@@ -801,6 +804,7 @@ class Parser {
                 if (key == "peer") task.peer = static_cast<int>(in.integer("a peer device"));
                 if (key == "replica") task.replica = static_cast<int>(in.integer("a replica"));
                 if (key == "average") task.average = in.integer("0 or 1") != 0;
+                if (key == "background") task.background = in.integer("0 or 1") != 0;
               });
     graph_.add_task(std::move(task));
   }

@@ -330,11 +330,17 @@ class Lowering {
             (*member_order_)[local_index_.at(edge.to)], edge.kind};
   }
 
-  int stream_index(const std::string& name) {
+  // The stream of `task`, made if new; it stays background while all its tasks are.
+  int stream_index(const ir::Task& task) {
     for (int s = 0; s < plan_.streams_size(); ++s) {
-      if (plan_.streams(s).name() == name) return s;
+      plan::Stream& stream = *plan_.mutable_streams(s);
+      if (stream.name() != task.stream) continue;
+      stream.set_background(stream.background() && task.background);
+      return s;
     }
-    plan_.add_streams()->set_name(name);
+    plan::Stream& stream = *plan_.add_streams();
+    stream.set_name(task.stream);
+    stream.set_background(task.background);
     return plan_.streams_size() - 1;
   }
 
@@ -344,7 +350,7 @@ class Lowering {
     const ir::Task& task = graph_.task(id);
     TaskSlots slots;
     if (!rewriting_) {
-      slots.stream = stream_index(task.stream);
+      slots.stream = stream_index(task);
       slots.first = plan_.streams(slots.stream).instructions_size();
     }
     plan::Stream& out = rewriting_ ? *rewrite_stream_ : *plan_.mutable_streams(slots.stream);

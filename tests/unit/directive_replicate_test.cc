@@ -52,10 +52,10 @@ TEST(ReplicateDirective, AllReducesABucketWhileTheRestOfTheBackwardRuns) {
             R"(task 0 compute F mb=0 tags={} devices=[0,1] stream=compute ops=[0,1,2,3]
 task 1 compute B mb=0 tags={} devices=[0,1] stream=compute ops=[4,5,6]
 task 2 compute U mb=0 tags={} devices=[0,1] stream=compute ops=[9,10]
-task 3 all_reduce F mb=0 tags={} devices=[0,1] stream=dp_loss tensors=[loss] average=1
+task 3 all_reduce F mb=0 tags={} devices=[0,1] stream=dp_loss tensors=[loss] average=1 background=1
 task 4 compute B mb=0 tags={} devices=[0,1] stream=compute ops=[7,8]
-task 5 all_reduce B mb=0 tags={} devices=[0,1] stream=dp_reduce tensors=[grad/w2] average=1
-task 6 all_reduce B mb=0 tags={} devices=[0,1] stream=dp_reduce tensors=[grad/w1] average=1
+task 5 all_reduce B mb=0 tags={} devices=[0,1] stream=dp_reduce tensors=[grad/w2] average=1 background=1
+task 6 all_reduce B mb=0 tags={} devices=[0,1] stream=dp_reduce tensors=[grad/w1] average=1 background=1
 edge 0 -> 1 data
 edge 1 -> 2 data
 edge 0 -> 3 data
@@ -67,6 +67,34 @@ edge 5 -> 2 data
 edge 4 -> 6 data
 edge 6 -> 2 data
 )");
+}
+
+// The streams of rank `rank`'s plan, each with whether it is background.
+std::map<std::string, bool> background_streams(const ir::TaskGraph& graph, int rank) {
+  planner::LowerContext context;
+  context.global_batch = 4;
+  const plan::Plan plan = planner::lower(graph, rank, context);
+  std::map<std::string, bool> streams;
+  for (const plan::Stream& stream : plan.streams()) {
+    streams[stream.name()] = stream.background();
+  }
+  return streams;
+}
+
+TEST(ReplicateDirective, GradientAndLossReductionsRunOnBackgroundStreams) {
+  // Only the update reads what the reductions make: their streams are background, the
+  // computation's is not.
+  ir::TaskGraph graph = two_layer_task_graph(4, R"({"type": "adamw"})");
+  apply_directives(graph, R"([{"op": "replicate", "devices": [0, 1]}])");
+  const std::map<std::string, bool> expected = {
+      {"compute", false}, {"dp_loss", true}, {"dp_reduce", true}};
+  EXPECT_EQ(background_streams(graph, 1), expected);
+  // A stream that also computes is not background.
+  ir::TaskGraph inline_reductions = two_layer_task_graph(4, R"({"type": "adamw"})");
+  apply_directives(inline_reductions,
+                   R"([{"op": "replicate", "devices": [0, 1], "reduce_stream": "compute"}])");
+  const std::map<std::string, bool> inline_expected = {{"compute", false}, {"dp_loss", true}};
+  EXPECT_EQ(background_streams(inline_reductions, 0), inline_expected);
 }
 
 // The parts of the backward that each gradient bucket's all-reduce waits for, in plan order.
@@ -159,8 +187,9 @@ TEST(ReplicateDirective, ZeroTwoReduceScattersEveryMicrobatch) {
 TEST(ReplicateDirective, ZeroTwoScattersABucketPerMicrobatchAndGathersABucket) {
   // The backward task of each microbatch makes grad/w2 and grad/w1 final together: one bucket,
   // one reduce-scatter per microbatch, and one task after it accumulating both slices (ops 12
-  // and 11), the first before the second microbatch's backward begins. One all-gather after
-  // the update rebuilds both parameters, w1 first, as the forward reads them.
+  // and 11), the first before the second microbatch's backward begins (so the scatter is not
+  // background, unlike the losses' all-reduces). One all-gather after the update rebuilds both
+  // parameters, w1 first, as the forward reads them.
   ir::TaskGraph graph = two_layer_task_graph(1, R"({"type": "sgd", "momentum": 0.9})");
   apply_directives(graph, R"([{"op": "split", "dim_name": "MB", "num_microbatches": 2},
       {"op": "zero", "stage": 2, "devices": [0, 1]}])");
@@ -170,8 +199,8 @@ task 1 compute B mb=0 tags={} devices=[0,1] stream=compute ops=[4,5,6,7,8]
 task 2 compute U mb=0 tags={} devices=[0,1] stream=compute ops=[13,9,14,10]
 task 3 compute F mb=1 tags={} devices=[0,1] stream=compute ops=[0,1,2,3]
 task 4 compute B mb=1 tags={} devices=[0,1] stream=compute ops=[4,5,6,7,8]
-task 5 all_reduce F mb=0 tags={} devices=[0,1] stream=dp_loss tensors=[loss] average=1
-task 6 all_reduce F mb=1 tags={} devices=[0,1] stream=dp_loss tensors=[loss] average=1
+task 5 all_reduce F mb=0 tags={} devices=[0,1] stream=dp_loss tensors=[loss] average=1 background=1
+task 6 all_reduce F mb=1 tags={} devices=[0,1] stream=dp_loss tensors=[loss] average=1 background=1
 task 7 reduce_scatter B mb=0 tags={} devices=[0,1] stream=dp_reduce tensors=[grad/w2/microbatch,grad/w2/microbatch/shard,grad/w1/microbatch,grad/w1/microbatch/shard] average=1
 task 8 compute B mb=0 tags={} devices=[0,1] stream=compute ops=[12,11]
 task 9 reduce_scatter B mb=1 tags={} devices=[0,1] stream=dp_reduce tensors=[grad/w2/microbatch,grad/w2/microbatch/shard,grad/w1/microbatch,grad/w1/microbatch/shard] average=1

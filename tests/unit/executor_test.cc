@@ -1,6 +1,9 @@
 // The executor through Session: several streams ordered by events, deadlock and event
 // checks at load time, failures that stop every stream.
+#include "engine/runtime/executor.h"
+
 #include <gmock/gmock.h>
+#include <sched.h>
 
 #include "engine/runtime/session.h"
 #include "engine_test_util.h"
@@ -237,6 +240,36 @@ TEST(Executor, SingleRankCollectiveCopiesAndTransfersNeedCommunicators) {
   plan.mutable_streams(0)->mutable_instructions(1)->mutable_send()->set_peer(1);
   plan.clear_groups();
   EXPECT_THAT(LoadError(plan), HasSubstr("send/recv with rank 1 needs communicators"));
+}
+
+// Records the scheduling policy of the thread that runs it.
+class PolicyProbe : public PreparedKernel {
+ public:
+  explicit PolicyProbe(int* policy) : policy_(policy) {}
+  void run(const StepContext&) override { *policy_ = ::sched_getscheduler(0); }
+
+ private:
+  int* policy_;
+};
+
+// A background stream runs as a batch thread, so that its wakeups do not preempt a computing
+// stream on the same core; other streams keep the normal policy.
+TEST(Executor, BackgroundStreamsRunAsBatchThreads) {
+  auto probed = [](std::string name, bool background, int* policy) {
+    ExecStream stream{std::move(name), {}, background};
+    ExecInstruction probe;
+    probe.kernel = std::make_unique<PolicyProbe>(policy);
+    stream.instructions.push_back(std::move(probe));
+    return stream;
+  };
+  int computing = -1, reducing = -1;
+  std::vector<ExecStream> streams;
+  streams.push_back(probed("compute", false, &computing));
+  streams.push_back(probed("dp_reduce", true, &reducing));
+  Executor executor(std::move(streams), 0);
+  executor.run_step({});
+  EXPECT_EQ(computing, SCHED_OTHER);
+  EXPECT_EQ(reducing, SCHED_BATCH);
 }
 
 }  // namespace

@@ -321,9 +321,8 @@ TEST(TextTest, ErrorsNameTheLineAndWhatWasExpected) {
                      "line 1: expected a bool value, got '2'");
   expect_parse_error(
       "task 0 compute F devices=[0] colour=red",
-      "line 1: expected mb=, tags=, devices=, stream=, ops=, tensors=, peer=, replica= or "
-      "average=, "
-      "got 'colour'");
+      "line 1: expected mb=, tags=, devices=, stream=, ops=, tensors=, peer=, replica=, "
+      "average= or background=, got 'colour'");
   expect_parse_error("task 0 compute X", "line 1: expected a pass (F, B, BI, BW, U), got 'X'");
   expect_parse_error("edge 0 -> 1 both", "line 1: expected data, temporal or window, got 'both'");
   expect_parse_error("loss x", "line 1: expected the name of a declared tensor, got 'x'");
