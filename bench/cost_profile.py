@@ -4,6 +4,7 @@
 profile, runs each plan, and prints the planned step beside the measured median step.
 
     /usr/bin/python3 bench/cost_profile.py [--steps 8 --rounds 1 --build DIR --save DIR]
+    /usr/bin/python3 bench/cost_profile.py --profiles DIR   # plan with saved profiles
 
 The three configurations, all of samples/gpt at d=256, 4 layers, 4 heads, T=128, vocab 512:
   single  one rank, global batch 8, all cores (bench/cpu_gpt.py's run)
@@ -91,6 +92,9 @@ def main():
                    help="threads of each of the two ranks and of their profile")
     p.add_argument("--build", default=os.path.join(cpu_gpt.ROOT, "build"))
     p.add_argument("--save", help="copy the two profiles into this folder")
+    p.add_argument("--profiles", metavar="DIR",
+                   help="plan with the two profiles in DIR (as --save writes them) instead of "
+                        "measuring new ones")
     p.add_argument("--keep", action="store_true", help="keep the temp directory")
     args = p.parse_args()
     tools = os.path.join(args.build, "tools")
@@ -111,11 +115,15 @@ def main():
     cores = os.cpu_count()
     profiles = {1: os.path.join(work, f"cpu-{cores}core-1rank.json"),
                 2: os.path.join(work, f"cpu-{cores}core-2ranks.json")}
-    print(run([tool["piper-run"], "--profile-costs", profiles[1]], one, "profile (1 rank)"),
-          flush=True)
-    print(run([tool["piper-launch"], "--ranks", "2", "--profile-costs", profiles[2]], two,
-              "profile (2 ranks)"), flush=True)
-    print(f"load average after profiling: {load()}", flush=True)
+    if args.profiles:
+        profiles = {ranks: os.path.join(args.profiles, os.path.basename(path))
+                    for ranks, path in profiles.items()}
+    else:
+        print(run([tool["piper-run"], "--profile-costs", profiles[1]], one, "profile (1 rank)"),
+              flush=True)
+        print(run([tool["piper-launch"], "--ranks", "2", "--profile-costs", profiles[2]], two,
+                  "profile (2 ranks)"), flush=True)
+        print(f"load average after profiling: {load()}", flush=True)
 
     planned, default_planned, seconds = {}, {}, {}
     for name, (strategy, ranks) in strategies().items():
