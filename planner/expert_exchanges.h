@@ -31,12 +31,14 @@ bool has_expert_exchanges(const ir::TaskGraph& graph);
 // and devices, on exchange_stream(task.stream); the ops before and after it stay on the task's
 // stream. Each exchange first moves as early as what it reads allows: only the ops it needs
 // precede it, the others (a backward's weight gradients) follow it, so that its wait for the
-// peer falls under the overlapped partner's computation, not after the partner has finished. Edges
-// follow the tensors the parts read and write; the task's temporal edges (its order) stay on its
-// first and last parts. The compute parts of an overlapped pair's two tasks
-// (sim/overlapped_pairs.h) then take turns, joined by temporal edges (a part of one, a part of the
-// other, ...), so that each exchange runs while the partner computes. Task ids do not change; the
-// parts are appended. Returns the number of exchanges separated.
+// peer falls under the overlapped partner's computation, not after the partner has finished. A
+// gradient reduced over the replicas (a split bias's, summed from the rows), with the ops that
+// read only it, moves last and runs after the task's last computation on the exchange stream,
+// where only what reads it waits for it. Edges follow the tensors the parts read and write; the
+// task's temporal edges (its order) stay on its first and last compute parts. The compute parts of
+// an overlapped pair's two tasks (sim/overlapped_pairs.h) then take turns, joined by temporal edges
+// (a part of one, a part of the other, ...), so that each exchange runs while the partner computes.
+// Task ids do not change; the parts are appended. Returns the number of exchanges separated.
 int separate_expert_exchanges(ir::TaskGraph& graph);
 
 }  // namespace piper::planner

@@ -140,7 +140,7 @@ void chain(ir::TaskGraph& graph, const std::vector<ir::TaskId>& parts) {
 }  // namespace
 
 std::vector<ir::TaskId> cut_task(ir::TaskGraph& graph, ir::TaskId id,
-                                 const std::vector<size_t>& ends) {
+                                 const std::vector<size_t>& ends, bool detached_tail) {
   const ir::Task original = graph.task(id);
   const std::vector<ir::Edge> edges = graph.edges();
   std::vector<ir::TaskId> parts = {id};
@@ -172,7 +172,7 @@ std::vector<ir::TaskId> cut_task(ir::TaskGraph& graph, ir::TaskId id,
       if (k > 0) graph.add_edge(parts[k], edge.to, edge.kind);
       sent = true;
     }
-    if (!sent) graph.add_edge(parts.back(), edge.to, edge.kind);
+    if (!sent) graph.add_edge(parts[parts.size() - (detached_tail ? 2 : 1)], edge.to, edge.kind);
   }
   return parts;
 }

@@ -23,10 +23,11 @@ void split_backward(ir::TaskGraph& graph, const std::vector<ir::TaskId>& ids);
 // keeps the ops up to the first cut and new tasks, appended in order, take the rest; each part
 // runs after the one before, and a data edge joins each part to every earlier one whose
 // tensors it reads. Edges out of `id` also leave every part that writes what they
-// carry (the last part for edges that carry nothing); data edges into `id` also reach every
-// part that reads what they carry.
+// carry (the last part for edges that carry nothing, or with `detached_tail` the one before
+// it: then only what reads the last part's tensors waits for it); data edges into `id` also
+// reach every part that reads what they carry.
 // Task ids do not change. Returns the parts, `id` first.
 std::vector<ir::TaskId> cut_task(ir::TaskGraph& graph, ir::TaskId id,
-                                 const std::vector<size_t>& ends);
+                                 const std::vector<size_t>& ends, bool detached_tail = false);
 
 }  // namespace piper::planner

@@ -33,5 +33,25 @@ edge 4 -> 2 data
 )");
 }
 
+TEST(CutTask, ADetachedTailHoldsBackOnlyWhatReadsIt) {
+  // The backward task cut before its last op (grad/w1's product), an order's temporal edge out
+  // of it: the edge leaves the part before the tail, the update still reads the tail's gradient.
+  ir::TaskGraph graph = two_layer_task_graph(4, R"({"type": "sgd"})");
+  graph.add_edge(1, 2, ir::EdgeKind::kTemporal);
+  planner::cut_task(graph, 1, {3}, /*detached_tail=*/true);
+  ir::verify_or_throw(graph, "after cut_task");
+  EXPECT_EQ(tasks_and_edges(graph),
+            R"(task 0 compute F mb=0 tags={} devices=[0] stream=compute ops=[0,1,2,3]
+task 1 compute B mb=0 tags={} devices=[0] stream=compute ops=[4,5,6,7]
+task 2 compute U mb=0 tags={} devices=[0] stream=compute ops=[9,10]
+task 3 compute B mb=0 tags={} devices=[0] stream=compute ops=[8]
+edge 0 -> 1 data
+edge 1 -> 2 data
+edge 1 -> 2 temporal
+edge 1 -> 3 data
+edge 3 -> 2 data
+)");
+}
+
 }  // namespace
 }  // namespace piper

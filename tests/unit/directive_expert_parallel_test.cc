@@ -14,8 +14,9 @@ namespace {
 // Tokens already dispatched to 2 experts with capacity 2, x [B, E, C, d], through two batched
 // expert weights w1 [E, d, f] and w2 [E, f, h] with a ReLU between, then summed into class
 // scores: GShard's expert layer. With `dense`, the scores then pass a dense MLP (wa [3, 6],
-// ReLU, wb [6, 3]) that tensor parallelism splits.
-ir::TaskGraph expert_task_graph(int64_t batch, bool dense = false) {
+// ReLU, wb [6, 3]) that tensor parallelism splits; with `bias`, each expert adds its bias
+// b2 [E, 1, h] to its outputs.
+ir::TaskGraph expert_task_graph(int64_t batch, bool dense = false, bool bias = false) {
   testing::OnnxBuilder b;
   b.input("x", {-1, 2, 2, 4}).input("y", {-1}, onnx::TensorProto::INT64).output("loss", {});
   b.initializer("w1", {2, 4, 5}, std::vector<float>(40, 0.1f));
@@ -23,8 +24,12 @@ ir::TaskGraph expert_task_graph(int64_t batch, bool dense = false) {
   testing::OnnxBuilder::attr(b.node("Einsum", {"x", "w1"}, {"h"}, "/experts/fc1"), "equation",
                              std::string("becd,edf->becf"));
   b.node("Relu", {"h"}, {"r"}, "/experts/relu");
-  testing::OnnxBuilder::attr(b.node("Einsum", {"r", "w2"}, {"o"}, "/experts/fc2"), "equation",
-                             std::string("becf,efh->bech"));
+  testing::OnnxBuilder::attr(b.node("Einsum", {"r", "w2"}, {bias ? "p" : "o"}, "/experts/fc2"),
+                             "equation", std::string("becf,efh->bech"));
+  if (bias) {
+    b.initializer("b2", {2, 1, 3}, std::vector<float>(6, 0.5f));
+    b.node("Add", {"p", "b2"}, {"o"}, "/experts/bias");
+  }
   testing::OnnxBuilder::attr(b.node("Einsum", {"o"}, {"z"}, "/combine"), "equation",
                              std::string("bech->bh"));
   if (dense) {
@@ -219,6 +224,48 @@ TEST(ExpertParallel, AnExchangeGoesOutBeforeTheOpsItDoesNotNeed) {
   }
   EXPECT_EQ(before, 0) << text;
   EXPECT_EQ(after, 2) << text;
+}
+
+// The experts' bias gradient is summed from the rows, then reduce-scattered over the replicas
+// (each keeps its expert's block) and scaled to their mean. Nothing in the backward reads it:
+// the two ops run last, on the exchange stream, and only the update waits for them, so the
+// backward's computation never waits there for a late peer.
+TEST(ExpertParallel, ABiasGradientReducedOverTheReplicasRunsAfterTheComputation) {
+  ir::TaskGraph graph = expert_task_graph(4, /*dense=*/false, /*bias=*/true);
+  testing::apply_directives(graph, kExpertParallel);
+  EXPECT_EQ(planner::separate_expert_exchanges(graph), 3);
+  ir::verify_or_throw(graph, "after separating the expert exchanges");
+  const ir::OpGraph& ops = graph.op_graph();
+  const auto op_named = [&](const std::string& name) {
+    for (ir::OpId id = 0; id < ops.num_ops(); ++id) {
+      if (ops.op(id).name == name) return id;
+    }
+    return -1;
+  };
+  const auto task_of = [&](ir::OpId op) {
+    for (ir::TaskId id = 0; id < graph.num_tasks(); ++id) {
+      const std::vector<ir::OpId>& held = graph.task(id).ops;
+      if (std::find(held.begin(), held.end(), op) != held.end()) return id;
+    }
+    return -1;
+  };
+  const ir::OpId scatter = op_named("grad/b2/tp_reduce_scatter");
+  const ir::OpId mean = op_named("grad/b2/replica_mean");
+  const ir::TaskId tail = task_of(scatter);
+  const ir::TaskId last_part = task_of(op_named("grad/w1"));
+  const ir::TaskId update = task_of(op_named("optim/b2"));
+  const std::string text = ir::print(graph);
+  const std::string line = "task " + std::to_string(tail) +
+                           " compute B mb=0 tags={} devices=[0,1] stream=a2a_compute ops=[" +
+                           std::to_string(scatter) + "," + std::to_string(mean) + "]";
+  EXPECT_TRUE(has_line(text, line)) << line << " in\n" << text;
+  const std::string after = "edge " + std::to_string(last_part) + " -> " + std::to_string(tail);
+  EXPECT_TRUE(has_line(text, after + " data")) << after << " in\n" << text;
+  for (const ir::Edge& edge : graph.edges()) {
+    if (edge.from != tail) continue;
+    EXPECT_EQ(edge.to, update) << text;
+    EXPECT_EQ(edge.kind, ir::EdgeKind::kData) << text;
+  }
 }
 
 TEST(ExpertParallel, RefusesAReplicateOverOtherGroups) {
