@@ -41,6 +41,21 @@ bool reaches(const std::vector<std::vector<ir::TaskId>>& successors,
   return false;
 }
 
+// The task of `tasks` (a group's tasks on one stream) that every other one follows by a path
+// of edges, or -1: the member itself, the others what only runs after it (ZeRO-2's
+// accumulation of each gradient bucket after its reduce-scatter, which the order binds as
+// well, having the member's pass, microbatch and tags).
+ir::TaskId head(const std::vector<std::vector<ir::TaskId>>& successors,
+                const std::vector<size_t>& position, const std::vector<ir::TaskId>& tasks) {
+  const ir::TaskId earliest =
+      *std::min_element(tasks.begin(), tasks.end(),
+                        [&](ir::TaskId x, ir::TaskId y) { return position[x] < position[y]; });
+  for (ir::TaskId other : tasks) {
+    if (other != earliest && !reaches(successors, position, earliest, other)) return -1;
+  }
+  return earliest;
+}
+
 }  // namespace
 
 std::vector<OverlappedPair> overlapped_pairs(const ir::TaskGraph& graph) {
@@ -70,13 +85,15 @@ std::vector<OverlappedPair> overlapped_pairs(const ir::TaskGraph& graph) {
   for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
   std::vector<OverlappedPair> pairs;
   for (const auto& [key, members] : groups) {
-    if (members.size() != 2) continue;
-    auto [a, b] = std::pair{members[0], members[1]};
-    if (position[b] < position[a]) std::swap(a, b);
-    if (graph.task(a).stream == graph.task(b).stream || reaches(successors, position, a, b)) {
-      continue;
-    }
-    pairs.push_back({a, b});
+    std::map<std::string, std::vector<ir::TaskId>> by_stream;
+    for (ir::TaskId id : members) by_stream[graph.task(id).stream].push_back(id);
+    if (by_stream.size() != 2) continue;
+    const ir::TaskId a = head(successors, position, by_stream.begin()->second);
+    const ir::TaskId b = head(successors, position, by_stream.rbegin()->second);
+    if (a < 0 || b < 0) continue;
+    const auto [first, second] = position[a] < position[b] ? std::pair{a, b} : std::pair{b, a};
+    if (reaches(successors, position, first, second)) continue;
+    pairs.push_back({first, second});
   }
   std::sort(pairs.begin(), pairs.end(),
             [&](const auto& x, const auto& y) { return position[x.first] < position[y.first]; });

@@ -22,8 +22,10 @@ struct OverlappedPair {
 // Every pair of compute tasks (not updates) on the same set of devices (as replicas in any
 // order: each device runs its own replica of both) and different streams whose
 // temporal predecessors and successors among the compute tasks on those devices are the same,
-// not both empty, no other task sharing them, and that no path of edges joins; ordered by
-// their first member's place in the topological order.
+// not both empty, and that no path of edges joins; other tasks may share those only on the
+// stream of one of the two and following it by a path of edges (ZeRO-2's accumulation of a
+// gradient bucket after its reduce-scatter, bound by the same order group: they are no part
+// of the pair). Ordered by their first member's place in the topological order.
 std::vector<OverlappedPair> overlapped_pairs(const ir::TaskGraph& graph);
 
 }  // namespace piper::planner::sim

@@ -114,6 +114,27 @@ TEST_P(DualPipeCost, PlannedStepMatchesDualPipesTable) {
   }
 }
 
+// ZeRO-2 over the mirror pairs accumulates each gradient bucket after its reduce-scatter in a
+// task of the backward's pass and microbatch, which its order group binds too: the groups' forward
+// and backward still run as overlapped pairs, and the step as without ZeRO but for the update's
+// gathers.
+TEST(DualPipeCost, ZeroTwoKeepsTheOverlappedPairs) {
+  const testing::GemmChain chain(std::vector<int64_t>(5, kWidth), /*input_bias=*/true);
+  const std::vector<plan::Plan> plain =
+      testing::plan_stage_per_layer(chain, "dualpipe", 4, 8, kRows);
+  const std::vector<plan::Plan> zero = testing::plan_stage_per_layer(
+      chain, "dualpipe", 4, 8, kRows, testing::flop_bound(), R"(, "zero": 2)");
+  for (size_t rank = 0; rank < zero.size(); ++rank) {
+    const Terms with = terms_of(zero[rank]);
+    const Terms without = terms_of(plain[rank]);
+    ASSERT_GT(with.fb, 0) << "rank " << rank << " runs no overlapped pair";
+    // Less the accumulation the tasks after the reduce-scatters do.
+    EXPECT_NEAR(with.fb, without.fb, 0.01 * without.fb) << "rank " << rank;
+    const double step = zero[rank].planned_step().step_s();
+    EXPECT_NEAR(step, plain[rank].planned_step().step_s(), 0.05 * step) << "rank " << rank;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Schedules, DualPipeCost,
                          ::testing::Combine(::testing::Values(4, 8),
                                             ::testing::Values("dualpipe", "dualpipev")),

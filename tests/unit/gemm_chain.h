@@ -74,10 +74,12 @@ inline planner::PlanningOptions flop_bound() {
 }
 
 // The plans of `chain` with layer l as stage l (tag PP), under the `pipeline` generator's
-// `schedule` on devices 0 .. devices-1, `microbatches` of `rows` rows each, at `options`' rates.
+// `schedule` on devices 0 .. devices-1, `microbatches` of `rows` rows each, at `options`' rates,
+// the generator given `generator_keys` as well (e.g. `, "zero": 2`).
 inline std::vector<plan::Plan> plan_stage_per_layer(
     const GemmChain& chain, const std::string& schedule, int devices, int microbatches,
-    int64_t rows, const planner::PlanningOptions& options = flop_bound()) {
+    int64_t rows, const planner::PlanningOptions& options = flop_bound(),
+    const std::string& generator_keys = "") {
   std::string annotations, device_list;
   for (int s = 0; s < chain.layers(); ++s) {
     annotations += std::string(s ? ", " : "") + R"({"match": "/fc)" + std::to_string(s) +
@@ -88,7 +90,7 @@ inline std::vector<plan::Plan> plan_stage_per_layer(
                            R"(}, "annotations": [)" + annotations +
                            R"(], "directives": [{"op": "pipeline", "schedule": ")" + schedule +
                            R"(", "devices": [)" + device_list + R"(], "num_microbatches": )" +
-                           std::to_string(microbatches) + "}]}";
+                           std::to_string(microbatches) + generator_keys + "}]}";
   return planner::plan_model(chain.path(), strategy::parse_strategy(text, "gemm_chain.json"),
                              options)
       .plans;

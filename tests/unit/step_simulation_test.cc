@@ -14,6 +14,7 @@
 #include "formats/schedule_view.h"
 #include "formats/strategy.h"
 #include "planner/plan_model.h"
+#include "planner/sim/overlapped_pairs.h"
 
 namespace piper::planner::sim {
 namespace {
@@ -190,6 +191,43 @@ TEST(StepSimulation, OverlappedPairStartsTogetherAndTakesThePairsTime) {
   EXPECT_DOUBLE_EQ(sim.devices[0].busy, 1 + 1.5 + 1);
   // Without a pair duration the pair takes the sum of its members' times.
   EXPECT_DOUBLE_EQ(span_of(simulate(dag.graph, seconds), 0, after).start, 5);
+}
+
+// ZeRO-2 on the pair's devices: the backward's gradient bucket is reduce-scattered over the
+// replicas, then accumulated by a task of the backward's pass, microbatch and stream that the
+// order group binds as well. It follows the backward, so the pair is still the forward and the
+// backward; the accumulation runs after the reduce-scatter, outside the pair's time.
+TEST(StepSimulation, AnOverlappedPairLeavesItsBucketAccumulationsOut) {
+  Dag dag;
+  const ir::TaskId before = dag.compute(0, ir::Pass::kForward, 0);
+  const ir::TaskId forward = dag.compute(0, ir::Pass::kForward, 1, "compute");
+  const ir::TaskId backward = dag.compute(0, ir::Pass::kBackward, 0, "compute2");
+  const ir::TaskId accumulate = dag.compute(0, ir::Pass::kBackward, 0, "compute2");
+  const ir::TaskId after = dag.compute(0, ir::Pass::kForward, 2);
+  const ir::TaskId scatter = dag.comm(ir::TaskKind::kReduceScatter, {0}, -1, 0, "dp_reduce");
+  dag.edge(backward, scatter);
+  dag.edge(scatter, accumulate);
+  for (ir::TaskId member : {forward, backward, accumulate}) {
+    dag.edge(before, member, ir::EdgeKind::kTemporal);
+    dag.edge(member, after, ir::EdgeKind::kTemporal);
+  }
+  const std::vector<OverlappedPair> pairs = overlapped_pairs(dag.graph);
+  ASSERT_EQ(pairs.size(), 1u);
+  EXPECT_EQ(pairs[0].first, forward);
+  EXPECT_EQ(pairs[0].second, backward);
+  const StepSimulation sim = simulate(
+      dag.graph, [](ir::TaskId) { return 1.0; }, [](ir::TaskId, ir::TaskId) { return 1.5; });
+  EXPECT_DOUBLE_EQ(span_of(sim, 0, forward).start, 1);
+  EXPECT_DOUBLE_EQ(span_of(sim, 0, backward).end, 2.5);
+  EXPECT_DOUBLE_EQ(span_of(sim, 0, accumulate).start, 3.5);  // after the reduce-scatter
+  EXPECT_DOUBLE_EQ(span_of(sim, 0, after).start, 4.5);
+  // An accumulation that did not follow the backward would leave no pair to tell.
+  Dag loose;
+  const ir::TaskId first = loose.compute(0, ir::Pass::kForward, 0);
+  for (const char* stream : {"compute", "compute2", "compute2"}) {
+    loose.edge(first, loose.compute(0, ir::Pass::kBackward, 0, stream), ir::EdgeKind::kTemporal);
+  }
+  EXPECT_TRUE(overlapped_pairs(loose.graph).empty());
 }
 
 TEST(StepSimulation, RejectsCyclesAndBadDurations) {
