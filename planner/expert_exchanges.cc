@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "planner/directives/backward_split.h"
-#include "planner/sim/overlapped_pairs.h"
 
 namespace piper::planner {
 namespace {
@@ -134,26 +133,6 @@ size_t tails_last(const ir::OpGraph& ops, std::vector<ir::OpId>& task_ops) {
   return count - tails;
 }
 
-// Orders the compute parts of an overlapped pair's two tasks in turns, a part of one then a
-// part of the other (the one with more parts first, else `first`), by temporal edges: each
-// exchange, which follows a part, then runs while the partner computes its next part, and
-// never while the partner waits at an exchange of its own. Left free, the two streams drift
-// into waiting at once, and the exchanges' waits for the peer rank fall under no computation
-// (bench/dualpipe_overlap.py: 11 of 130 pairs hid 3-29% of their exchange time, 14 of 320 with
-// the turns); DeepSeek-V3 overlaps a pair's chunks in the same turns.
-void take_turns(ir::TaskGraph& graph, std::vector<ir::TaskId> first,
-                std::vector<ir::TaskId> second) {
-  if (second.size() > first.size()) std::swap(first, second);
-  std::vector<ir::TaskId> turns;
-  for (size_t i = 0; i < first.size(); ++i) {
-    turns.push_back(first[i]);
-    if (i < second.size()) turns.push_back(second[i]);
-  }
-  for (size_t i = 0; i + 1 < turns.size(); ++i) {
-    graph.add_edge(turns[i], turns[i + 1], ir::EdgeKind::kTemporal);
-  }
-}
-
 }  // namespace
 
 std::string exchange_stream(const std::string& stream) { return "a2a_" + stream; }
@@ -172,8 +151,6 @@ bool has_expert_exchanges(const ir::TaskGraph& graph) {
 
 int separate_expert_exchanges(ir::TaskGraph& graph) {
   const ir::OpGraph& ops = graph.op_graph();
-  const std::vector<sim::OverlappedPair> pairs = sim::overlapped_pairs(graph);
-  std::map<ir::TaskId, std::vector<ir::TaskId>> computing;  // a cut task's compute parts
   const int original = graph.num_tasks();
   int separated = 0;
   for (ir::TaskId id = 0; id < original; ++id) {
@@ -200,7 +177,6 @@ int separate_expert_exchanges(ir::TaskGraph& graph) {
       // A task that is one exchange already stands alone.
       if (task.ops.size() == 1 && is_expert_exchange(ops.op(task.ops[0]))) {
         graph.task(id).stream = exchange_stream(task.stream);
-        computing[id] = {};
         ++separated;
       }
       continue;
@@ -210,23 +186,9 @@ int separate_expert_exchanges(ir::TaskGraph& graph) {
     const std::vector<ir::TaskId> cut = cut_task(graph, id, {ends.begin(), ends.end()}, has_tail);
     for (ir::TaskId part : cut) {
       ir::Task& piece = graph.task(part);
-      if (piece.ops.size() == 1 && is_expert_exchange(ops.op(piece.ops[0]))) {
-        piece.stream = exchange_stream(stream);
-        ++separated;
-      } else if (has_tail && part == cut.back()) {
-        piece.stream = exchange_stream(stream);
-      } else {
-        computing[id].push_back(part);
-      }
-    }
-  }
-  const auto parts = [&](ir::TaskId id) {
-    const auto found = computing.find(id);
-    return found == computing.end() ? std::vector<ir::TaskId>{id} : found->second;
-  };
-  for (const sim::OverlappedPair& pair : pairs) {
-    if (computing.count(pair.first) || computing.count(pair.second)) {
-      take_turns(graph, parts(pair.first), parts(pair.second));
+      const bool exchange = piece.ops.size() == 1 && is_expert_exchange(ops.op(piece.ops[0]));
+      if (exchange || (has_tail && part == cut.back())) piece.stream = exchange_stream(stream);
+      separated += exchange;
     }
   }
   return separated;

@@ -35,10 +35,12 @@ bool has_expert_exchanges(const ir::TaskGraph& graph);
 // gradient reduced over the replicas (a split bias's, summed from the rows), with the ops that
 // read only it, moves last and runs after the task's last computation on the exchange stream,
 // where only what reads it waits for it. Edges follow the tensors the parts read and write; the
-// task's temporal edges (its order) stay on its first and last compute parts. The compute parts of
-// an overlapped pair's two tasks (sim/overlapped_pairs.h) then take turns, joined by temporal edges
-// (a part of one, a part of the other, ...), so that each exchange runs while the partner computes.
-// Task ids do not change; the parts are appended. Returns the number of exchanges separated.
+// task's temporal edges (its order) stay on its first and last compute parts. The parts of an
+// overlapped pair's two tasks (sim/overlapped_pairs.h) run free of each other: made to take turns
+// (a part of one, then a part of the other), an exchange waiting for a late peer held back both
+// of the rank's streams, and on the CPU the pairs hid less of their exchanges and stepped slower
+// (bench/README.md, dualpipe_overlap.py). Task ids do not change; the parts are appended. Returns
+// the number of exchanges separated.
 int separate_expert_exchanges(ir::TaskGraph& graph);
 
 }  // namespace piper::planner
