@@ -163,6 +163,7 @@ int separate_expert_exchanges(ir::TaskGraph& graph) {
     }
     std::vector<ir::OpId> ordered = exchanges_early(ops, task.ops);
     const size_t tail = tails_last(ops, ordered);
+    const bool has_tail = tail < ordered.size();
     graph.task(id).ops = std::move(ordered);
     // Cut before and after each exchange, and before the tails: the positions each part ends at.
     std::set<size_t> ends;
@@ -171,7 +172,7 @@ int separate_expert_exchanges(ir::TaskGraph& graph) {
       if (i > 0) ends.insert(i - 1);
       ends.insert(i);
     }
-    if (tail < task.ops.size()) ends.insert(tail - 1);
+    if (has_tail) ends.insert(tail - 1);
     ends.erase(task.ops.size() - 1);
     if (ends.empty()) {
       // A task that is one exchange already stands alone.
@@ -182,7 +183,6 @@ int separate_expert_exchanges(ir::TaskGraph& graph) {
       continue;
     }
     const std::string stream = task.stream;
-    const bool has_tail = tail < task.ops.size();
     const std::vector<ir::TaskId> cut = cut_task(graph, id, {ends.begin(), ends.end()}, has_tail);
     for (ir::TaskId part : cut) {
       ir::Task& piece = graph.task(part);
