@@ -1,5 +1,6 @@
 #include "formats/measured_costs.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <tuple>
@@ -48,19 +49,6 @@ json curve_json(const MeasuredCurve& curve) {
   return points;
 }
 
-MeasuredKernel read_kernel(const Context& ctx, const std::string& path, const json& value) {
-  const Keys keys = {"op", "dtype", "by", "points"};
-  const Object o(ctx, value, path, keys, keys);
-  MeasuredKernel kernel;
-  kernel.op_type = *o.get("op", strategy::reader::read_string);
-  kernel.dtype = *o.choice("dtype", {"float32", "bfloat16"});
-  kernel.key = *o.choice("by", {"flops", "bytes"}) == "flops" ? CostKey::kFlops : CostKey::kBytes;
-  kernel.curve = *o.get("points", read_curve);
-  return kernel;
-}
-
-constexpr std::string_view kLayouts[] = {"nn", "nt", "tn", "tt"};
-
 // [number, ...]: `what` numbers > 0, and with `increasing` each above the one before.
 std::vector<double> read_positive_numbers(const Context& ctx, const std::string& path,
                                           const json& value, const std::string& what,
@@ -81,32 +69,81 @@ std::vector<double> read_positive_numbers(const Context& ctx, const std::string&
   return result;
 }
 
-MeasuredProducts read_products(const Context& ctx, const std::string& path, const json& value) {
-  const Keys keys = {"dtype", "sizes", "seconds"};
-  const Object o(ctx, value, path, keys, keys);
-  MeasuredProducts products;
-  products.dtype = *o.choice("dtype", {"float32", "bfloat16"});
-  products.sizes = *o.get("sizes", read_positive_numbers, "sizes", true);
-  const size_t count = products.sizes.size() * products.sizes.size() * products.sizes.size();
-  const Keys layouts(std::begin(kLayouts), std::end(kLayouts));
-  const Object by_layout(ctx, *o.find("seconds"), o.at("seconds"), layouts, {"nn"});
+MeasuredKernel read_kernel(const Context& ctx, const std::string& path, const json& value) {
+  const Object o(ctx, value, path, {"op", "dtype", "by", "points", "alone"},
+                 {"op", "dtype", "by", "points"});
+  MeasuredKernel kernel;
+  kernel.op_type = *o.get("op", strategy::reader::read_string);
+  kernel.dtype = *o.choice("dtype", {"float32", "bfloat16"});
+  kernel.key = *o.choice("by", {"flops", "bytes"}) == "flops" ? CostKey::kFlops : CostKey::kBytes;
+  kernel.curve = *o.get("points", read_curve);
+  const std::string what = std::to_string(kernel.curve.points.size()) + " seconds (one per point)";
+  if (std::optional<std::vector<double>> alone =
+          o.get("alone", read_positive_numbers, what, false)) {
+    if (alone->size() != kernel.curve.points.size()) {
+      o.fail("alone", "expected " + what + ", got " + std::to_string(alone->size()));
+    }
+    kernel.alone = std::move(*alone);
+  }
+  return kernel;
+}
+
+json kernel_json(const MeasuredKernel& kernel) {
+  json entry = {{"op", kernel.op_type},
+                {"dtype", kernel.dtype},
+                {"by", kernel.key == CostKey::kFlops ? "flops" : "bytes"},
+                {"points", curve_json(kernel.curve)}};
+  if (!kernel.alone.empty()) entry["alone"] = kernel.alone;
+  return entry;
+}
+
+constexpr std::string_view kLayouts[] = {"nn", "nt", "tn", "tt"};
+
+// {"nn": [seconds, ...], ...}: `count` seconds for each layout in `layouts`, "nn" among them.
+std::map<std::string, std::vector<double>> read_grid_seconds(const Object& o,
+                                                             const std::string& key,
+                                                             const Keys& layouts, size_t count) {
+  const Object by_layout(o.ctx(), *o.find(key), o.at(key), layouts, {"nn"});
   const std::string what = std::to_string(count) + " seconds (one per [m, n, k] of the sizes)";
-  for (std::string_view layout : kLayouts) {
+  std::map<std::string, std::vector<double>> grid;
+  for (std::string_view layout : layouts) {
     std::optional<std::vector<double>> seconds =
         by_layout.get(layout, read_positive_numbers, what, false);
     if (!seconds) continue;
     if (seconds->size() != count) {
       by_layout.fail(layout, "expected " + what + ", got " + std::to_string(seconds->size()));
     }
-    products.seconds.emplace(layout, std::move(*seconds));
+    grid.emplace(std::string(layout), std::move(*seconds));
+  }
+  return grid;
+}
+
+MeasuredProducts read_products(const Context& ctx, const std::string& path, const json& value) {
+  const Object o(ctx, value, path, {"dtype", "sizes", "seconds", "alone"},
+                 {"dtype", "sizes", "seconds"});
+  MeasuredProducts products;
+  products.dtype = *o.choice("dtype", {"float32", "bfloat16"});
+  products.sizes = *o.get("sizes", read_positive_numbers, "sizes", true);
+  const size_t count = products.sizes.size() * products.sizes.size() * products.sizes.size();
+  products.seconds =
+      read_grid_seconds(o, "seconds", Keys(std::begin(kLayouts), std::end(kLayouts)), count);
+  if (o.find("alone") != nullptr) {
+    Keys measured;
+    for (const auto& [layout, seconds] : products.seconds) measured.push_back(layout);
+    products.alone = read_grid_seconds(o, "alone", measured, count);
+    if (products.alone.size() != products.seconds.size()) {
+      o.fail("alone", "expected the layouts of \"seconds\" (" + strategy::reader::joined(measured, false) +
+                          "), got " + std::to_string(products.alone.size()) + " of them");
+    }
   }
   return products;
 }
 
 json products_json(const MeasuredProducts& products) {
-  json seconds = json::object();
-  for (const auto& [layout, times] : products.seconds) seconds[layout] = times;
-  return {{"dtype", products.dtype}, {"sizes", products.sizes}, {"seconds", seconds}};
+  json entry = {{"dtype", products.dtype}, {"sizes", products.sizes}};
+  entry["seconds"] = products.seconds;
+  if (!products.alone.empty()) entry["alone"] = products.alone;
+  return entry;
 }
 
 MeasuredCollective read_collective(const Context& ctx, const std::string& path, const json& value) {
@@ -218,6 +255,26 @@ const MeasuredCollective* MeasuredCosts::collective(CollectiveKind kind, int ran
   return nullptr;
 }
 
+bool MeasuredCosts::has_alone() const {
+  return std::any_of(kernels.begin(), kernels.end(),
+                     [](const MeasuredKernel& kernel) { return !kernel.alone.empty(); }) ||
+         std::any_of(products.begin(), products.end(),
+                     [](const MeasuredProducts& grid) { return !grid.alone.empty(); });
+}
+
+MeasuredCosts MeasuredCosts::alone_on_node() const {
+  MeasuredCosts costs = *this;
+  for (MeasuredKernel& kernel : costs.kernels) {
+    for (size_t i = 0; i < kernel.alone.size(); ++i) {
+      kernel.curve.points[i].second = kernel.alone[i];
+    }
+  }
+  for (MeasuredProducts& grid : costs.products) {
+    if (!grid.alone.empty()) grid.seconds = grid.alone;
+  }
+  return costs;
+}
+
 double attention_flops(double batch, double t, double d, double tk, double dv, bool gradient) {
   const double scores = batch * t * tk;
   return gradient ? scores * (6 * d + 4 * dv + 10) : scores * (2 * d + 2 * dv + 5);
@@ -274,12 +331,7 @@ std::string measured_costs_text(const MeasuredCosts& costs) {
     return text + (entries.empty() ? "]" : "\n  ]");
   };
   std::vector<json> kernels;
-  for (const MeasuredKernel& kernel : costs.kernels) {
-    kernels.push_back({{"op", kernel.op_type},
-                       {"dtype", kernel.dtype},
-                       {"by", kernel.key == CostKey::kFlops ? "flops" : "bytes"},
-                       {"points", curve_json(kernel.curve)}});
-  }
+  for (const MeasuredKernel& kernel : costs.kernels) kernels.push_back(kernel_json(kernel));
   std::vector<json> products;
   for (const MeasuredProducts& grid : costs.products) products.push_back(products_json(grid));
   std::vector<json> collectives;

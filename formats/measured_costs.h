@@ -3,6 +3,9 @@
 // seconds at increasing FLOPs or bytes, and for each collective and group size its seconds at
 // increasing bytes. The cost model (planner/sim) reads a kernel's or collective's time off these
 // curves and falls back to the cluster's scalar rates for what was not measured.
+// A profile taken by several ranks times every kernel twice: with every rank of the node running
+// it at once (the curves), and on one rank while the others idle (the `alone` times), since ranks
+// that share a machine's cores, caches and memory bus run faster while their neighbours wait.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +34,9 @@ struct MeasuredKernel {
   std::string dtype;    // "float32" or "bfloat16": of its floating-point inputs
   CostKey key = CostKey::kBytes;
   MeasuredCurve curve;
+  // Seconds at the curve's sizes on one rank while the node's other ranks idle; empty when not
+  // measured (a profile of one rank).
+  std::vector<double> alone;
 };
 
 // Seconds of matrix products [m, k] x [k, n] on a grid of shapes. Products of equal FLOPs run at
@@ -43,6 +49,9 @@ struct MeasuredProducts {
   // By layout, "nn", "nt" (B transposed), "tn" (A transposed) or "tt": sizes^3 seconds, m the
   // slowest index and k the fastest. "nn" is always there and stands in for an unmeasured one.
   std::map<std::string, std::vector<double>> seconds;
+  // As `seconds`, on one rank while the node's other ranks idle; empty when not measured, else
+  // the same layouts.
+  std::map<std::string, std::vector<double>> alone;
 
   // Between grid points the power law in each size (trilinear in log-log); a size below the
   // grid costs as its first (dispatch-bound), one above it in proportion (at the edge's rate).
@@ -79,6 +88,11 @@ struct MeasuredCosts {
   std::vector<MeasuredCollective> collectives;  // groups within one node
 
   bool empty() const { return kernels.empty() && products.empty() && collectives.empty(); }
+  // Whether some kernel or grid has its times alone.
+  bool has_alone() const;
+  // These costs as a rank alone on its node runs: each kernel's and grid's times alone in place
+  // of its curve's, where measured.
+  MeasuredCosts alone_on_node() const;
   // The curve of `op_type` in `dtype`, or null when the profile did not time it.
   const MeasuredKernel* kernel(const std::string& op_type, const std::string& dtype) const;
   // The products grid in `dtype`, or null when the profile did not time one.

@@ -125,29 +125,48 @@ struct Ranks {
   }
 };
 
-// Seconds one call of `kernel` takes: the median over rounds of back-to-back calls, every rank
-// running its own calls at the same time.
-double time_kernel(PreparedKernel& kernel, DeviceQueue& queue, Ranks& ranks, const Budget& budget) {
+// Seconds per call of `kernel` run back to back for budget.kernel_s.
+double calls_for(PreparedKernel& kernel, const StepContext& context, DeviceQueue& queue,
+                 const Budget& budget) {
+  int64_t calls = 0;
+  int64_t batch = 1;
+  const Clock::time_point start = Clock::now();
+  double elapsed = 0;
+  while (elapsed < budget.kernel_s) {
+    for (int64_t i = 0; i < batch; ++i) kernel.run(context);
+    queue.wait();
+    calls += batch;
+    batch = std::min<int64_t>(batch * 2, 1024);
+    elapsed = seconds_since(start);
+  }
+  return elapsed / static_cast<double>(calls);
+}
+
+// Seconds one call of a kernel takes, the median over rounds.
+struct KernelSeconds {
+  double together = 0;  // every rank running its own calls at the same time: their mean
+  double alone = 0;     // on rank 0 while the others wait; 0 with one rank
+};
+
+// Rounds alternate between the two, so that both see the machine in the same state.
+KernelSeconds time_kernel(PreparedKernel& kernel, DeviceQueue& queue, Ranks& ranks,
+                          const Budget& budget) {
   const StepContext context;
   kernel.run(context);  // warm: first touch of the memory, lazily built tables
   queue.wait();
-  std::vector<double> per_call;
+  std::vector<double> together, alone;
   for (int round = 0; round < budget.rounds; ++round) {
     ranks.barrier();
-    int64_t calls = 0;
-    int64_t batch = 1;
-    const Clock::time_point start = Clock::now();
-    double elapsed = 0;
-    while (elapsed < budget.kernel_s) {
-      for (int64_t i = 0; i < batch; ++i) kernel.run(context);
-      queue.wait();
-      calls += batch;
-      batch = std::min<int64_t>(batch * 2, 1024);
-      elapsed = seconds_since(start);
-    }
-    per_call.push_back(elapsed / static_cast<double>(calls));
+    together.push_back(calls_for(kernel, context, queue, budget));
+    if (ranks.world_size == 1) continue;
+    ranks.barrier();
+    if (ranks.rank == 0) alone.push_back(calls_for(kernel, context, queue, budget));
+    ranks.barrier();  // the others wait here, idle
   }
-  return ranks.mean(median(per_call));
+  KernelSeconds seconds{ranks.mean(median(together)), 0};
+  // A rank never runs slower for its neighbours idling: a longer time alone is noise.
+  if (!alone.empty()) seconds.alone = std::min(median(alone), seconds.together);
+  return seconds;
 }
 
 // An instance's tensors in device memory, filled with host_values, and its prepared kernel.
@@ -180,7 +199,7 @@ PlacedKernel place(const ProfileKernel& instance, Backend& backend) {
 std::optional<formats::MeasuredKernel> profile_family(const ProfileFamily& family, Backend& backend,
                                                       DeviceQueue& queue, Ranks& ranks,
                                                       const Budget& budget, std::ostream& out) {
-  formats::MeasuredKernel measured{family.op_type, family.dtype, family.key, {}};
+  formats::MeasuredKernel measured{family.op_type, family.dtype, family.key, {}, {}};
   for (int64_t scale : family.scales) {
     const ProfileKernel instance = family.make(scale);
     // Small scales of row kernels round up to one whole row: the same instance again.
@@ -197,8 +216,9 @@ std::optional<formats::MeasuredKernel> profile_family(const ProfileFamily& famil
       }
       return std::nullopt;
     }
-    const double seconds = time_kernel(*placed.kernel, queue, ranks, budget);
-    measured.curve.points.emplace_back(size, seconds);
+    const KernelSeconds seconds = time_kernel(*placed.kernel, queue, ranks, budget);
+    measured.curve.points.emplace_back(size, seconds.together);
+    if (seconds.alone > 0) measured.alone.push_back(seconds.alone);
   }
   if (ranks.rank == 0) {
     const auto& [first_size, first_s] = measured.curve.points.front();
@@ -210,6 +230,11 @@ std::optional<formats::MeasuredKernel> profile_family(const ProfileFamily& famil
                   flops ? "FLOP" : "B", last_size / last_s / 1e9, flops ? "GFLOP" : "GB", last_size,
                   flops ? "FLOP" : "B");
     out << line;
+    if (!measured.alone.empty()) {
+      std::snprintf(line, sizeof line, "  alone on the node: %.2f of that time at the largest\n",
+                    measured.alone.back() / last_s);
+      out << line;
+    }
   }
   return measured;
 }
@@ -218,13 +243,14 @@ std::optional<formats::MeasuredKernel> profile_family(const ProfileFamily& famil
 std::optional<formats::MeasuredProducts> profile_products(const ProductGrid& grid, Backend& backend,
                                                           DeviceQueue& queue, Ranks& ranks,
                                                           const Budget& budget, std::ostream& out) {
-  formats::MeasuredProducts measured{grid.dtype, {}, {}};
+  formats::MeasuredProducts measured{grid.dtype, {}, {}, {}};
   for (int64_t size : grid.sizes) measured.sizes.push_back(static_cast<double>(size));
   Budget each = budget;
   each.kernel_s = budget.product_s;
   double slowest = 0, fastest = 0;  // FLOP/s
   for (const std::string& layout : grid.layouts) {
     std::vector<double>& seconds = measured.seconds[layout];
+    std::vector<double> alone;
     for (int64_t m : grid.sizes) {
       for (int64_t n : grid.sizes) {
         for (int64_t k : grid.sizes) {
@@ -240,13 +266,16 @@ std::optional<formats::MeasuredProducts> profile_products(const ProductGrid& gri
             }
             return std::nullopt;
           }
-          seconds.push_back(time_kernel(*placed.kernel, queue, ranks, each));
+          const KernelSeconds timed = time_kernel(*placed.kernel, queue, ranks, each);
+          seconds.push_back(timed.together);
+          if (timed.alone > 0) alone.push_back(timed.alone);
           const double rate = instance.flops / seconds.back();
           slowest = slowest == 0 ? rate : std::min(slowest, rate);
           fastest = std::max(fastest, rate);
         }
       }
     }
+    if (!alone.empty()) measured.alone[layout] = std::move(alone);
   }
   if (ranks.rank == 0) {
     char line[256];

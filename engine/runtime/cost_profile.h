@@ -5,8 +5,9 @@
 // at sizes from 1 KiB to 64 MiB. Started as several ranks (piper-launch --ranks N, or a
 // launcher's RANK and WORLD_SIZE with a rendezvous), all ranks time each kernel at the same
 // moment, so that the profile describes one rank of a job that fills the machine as those ranks
-// do (a CPU's cores and memory bandwidth shared), and the collectives run over groups of 2, 4,
-// ... up to all of them; rank 0 writes FILE.
+// do (a CPU's cores and memory bandwidth shared), and again on rank 0 alone while the others
+// idle (the kernel's times "alone", for the steps where a rank computes alone on its node), and
+// the collectives run over groups of 2, 4, ... up to all of them; rank 0 writes FILE.
 #pragma once
 
 #include <iosfwd>

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <queue>
 #include <stdexcept>
 #include <utility>
 
 #include "formats/error.h"
+#include "planner/sim/node_contention.h"
 #include "planner/sim/overlapped_pairs.h"
 
 namespace piper::planner::sim {
@@ -15,11 +17,16 @@ namespace {
 
 class Replay {
  public:
+  // With `contention`, compute instances and pairs take their times through it, `shared`'s
+  // times alone at one end.
   Replay(const ir::TaskGraph& graph, const TaskDuration& duration,
-         const PairDuration& pair_duration)
+         const PairDuration& pair_duration, const SharedCompute* shared = nullptr,
+         const NodeContention* contention = nullptr)
       : graph_(graph),
         duration_(duration),
         pair_duration_(pair_duration),
+        shared_(shared),
+        contention_(contention),
         predecessors_(static_cast<size_t>(graph.num_tasks())),
         successors_(static_cast<size_t>(graph.num_tasks())),
         spans_(static_cast<size_t>(graph.num_tasks())),
@@ -122,8 +129,11 @@ class Replay {
 
   // On each device both replicas start when both are ready there, and end together.
   void schedule_pair(ir::TaskId first, ir::TaskId second) {
+    const std::string what = graph_.describe(first) + " overlapped with " + graph_.describe(second);
     const double seconds = pair_duration_(first, second);
-    check_seconds(seconds, graph_.describe(first) + " overlapped with " + graph_.describe(second));
+    check_seconds(seconds, what);
+    const double alone = contention_ ? shared_->pair_alone(first, second) : seconds;
+    check_seconds(alone, what + " alone");
     check_devices(first);
     check_devices(second);
     const std::vector<int>& devices = graph_.task(first).devices;
@@ -134,11 +144,17 @@ class Replay {
       const size_t j =
           static_cast<size_t>(std::find(others.begin(), others.end(), devices[i]) - others.begin());
       const double start = std::max(ready(first, devices[i], -1), ready(second, devices[i], -1));
-      spans_[first][i] = {first, start, start + seconds};
-      spans_[second].at(j) = {second, start, start + seconds};
+      const double end = ends(devices[i], start, seconds, alone);
+      spans_[first][i] = {first, start, end};
+      spans_[second].at(j) = {second, start, end};
     }
     commit(first);
     commit(second);
+  }
+
+  // When a compute instance (or pair) on `device` that starts at `start` ends.
+  double ends(int device, double start, double together, double alone) const {
+    return contention_ ? contention_->end(device, start, together, alone) : start + together;
   }
 
   // When `pred` has finished as seen from `device`: its end there, or its
@@ -182,9 +198,11 @@ class Replay {
     check_devices(id);
     std::vector<TaskSpan>& spans = spans_[id];
     if (task.kind == ir::TaskKind::kCompute) {
+      const double alone = contention_ ? shared_->alone(id) : seconds;
+      check_seconds(alone, graph_.describe(id) + " alone");
       for (int device : task.devices) {
         const double start = ready(id, device, -1);
-        spans.push_back({id, start, start + seconds});
+        spans.push_back({id, start, ends(device, start, seconds, alone)});
       }
     } else if (const ir::TaskId send = task.kind == ir::TaskKind::kRecv && task.devices.size() == 1
                                            ? matching_send(id)
@@ -224,6 +242,8 @@ class Replay {
   const ir::TaskGraph& graph_;
   const TaskDuration& duration_;
   const PairDuration& pair_duration_;
+  const SharedCompute* shared_;
+  const NodeContention* contention_;
   std::vector<std::vector<ir::TaskId>> predecessors_;
   std::vector<std::vector<ir::TaskId>> successors_;
   std::vector<std::vector<TaskSpan>> spans_;            // per task, one per entry of its devices
@@ -231,6 +251,36 @@ class Replay {
   std::map<std::pair<int, std::string>, double> free_;  // (device, stream) -> when free
   StepSimulation result_;
 };
+
+// `duration` asked once per task (a pair's: once per first member).
+TaskDuration remembered(const ir::TaskGraph& graph, TaskDuration duration) {
+  auto seconds = std::make_shared<std::vector<double>>(static_cast<size_t>(graph.num_tasks()), -1);
+  return [seconds, duration = std::move(duration)](ir::TaskId id) {
+    double& known = seconds->at(static_cast<size_t>(id));
+    if (known < 0) known = duration(id);
+    return known;
+  };
+}
+PairDuration remembered(const ir::TaskGraph& graph, PairDuration duration) {
+  auto seconds = std::make_shared<std::vector<double>>(static_cast<size_t>(graph.num_tasks()), -1);
+  return [seconds, duration = std::move(duration)](ir::TaskId first, ir::TaskId second) {
+    double& known = seconds->at(static_cast<size_t>(first));
+    if (known < 0) known = duration(first, second);
+    return known;
+  };
+}
+
+// The most any instance's end moved between two simulations of one graph.
+double largest_move(const StepSimulation& from, const StepSimulation& to) {
+  double largest = 0;
+  for (size_t d = 0; d < to.devices.size(); ++d) {
+    const std::vector<TaskSpan>& spans = to.devices[d].tasks;
+    for (size_t i = 0; i < spans.size(); ++i) {
+      largest = std::max(largest, std::abs(spans[i].end - from.devices[d].tasks[i].end));
+    }
+  }
+  return largest;
+}
 
 }  // namespace
 
@@ -244,11 +294,42 @@ StepSimulation simulate(const ir::TaskGraph& graph, const TaskDuration& duration
                   [&](ir::TaskId a, ir::TaskId b) { return duration(a) + duration(b); });
 }
 
+StepSimulation simulate(const ir::TaskGraph& graph, const TaskDuration& duration,
+                        const PairDuration& pair_duration, const SharedCompute& shared) {
+  // Each pass asks every duration again: ask the cost model once.
+  const TaskDuration each = remembered(graph, duration);
+  const PairDuration each_pair = remembered(graph, pair_duration);
+  const SharedCompute each_alone{shared.devices_per_node, remembered(graph, shared.alone),
+                                 remembered(graph, shared.pair_alone)};
+  // A task's time depends on when its node's other devices compute, theirs on when it ends:
+  // each pass times the instances through the spans of the two passes before, since one pass
+  // alone would swing between two answers where two devices wait for each other.
+  StepSimulation before = Replay(graph, each, each_pair).run();
+  StepSimulation result = before;
+  for (int pass = 0; pass < 16; ++pass) {
+    const NodeContention contention(graph, {&before, &result}, shared.devices_per_node);
+    StepSimulation next = Replay(graph, each, each_pair, &each_alone, &contention).run();
+    const bool settled = largest_move(result, next) <= 1e-4 * next.step;
+    before = std::move(result);
+    result = std::move(next);
+    if (settled) break;
+  }
+  return result;
+}
+
 StepSimulation simulate(const ir::TaskGraph& graph, const DeviceRates& rates) {
   rates.check();
-  return simulate(
-      graph, [&](ir::TaskId id) { return task_seconds(graph, id, rates); },
-      [&](ir::TaskId a, ir::TaskId b) { return pair_seconds(graph, a, b, rates); });
+  const TaskDuration duration = [&](ir::TaskId id) { return task_seconds(graph, id, rates); };
+  const PairDuration pair_duration = [&](ir::TaskId a, ir::TaskId b) {
+    return pair_seconds(graph, a, b, rates);
+  };
+  if (!rates.measured.has_alone()) return simulate(graph, duration, pair_duration);
+  DeviceRates alone = rates;
+  alone.measured = rates.measured.alone_on_node();
+  const SharedCompute shared{
+      rates.devices_per_node, [&](ir::TaskId id) { return task_seconds(graph, id, alone); },
+      [&](ir::TaskId a, ir::TaskId b) { return pair_seconds(graph, a, b, alone); }};
+  return simulate(graph, duration, pair_duration, shared);
 }
 
 }  // namespace piper::planner::sim

@@ -21,6 +21,7 @@
 // DAG's topological order exactly.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -59,7 +60,22 @@ StepSimulation simulate(const ir::TaskGraph& graph, const TaskDuration& duration
                         const PairDuration& pair_duration);
 // Pairs take the sum of their members' durations.
 StepSimulation simulate(const ir::TaskGraph& graph, const TaskDuration& duration);
-// With durations from the cost model.
+
+// Where the devices of a node share their compute (node_contention.h), a simulation's
+// `duration` and `pair_duration` are a compute task's and a pair's times while every other device
+// of its node computes, and these their times while none does.
+struct SharedCompute {
+  int64_t devices_per_node = 0;  // as formats::Cluster's: 0 for one node
+  TaskDuration alone;
+  PairDuration pair_alone;
+};
+// The step with each compute instance timed through NodeContention: the replay above again and
+// again, each time through the compute spans of the two passes before, until no instance's end
+// moves by more than 0.01% of the step (at most 16 passes).
+StepSimulation simulate(const ir::TaskGraph& graph, const TaskDuration& duration,
+                        const PairDuration& pair_duration, const SharedCompute& shared);
+// With durations from the cost model; with shared compute where its measured costs hold times
+// alone (formats/measured_costs.h).
 StepSimulation simulate(const ir::TaskGraph& graph, const DeviceRates& rates);
 
 }  // namespace piper::planner::sim

@@ -71,6 +71,9 @@ class CostProfile(unittest.TestCase):
         self.check_kernels(profile, result)
         self.assertEqual(profile["devices_per_node"], 1)
         self.assertEqual(profile["measured"]["collectives"], [])
+        # One rank has no neighbours to idle: no times alone.
+        self.assertFalse(any("alone" in k for k in profile["measured"]["kernels"]), profile)
+        self.assertNotIn("alone", profile["measured"]["products"][0])
         self.assertIn("1 rank at once", profile["measured"]["on"])
         work = os.path.join(self.tmp, "single")
         os.makedirs(work)
@@ -85,6 +88,15 @@ class CostProfile(unittest.TestCase):
         path, profile, result = self.profile("two.json", 2)
         self.check_kernels(profile, result)
         self.assertEqual(profile["devices_per_node"], 2)
+        # Every kernel also timed on rank 0 while rank 1 idled, at each size: never slower.
+        for kernel in profile["measured"]["kernels"]:
+            self.assertEqual(len(kernel["alone"]), len(kernel["points"]), kernel)
+            for (_, together), alone in zip(kernel["points"], kernel["alone"]):
+                self.assertTrue(0 < alone <= together, kernel)
+        grid = profile["measured"]["products"][0]
+        self.assertEqual(set(grid["alone"]), set(grid["seconds"]))
+        for layout, times in grid["alone"].items():
+            self.assertTrue(all(0 < a <= t for a, t in zip(times, grid["seconds"][layout])), grid)
         collectives = profile["measured"]["collectives"]
         self.assertEqual({c["kind"] for c in collectives}, KINDS, result.describe())
         for collective in collectives:

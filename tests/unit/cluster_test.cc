@@ -144,6 +144,51 @@ TEST(ClusterFile, ReadsMeasuredCurves) {
   EXPECT_DOUBLE_EQ(again.inter_node.bandwidth, 50e9);
 }
 
+// A profile taken by two ranks: the product curve and the grid also timed on one rank alone.
+std::string measured_alone() {
+  std::string text = measured("[[1e6, 1e-5], [1e9, 1e-2]]",
+                              "[[1e6, 1e-5], [1e9, 1e-2]], \"alone\": [1e-5, 5e-3]");
+  const std::string grid = "1e-6, 1e-6, 1e-3]}";
+  return text.replace(text.find(grid), grid.size(),
+                      "1e-6, 1e-6, 1e-3]},\n \"alone\": {\"nn\": [1, 2, 3, 4, 5, 6, 7, 8], "
+                      "\"tn\": [1, 1, 1, 1, 1, 1, 1, 9]}");
+}
+
+TEST(ClusterFile, ReadsTimesAloneOnTheNode) {
+  const Cluster cluster = parse_cluster(measured_alone(), "h100.json");
+  ASSERT_TRUE(cluster.measured.has_alone());
+  EXPECT_FALSE(parse_cluster(measured(), "h100.json").measured.has_alone());
+  EXPECT_EQ(cluster.measured.kernel("piper.MatMul", "float32")->alone,
+            (std::vector<double>{1e-5, 5e-3}));
+  EXPECT_TRUE(cluster.measured.kernel("Add", "float32")->alone.empty());
+  // Alone on the node, the times alone stand in for the curves' where measured.
+  const MeasuredCosts alone = cluster.measured.alone_on_node();
+  EXPECT_DOUBLE_EQ(alone.kernel("piper.MatMul", "float32")->curve.seconds(1e9), 5e-3);
+  EXPECT_DOUBLE_EQ(alone.kernel("Add", "float32")->curve.seconds(3072), 2e-6);
+  EXPECT_DOUBLE_EQ(alone.products_in("float32")->product_seconds(256, 256, 256, "tn"), 9);
+  EXPECT_DOUBLE_EQ(alone.products_in("float32")->product_seconds(16, 16, 16, "nn"), 1);
+  // Written and read back, the same times alone.
+  const Cluster again = parse_cluster(cluster_json(cluster), "written.json");
+  EXPECT_EQ(again.measured.kernels[0].alone, cluster.measured.kernels[0].alone);
+  EXPECT_EQ(again.measured.products[0].alone, cluster.measured.products[0].alone);
+}
+
+TEST(ClusterFile, RefusesTimesAloneThatDoNotMatchTheirCurve) {
+  const auto with = [](const std::string& from, const std::string& to) {
+    std::string text = measured_alone();
+    return text.replace(text.find(from), from.size(), to);
+  };
+  EXPECT_EQ(error_of(with("[1e-5, 5e-3]", "[1e-5]")),
+            "h100.json: $.measured.kernels[0].alone: expected 2 seconds (one per point), got 1");
+  EXPECT_EQ(error_of(with("[1e-5, 5e-3]", "[1e-5, -1]")),
+            "h100.json: $.measured.kernels[0].alone[1]: expected a number > 0, got -1");
+  EXPECT_EQ(error_of(with(", \"tn\": [1, 1, 1, 1, 1, 1, 1, 9]", "")),
+            "h100.json: $.measured.products[0].alone: expected the layouts of \"seconds\" (nn, tn), "
+            "got 1 of them");
+  EXPECT_EQ(error_of(with("\"tn\": [1, 1,", "\"nt\": [1, 1,")),
+            "h100.json: $.measured.products[0].alone.nt: unknown key; expected one of nn, tn");
+}
+
 TEST(ClusterFile, InterpolatesCurvesAsPowerLaws) {
   const MeasuredCurve curve{{{1e3, 1e-6}, {1e5, 1e-4}, {1e6, 2e-4}}};
   EXPECT_DOUBLE_EQ(curve.seconds(10), 1e-6);     // below the first point: its time
@@ -155,7 +200,7 @@ TEST(ClusterFile, InterpolatesCurvesAsPowerLaws) {
 
 TEST(ClusterFile, InterpolatesProductsAsPowerLawsInEachSize) {
   // seconds = m * n * k * 1e-9 on sizes 16, 64, 256, except "tn" at m = n = k = 256.
-  MeasuredProducts grid{"float32", {16, 64, 256}, {}};
+  MeasuredProducts grid{"float32", {16, 64, 256}, {}, {}};
   for (double m : grid.sizes) {
     for (double n : grid.sizes) {
       for (double k : grid.sizes) grid.seconds["nn"].push_back(m * n * k * 1e-9);
@@ -171,7 +216,7 @@ TEST(ClusterFile, InterpolatesProductsAsPowerLawsInEachSize) {
   EXPECT_NEAR(grid.product_seconds(2, 1, 16, "nn"), 16 * 16 * 16 * 1e-9, 1e-15);
   EXPECT_NEAR(grid.product_seconds(1024, 512, 64, "nn"), 1024 * 512 * 64 * 1e-9, 1e-15);
   // A grid of one size: that product's time, in proportion above it.
-  const MeasuredProducts one{"float32", {64}, {{"nn", {2e-4}}}};
+  const MeasuredProducts one{"float32", {64}, {{"nn", {2e-4}}}, {}};
   EXPECT_NEAR(one.product_seconds(8, 64, 64, "tn"), 2e-4, 1e-15);
   EXPECT_NEAR(one.product_seconds(128, 64, 64, "nn"), 4e-4, 1e-15);
 }

@@ -223,8 +223,8 @@ DeviceRates measured_rates() {
   rates.op_overhead = 1e-3;
   rates.intra_node = {.bandwidth = 1e6, .latency = 1e-3};
   rates.measured.kernels = {
-      {"piper.MatMul", "float32", formats::CostKey::kFlops, {{{1e5, 1e-5}, {1e7, 1e-4}}}},
-      {"Add", "float32", formats::CostKey::kBytes, {{{1e3, 2e-6}, {1e6, 1e-4}}}},
+      {"piper.MatMul", "float32", formats::CostKey::kFlops, {{{1e5, 1e-5}, {1e7, 1e-4}}}, {}},
+      {"Add", "float32", formats::CostKey::kBytes, {{{1e3, 2e-6}, {1e6, 1e-4}}}, {}},
   };
   rates.measured.collectives = {
       {formats::CollectiveKind::kAllReduce, 2, {{{1024, 5e-5}, {1 << 20, 1e-3}}}},
@@ -254,7 +254,7 @@ TEST(CostModel, PricesMeasuredKernelsOffTheirCurves) {
 // Products measured on a grid of shapes: each seconds entry m * n * k * 1e-9 (at 1 GFLOP/s per
 // multiply-add pair), but "nt" twice as slow; no "tn".
 formats::MeasuredProducts products_grid() {
-  formats::MeasuredProducts grid{"float32", {16, 64, 256}, {}};
+  formats::MeasuredProducts grid{"float32", {16, 64, 256}, {}, {}};
   for (const char* layout : {"nn", "nt"}) {
     std::vector<double>& seconds = grid.seconds[layout];
     for (double m : grid.sizes) {

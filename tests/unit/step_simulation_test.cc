@@ -230,6 +230,61 @@ TEST(StepSimulation, AnOverlappedPairLeavesItsBucketAccumulationsOut) {
   EXPECT_TRUE(overlapped_pairs(loose.graph).empty());
 }
 
+// Devices of one node that share their compute: a task takes its time alone while the node's
+// other devices idle, its time together while all of them compute, and in between in proportion
+// to how many do. Device 0's task (10 s together, 5 s alone) shares the node with device 1's
+// (4 s either way) for 4 s, doing 0.4 of its work, then does the rest alone in 3 s.
+TEST(StepSimulation, AComputeTaskRunsFasterWhileTheRestOfItsNodeIdles) {
+  Dag dag;
+  const ir::TaskId slow = dag.compute(0, ir::Pass::kForward, 0);
+  const ir::TaskId short_one = dag.compute(1, ir::Pass::kForward, 0);
+  const ir::TaskId third = dag.compute(2, ir::Pass::kForward, 0);
+  const auto together = [&](ir::TaskId id) { return id == slow ? 10.0 : id == third ? 2.0 : 4.0; };
+  const auto alone = [&](ir::TaskId id) { return id == slow ? 5.0 : id == third ? 2.0 : 4.0; };
+  const auto sum = [&](ir::TaskId a, ir::TaskId b) { return together(a) + together(b); };
+  const auto sum_alone = [&](ir::TaskId a, ir::TaskId b) { return alone(a) + alone(b); };
+  // Devices 0 and 1 on one node, device 2 on the next.
+  StepSimulation sim = simulate(dag.graph, together, sum, {2, alone, sum_alone});
+  EXPECT_DOUBLE_EQ(span_of(sim, 0, slow).end, 7);
+  EXPECT_DOUBLE_EQ(span_of(sim, 1, short_one).end, 4);
+  EXPECT_DOUBLE_EQ(span_of(sim, 2, third).end, 2);
+  EXPECT_DOUBLE_EQ(sim.step, 7);
+  // A node of its own each: alone throughout.
+  sim = simulate(dag.graph, together, sum, {1, alone, sum_alone});
+  EXPECT_DOUBLE_EQ(span_of(sim, 0, slow).end, 5);
+  // All three on one node (device 2's task 2 s): 2 s with both others computing (0.2 of the
+  // work), 2 s with one of two, half way between (7.5 s a task: 2 / 7.5 of it), the rest alone.
+  sim = simulate(dag.graph, together, sum, {0, alone, sum_alone});
+  EXPECT_NEAR(span_of(sim, 0, slow).end, 4 + (1 - 0.2 - 2 / 7.5) * 5, 1e-9);
+}
+
+// Contention is a fixed point: a task's time depends on when the others compute, theirs on when
+// it ends. Device 1's second task waits for device 0's first: while device 0 runs alone its task
+// is faster, so device 1's second starts earlier, and overlaps device 0's second.
+TEST(StepSimulation, SharedComputeSettlesTheTimesOfTasksThatWaitForEachOther) {
+  Dag dag;
+  const ir::TaskId first = dag.compute(0, ir::Pass::kForward, 0);
+  const ir::TaskId second = dag.compute(0, ir::Pass::kForward, 1);
+  const ir::TaskId downstream = dag.compute(1, ir::Pass::kForward, 0);
+  dag.edge(first, second);
+  dag.edge(dag.transfer(first, 0, 1, 0), downstream);
+  const auto together = [&](ir::TaskId id) {
+    return dag.graph.task(id).kind == ir::TaskKind::kCompute ? 2.0 : 0.0;
+  };
+  const auto alone = [&](ir::TaskId id) {
+    return dag.graph.task(id).kind == ir::TaskKind::kCompute ? 1.0 : 0.0;
+  };
+  const StepSimulation sim =
+      simulate(dag.graph, together, [](ir::TaskId, ir::TaskId) { return 0.0; },
+               {2, alone, [](ir::TaskId, ir::TaskId) { return 0.0; }});
+  // The first alone (1 s), then the second and the downstream one together (2 s); the passes
+  // settle within 0.01% of the step.
+  EXPECT_DOUBLE_EQ(span_of(sim, 0, first).end, 1);
+  EXPECT_DOUBLE_EQ(span_of(sim, 1, downstream).start, 1);
+  EXPECT_NEAR(span_of(sim, 0, second).end, 3, 1e-3);
+  EXPECT_NEAR(span_of(sim, 1, downstream).end, 3, 1e-3);
+}
+
 TEST(StepSimulation, RejectsCyclesAndBadDurations) {
   Dag dag;
   const ir::TaskId a = dag.compute(0, ir::Pass::kForward, 0);
@@ -297,6 +352,55 @@ TEST(StepSimulation, DataParallelAllReduceOverlapsTheBackward) {
                           << " overlaps a compute task";
     for (int i = 1; i < plan.planned_tasks_size(); ++i) {
       EXPECT_LE(plan.planned_tasks(i - 1).start_s(), plan.planned_tasks(i).start_s());
+    }
+  }
+}
+
+// A profile taken by two ranks of one machine (every kernel, through the curves of piper.MatMul
+// and Add, twice as fast alone): a two-stage pipeline is planned with each task between its
+// time alone and together, some tasks of each stage alone (stage 0's first forward: stage 1
+// waits for it), and the step shorter than without the times alone.
+TEST(StepSimulation, PlansEachPipelineStageFasterWhereTheOtherWaits) {
+  const strategy::Strategy strategy = strategy::parse_strategy(R"({
+    "batch": {"global": 32},
+    "optimizer": {"type": "sgd", "lr": 0.1},
+    "annotations": [{"match": "/fc1/*", "tags": {"PP": 0}},
+                    {"match": "/fc[23]/*", "tags": {"PP": 1}}],
+    "directives": [{"op": "pipeline", "schedule": "1f1b", "devices": [0, 1],
+                    "num_microbatches": 4}]
+  })",
+                                                               "pp.json");
+  PlanningOptions options;
+  options.rates.devices_per_node = 2;
+  options.rates.measured.kernels = {
+      {"piper.MatMul", "float32", formats::CostKey::kFlops, {{{1e3, 1e-5}, {1e9, 1e-2}}}, {}},
+      {"Add", "float32", formats::CostKey::kBytes, {{{1e2, 1e-5}, {1e8, 1e-2}}}, {}}};
+  const auto together =
+      plan_model(PIPER_SOURCE_DIR "/samples/mlp/model.onnx", strategy, options).plans;
+  for (formats::MeasuredKernel& kernel : options.rates.measured.kernels) {
+    kernel.alone = {kernel.curve.points[0].second / 2, kernel.curve.points[1].second / 2};
+  }
+  const auto shared =
+      plan_model(PIPER_SOURCE_DIR "/samples/mlp/model.onnx", strategy, options).plans;
+  ASSERT_EQ(shared.size(), 2u);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    const plan::Plan& plan = shared[rank];
+    EXPECT_LT(plan.planned_step().step_s(), together[rank].planned_step().step_s());
+    std::vector<double> ratios;  // of each compute task's planned time to its time together
+    for (int i = 0; i < plan.planned_tasks_size(); ++i) {
+      const plan::PlannedTask& task = plan.planned_tasks(i);
+      const plan::PlannedTask& alike = together[rank].planned_tasks(i);
+      ASSERT_EQ(task.task(), alike.task());
+      if (task.kind() != "compute") continue;
+      ratios.push_back((task.end_s() - task.start_s()) / (alike.end_s() - alike.start_s()));
+      EXPECT_GE(ratios.back(), 0.5 - 1e-9) << "rank " << rank << " task " << task.task();
+      EXPECT_LE(ratios.back(), 1 + 1e-9) << "rank " << rank << " task " << task.task();
+    }
+    EXPECT_TRUE(std::any_of(ratios.begin(), ratios.end(),
+                            [](double ratio) { return std::abs(ratio - 0.5) < 1e-6; }))
+        << "no task of rank " << rank << " runs alone";
+    if (rank == 0) {
+      EXPECT_NEAR(ratios.front(), 0.5, 1e-6);  // the first forward
     }
   }
 }
