@@ -132,8 +132,9 @@ MeasuredProducts read_products(const Context& ctx, const std::string& path, cons
     for (const auto& [layout, seconds] : products.seconds) measured.push_back(layout);
     products.alone = read_grid_seconds(o, "alone", measured, count);
     if (products.alone.size() != products.seconds.size()) {
-      o.fail("alone", "expected the layouts of \"seconds\" (" + strategy::reader::joined(measured, false) +
-                          "), got " + std::to_string(products.alone.size()) + " of them");
+      o.fail("alone", "expected the layouts of \"seconds\" (" +
+                          strategy::reader::joined(measured, false) + "), got " +
+                          std::to_string(products.alone.size()) + " of them");
     }
   }
   return products;

@@ -83,8 +83,7 @@ double NodeContention::end(int device, double start, double together, double alo
   double left = 1;  // of the instance's work
   while (true) {
     const double seconds = alone + (together - alone) * computing / others;
-    const double until =
-        next == steps.end() ? std::numeric_limits<double>::infinity() : next->time;
+    const double until = next == steps.end() ? std::numeric_limits<double>::infinity() : next->time;
     if (time + left * seconds <= until) return time + left * seconds;
     left -= (until - time) / seconds;
     time = until;

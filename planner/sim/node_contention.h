@@ -31,7 +31,7 @@ class NodeContention {
 
  private:
   struct Step {
-    double time = 0;        // from this time on, until the next step's
+    double time = 0;       // from this time on, until the next step's
     double computing = 0;  // the node's other devices computing
   };
   std::vector<std::vector<Step>> others_;  // per device

@@ -146,8 +146,8 @@ TEST(ClusterFile, ReadsMeasuredCurves) {
 
 // A profile taken by two ranks: the product curve and the grid also timed on one rank alone.
 std::string measured_alone() {
-  std::string text = measured("[[1e6, 1e-5], [1e9, 1e-2]]",
-                              "[[1e6, 1e-5], [1e9, 1e-2]], \"alone\": [1e-5, 5e-3]");
+  std::string text =
+      measured("[[1e6, 1e-5], [1e9, 1e-2]]", "[[1e6, 1e-5], [1e9, 1e-2]], \"alone\": [1e-5, 5e-3]");
   const std::string grid = "1e-6, 1e-6, 1e-3]}";
   return text.replace(text.find(grid), grid.size(),
                       "1e-6, 1e-6, 1e-3]},\n \"alone\": {\"nn\": [1, 2, 3, 4, 5, 6, 7, 8], "
@@ -182,9 +182,10 @@ TEST(ClusterFile, RefusesTimesAloneThatDoNotMatchTheirCurve) {
             "h100.json: $.measured.kernels[0].alone: expected 2 seconds (one per point), got 1");
   EXPECT_EQ(error_of(with("[1e-5, 5e-3]", "[1e-5, -1]")),
             "h100.json: $.measured.kernels[0].alone[1]: expected a number > 0, got -1");
-  EXPECT_EQ(error_of(with(", \"tn\": [1, 1, 1, 1, 1, 1, 1, 9]", "")),
-            "h100.json: $.measured.products[0].alone: expected the layouts of \"seconds\" (nn, tn), "
-            "got 1 of them");
+  EXPECT_EQ(
+      error_of(with(", \"tn\": [1, 1, 1, 1, 1, 1, 1, 9]", "")),
+      "h100.json: $.measured.products[0].alone: expected the layouts of \"seconds\" (nn, tn), "
+      "got 1 of them");
   EXPECT_EQ(error_of(with("\"tn\": [1, 1,", "\"nt\": [1, 1,")),
             "h100.json: $.measured.products[0].alone.nt: unknown key; expected one of nn, tn");
 }
