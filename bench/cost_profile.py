@@ -145,7 +145,7 @@ def main():
                     one, f"run {name}")
             else:
                 run([tool["piper-launch"], "--plans", plans] + common, two, f"run {name}")
-            seconds.setdefault(name, []).extend(measured_steps(metrics))
+            seconds.setdefault(name, []).append(measured_steps(metrics))
     print(f"load average at the end: {load()}")
 
     print()
@@ -153,11 +153,13 @@ def main():
           f"median of steps 2..{args.steps} over {args.rounds} round(s); one rank at "
           f"{args.threads} threads, two at {args.threads_per_rank} each")
     print(f"{'config':<8}{'planned ms':>12}{'measured ms':>13}{'planned/measured':>18}"
-          f"{'default rates ms':>18}")
+          f"{'default rates ms':>18}   planned/measured by round")
     for name in strategies():
-        measured = statistics.median(seconds[name])
+        measured = statistics.median([s for run_ in seconds[name] for s in run_])
+        by_round = " ".join(f"{planned[name] / statistics.median(run_):.3f}"
+                            for run_ in seconds[name])
         print(f"{name:<8}{planned[name] * 1e3:>12.1f}{measured * 1e3:>13.1f}"
-              f"{planned[name] / measured:>18.3f}{default_planned[name] * 1e3:>18.1f}")
+              f"{planned[name] / measured:>18.3f}{default_planned[name] * 1e3:>18.1f}   {by_round}")
     if args.save:
         os.makedirs(args.save, exist_ok=True)
         for ranks, path in profiles.items():
