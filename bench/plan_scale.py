@@ -3,7 +3,8 @@
 of ranks grows, with and without --no-verify.
 
     /usr/bin/python3 bench/plan_scale.py [--layers 48 --d 64 --ranks 8,16,32,64,128,256
-                                          --limit 60 --build DIR --figure FILE.svg]
+                                          --limit 60 --build DIR --figure FILE.svg
+                                          --cluster FILE]
 
 samples/gpt's GPT at a small width but `--layers` blocks is planned under a 1F1B pipeline
 of PP stages (blocks split evenly) with 2·PP microbatches, each stage replicated over DP
@@ -163,6 +164,10 @@ def main():
     parser.add_argument("--limit", type=float, default=60.0,
                         help="seconds: a size whose run takes longer ends that mode's sweep")
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--cluster", metavar="FILE",
+                        help="plan for this cluster file (piper-plan --cluster), e.g. a measured "
+                             "profile of profiles/, whose times alone make the step simulation "
+                             "replay each step until it settles")
     parser.add_argument("--modes", default="verify,no-verify",
                         help="comma-separated: verify (the default flags), no-verify")
     parser.add_argument("--export", help=argparse.SUPPRESS)
@@ -181,6 +186,8 @@ def main():
               f"{'CPU s':>9}")
         for mode in args.modes.split(","):
             extra = ["--no-verify"] if mode == "no-verify" else []
+            if args.cluster:
+                extra += ["--cluster", args.cluster]
             rows = []
             for ranks in (int(r) for r in args.ranks.split(",")):
                 pp, dp = mesh_of(ranks, args.layers)

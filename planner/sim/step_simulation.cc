@@ -270,18 +270,6 @@ PairDuration remembered(const ir::TaskGraph& graph, PairDuration duration) {
   };
 }
 
-// The most any instance's end moved between two simulations of one graph.
-double largest_move(const StepSimulation& from, const StepSimulation& to) {
-  double largest = 0;
-  for (size_t d = 0; d < to.devices.size(); ++d) {
-    const std::vector<TaskSpan>& spans = to.devices[d].tasks;
-    for (size_t i = 0; i < spans.size(); ++i) {
-      largest = std::max(largest, std::abs(spans[i].end - from.devices[d].tasks[i].end));
-    }
-  }
-  return largest;
-}
-
 }  // namespace
 
 StepSimulation simulate(const ir::TaskGraph& graph, const TaskDuration& duration,
@@ -306,10 +294,10 @@ StepSimulation simulate(const ir::TaskGraph& graph, const TaskDuration& duration
   // alone would swing between two answers where two devices wait for each other.
   StepSimulation before = Replay(graph, each, each_pair).run();
   StepSimulation result = before;
-  for (int pass = 0; pass < 16; ++pass) {
+  for (int pass = 0; pass < 8; ++pass) {
     const NodeContention contention(graph, {&before, &result}, shared.devices_per_node);
     StepSimulation next = Replay(graph, each, each_pair, &each_alone, &contention).run();
-    const bool settled = largest_move(result, next) <= 1e-4 * next.step;
+    const bool settled = std::abs(next.step - result.step) <= 1e-3 * next.step;
     before = std::move(result);
     result = std::move(next);
     if (settled) break;

@@ -278,11 +278,12 @@ TEST(StepSimulation, SharedComputeSettlesTheTimesOfTasksThatWaitForEachOther) {
       simulate(dag.graph, together, [](ir::TaskId, ir::TaskId) { return 0.0; },
                {2, alone, [](ir::TaskId, ir::TaskId) { return 0.0; }});
   // The first alone (1 s), then the second and the downstream one together (2 s); the passes
-  // settle within 0.01% of the step.
+  // stop within 1% of that (a single pass through the one before would end them at 2 and 3,
+  // then 3 and 2.5, swinging).
   EXPECT_DOUBLE_EQ(span_of(sim, 0, first).end, 1);
   EXPECT_DOUBLE_EQ(span_of(sim, 1, downstream).start, 1);
-  EXPECT_NEAR(span_of(sim, 0, second).end, 3, 1e-3);
-  EXPECT_NEAR(span_of(sim, 1, downstream).end, 3, 1e-3);
+  EXPECT_NEAR(span_of(sim, 0, second).end, 3, 0.03);
+  EXPECT_NEAR(span_of(sim, 1, downstream).end, 3, 0.03);
 }
 
 TEST(StepSimulation, RejectsCyclesAndBadDurations) {
