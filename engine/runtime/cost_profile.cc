@@ -131,10 +131,10 @@ struct Ranks {
 // the step's other kernels have moved them out of the small caches since they were written.
 // Timed on the same buffers again and again (hot in a core's L2), the benchmark model's products
 // ran 10-25% faster than in its training trace; cycled through copies spanning 128 MiB (from
-// memory) its one-rank step was planned 0-6% long and its 2-stage pipeline 17-20% long. The
-// copies span at least kColdBytes together: 8 times a core's L2 on the benchmark VM (1 MiB),
+// memory) its one-rank step was planned 5% short to 6% long and its pipeline 17-20% long. The
+// copies span at least kCopiedBytes together: 8 times a core's L2 on the benchmark VM (1 MiB),
 // within its shared L3 (32 MiB) for two ranks; within a GPU's L2 (50-60 MiB on an H100/H200).
-constexpr double kColdBytes = 8.0 * 1024 * 1024;
+constexpr double kCopiedBytes = 8.0 * 1024 * 1024;
 constexpr size_t kMaxCopies = 256;  // small kernels stay within this many
 
 // An instance's tensors in device memory, filled with host_values, in copies, and a prepared
@@ -151,7 +151,7 @@ size_t copies_of(const ProfileKernel& instance) {
       bytes += static_cast<double>(num_elements(tensor.shape) * dtype_size(tensor.dtype));
     }
   }
-  return std::clamp<size_t>(static_cast<size_t>(std::ceil(kColdBytes / std::max(bytes, 1.0))), 1,
+  return std::clamp<size_t>(static_cast<size_t>(std::ceil(kCopiedBytes / std::max(bytes, 1.0))), 1,
                             kMaxCopies);
 }
 

@@ -253,19 +253,13 @@ class Replay {
 };
 
 // `duration` asked once per task (a pair's: once per first member).
-TaskDuration remembered(const ir::TaskGraph& graph, TaskDuration duration) {
+template <typename... Partner>
+std::function<double(ir::TaskId, Partner...)> remembered(
+    const ir::TaskGraph& graph, std::function<double(ir::TaskId, Partner...)> duration) {
   auto seconds = std::make_shared<std::vector<double>>(static_cast<size_t>(graph.num_tasks()), -1);
-  return [seconds, duration = std::move(duration)](ir::TaskId id) {
+  return [seconds, duration = std::move(duration)](ir::TaskId id, Partner... partner) {
     double& known = seconds->at(static_cast<size_t>(id));
-    if (known < 0) known = duration(id);
-    return known;
-  };
-}
-PairDuration remembered(const ir::TaskGraph& graph, PairDuration duration) {
-  auto seconds = std::make_shared<std::vector<double>>(static_cast<size_t>(graph.num_tasks()), -1);
-  return [seconds, duration = std::move(duration)](ir::TaskId first, ir::TaskId second) {
-    double& known = seconds->at(static_cast<size_t>(first));
-    if (known < 0) known = duration(first, second);
+    if (known < 0) known = duration(id, partner...);
     return known;
   };
 }
