@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
       "several ranks (piper-launch --ranks N, or a launcher with --rendezvous), collectives and "
       "transfers by size and group (through --comm), every rank timing its kernels at the same "
       "time and rank 0 again alone while the others idle. No plan is needed; rank 0 writes FILE. "
-      "Takes two minutes for one rank, about four for several");
+      "Takes about two minutes for one rank, four to five for two");
   profile_option->type_name("FILE")->excludes(plan_option);
   app.add_flag("--profile-quick", profile.quick,
                "With --profile-costs: fewer and smaller sizes, briefly timed (a check that the "

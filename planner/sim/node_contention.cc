@@ -8,26 +8,6 @@ namespace {
 
 using Interval = std::pair<double, double>;
 
-// The device's compute spans merged: intervals on several streams count once.
-std::vector<Interval> computing(const ir::TaskGraph& graph, const DeviceTimeline& device) {
-  std::vector<Interval> spans;
-  for (const TaskSpan& span : device.tasks) {
-    if (graph.task(span.task).kind == ir::TaskKind::kCompute && span.end > span.start) {
-      spans.emplace_back(span.start, span.end);
-    }
-  }
-  std::sort(spans.begin(), spans.end());
-  std::vector<Interval> merged;
-  for (const Interval& span : spans) {
-    if (!merged.empty() && span.first <= merged.back().second) {
-      merged.back().second = std::max(merged.back().second, span.second);
-    } else {
-      merged.push_back(span);
-    }
-  }
-  return merged;
-}
-
 }  // namespace
 
 NodeContention::NodeContention(const ir::TaskGraph& graph,
@@ -39,7 +19,7 @@ NodeContention::NodeContention(const ir::TaskGraph& graph,
   std::vector<std::vector<std::pair<Interval, double>>> busy(static_cast<size_t>(devices));
   for (const StepSimulation* simulation : simulations) {
     for (int d = 0; d < devices; ++d) {
-      for (const Interval& span : computing(graph, simulation->devices.at(d))) {
+      for (const Interval& span : compute_intervals(graph, simulation->devices.at(d))) {
         busy[d].emplace_back(span, share);
       }
     }

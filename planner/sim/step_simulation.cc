@@ -222,19 +222,7 @@ class Replay {
 
   void finish() {
     for (DeviceTimeline& device : result_.devices) {
-      std::vector<std::pair<double, double>> compute;
-      for (const TaskSpan& span : device.tasks) {
-        if (graph_.task(span.task).kind == ir::TaskKind::kCompute) {
-          compute.emplace_back(span.start, span.end);
-        }
-      }
-      std::sort(compute.begin(), compute.end());
-      double covered_until = 0;
-      for (const auto& [start, end] : compute) {
-        const double from = std::max(start, covered_until);
-        if (end > from) device.busy += end - from;
-        covered_until = std::max(covered_until, end);
-      }
+      for (const auto& [start, end] : compute_intervals(graph_, device)) device.busy += end - start;
       device.bubble_fraction = result_.step > 0 ? 1.0 - device.busy / result_.step : 1.0;
     }
   }
@@ -265,6 +253,26 @@ std::function<double(ir::TaskId, Partner...)> remembered(
 }
 
 }  // namespace
+
+std::vector<std::pair<double, double>> compute_intervals(const ir::TaskGraph& graph,
+                                                         const DeviceTimeline& device) {
+  std::vector<std::pair<double, double>> spans;
+  for (const TaskSpan& span : device.tasks) {
+    if (graph.task(span.task).kind == ir::TaskKind::kCompute && span.end > span.start) {
+      spans.emplace_back(span.start, span.end);
+    }
+  }
+  std::sort(spans.begin(), spans.end());
+  std::vector<std::pair<double, double>> merged;
+  for (const auto& span : spans) {
+    if (!merged.empty() && span.first <= merged.back().second) {
+      merged.back().second = std::max(merged.back().second, span.second);
+    } else {
+      merged.push_back(span);
+    }
+  }
+  return merged;
+}
 
 StepSimulation simulate(const ir::TaskGraph& graph, const TaskDuration& duration,
                         const PairDuration& pair_duration) {

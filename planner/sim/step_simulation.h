@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "planner/ir/task_graph.h"
@@ -48,6 +49,11 @@ struct StepSimulation {
   double step = 0;                      // when the last task on any device ends
   std::vector<DeviceTimeline> devices;  // index = device, world_size() of them
 };
+
+// When some compute task runs on a device: its compute spans in time order, merged where they
+// overlap (spans on several streams count once). DeviceTimeline::busy is their total.
+std::vector<std::pair<double, double>> compute_intervals(const ir::TaskGraph& graph,
+                                                         const DeviceTimeline& device);
 
 // Seconds one instance of a task takes; must be finite and not negative.
 using TaskDuration = std::function<double(ir::TaskId)>;
