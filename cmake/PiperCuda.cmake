@@ -8,12 +8,18 @@
 # when its headers are there.
 # An executable that may load the CUDA plugin (engine/CMakeLists.txt): it exports its symbols,
 # which the plugin resolves the engine's from, finds the plugin through its run path, and
-# builds it. Without CUDA, nothing.
+# builds it. Without CUDA, nothing. The whole engine archive is linked in, not only the
+# objects the executable itself calls: the plugin needs some (host staging) that a tool
+# without a Session, such as piper_conformance, would otherwise leave out.
 function(piper_loads_cuda_plugin target)
   if(TARGET piper_cuda)
     set_target_properties(${target} PROPERTIES ENABLE_EXPORTS ON
+                                               LINK_LIBRARY_OVERRIDE_piper_engine WHOLE_ARCHIVE
                                                BUILD_RPATH "$<TARGET_FILE_DIR:piper_cuda>")
     add_dependencies(${target} piper_cuda)
+    add_test(NAME build.${target}_resolves_the_cuda_plugin
+             COMMAND ${CMAKE_COMMAND} -DNM=${CMAKE_NM} -DPLUGIN=$<TARGET_FILE:piper_cuda>
+                     -DLOADER=$<TARGET_FILE:${target}> -P ${PROJECT_SOURCE_DIR}/cmake/CheckPluginSymbols.cmake)
   endif()
 endfunction()
 

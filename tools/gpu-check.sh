@@ -18,7 +18,7 @@
 #       one GPU with cuda+gloo (piper-launch), against one rank
 #   (e) NCCL in a world of one (piper_gpu_tests), and piper-run --comm nccl
 #   (f) the benchmark: tools/gpu-benchmark.py, Piper vs PyTorch eager
-# and prints a table of the results last.
+# and prints a table of the results last. GPU_CHECKS=abce (say) runs only those steps.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUNDLE=.gpu-bundle
@@ -75,6 +75,7 @@ check() {
   local id=$1 label=$2 seconds=$3
   shift 3
   local start=$SECONDS status verdict=PASS
+  [[ ${GPU_CHECKS:-abcdef} == *"${id:0:1}"* ]] || return 0
   timeout "$seconds" bash -c '"$@"' _ "$@" >"$OUT_DIR/$id.log" 2>&1
   status=$?
   [[ $status -eq 124 ]] && verdict="TIMEOUT (${seconds} s)"
