@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "formats/error.h"
@@ -291,21 +292,46 @@ void drop_double_casts_into_class_tests(onnx::GraphProto& graph) {
   }
 }
 
-// Integer batch inputs that index something get the range synthetic data draws from.
+// Ops whose first output holds values of their first input, rearranged or a subset of them:
+// labels and indices reach their consumer through these (HF's shifted labels are Slice then
+// Reshape).
+bool keeps_values(const std::string& type) {
+  static const std::set<std::string> kTypes = {"Reshape", "Flatten",  "Squeeze", "Unsqueeze",
+                                               "Slice",   "Identity", "Expand",  "Transpose"};
+  return kTypes.count(type) > 0;
+}
+
+// The extent an integer tensor indexes where `op` reads it (labels' classes, a Gather's rows),
+// or none.
+std::optional<int64_t> indexed_extent(const ir::OpGraph& graph, const ir::Op& op,
+                                      ir::TensorId value) {
+  if (op.inputs.size() < 2 || op.inputs[1] != value) return std::nullopt;
+  if (op.type == "SoftmaxCrossEntropyLoss" || op.type == "NegativeLogLikelihoodLoss") {
+    return graph.tensor(op.inputs[0]).shape.at(1);
+  }
+  if (op.type == "Gather") {
+    const int64_t axis = ir::attr_int(op.attributes, "axis", 0);
+    const auto& data_shape = graph.tensor(op.inputs[0]).shape;
+    return data_shape.at(axis < 0 ? axis + static_cast<int64_t>(data_shape.size()) : axis);
+  }
+  return std::nullopt;
+}
+
+// Integer batch inputs that index something, directly or through ops that keep their values,
+// get the range synthetic data draws from.
 void set_integer_ranges(ir::OpGraph& graph) {
   for (ir::TensorId input : graph.inputs) {
-    for (ir::OpId consumer : graph.consumers(input)) {
-      const ir::Op& op = graph.op(consumer);
-      const bool labels =
-          (op.type == "SoftmaxCrossEntropyLoss" || op.type == "NegativeLogLikelihoodLoss") &&
-          op.inputs.size() > 1 && op.inputs[1] == input;
-      const bool indices = op.type == "Gather" && op.inputs.size() > 1 && op.inputs[1] == input;
-      if (labels) graph.tensor(input).int_high = graph.tensor(op.inputs[0]).shape.at(1);
-      if (indices) {
-        const int64_t axis = ir::attr_int(op.attributes, "axis", 0);
-        const auto& data_shape = graph.tensor(op.inputs[0]).shape;
-        graph.tensor(input).int_high =
-            data_shape.at(axis < 0 ? axis + static_cast<int64_t>(data_shape.size()) : axis);
+    std::vector<ir::TensorId> values = {input};
+    while (!values.empty()) {
+      const ir::TensorId value = values.back();
+      values.pop_back();
+      for (ir::OpId consumer : graph.consumers(value)) {
+        const ir::Op& op = graph.op(consumer);
+        if (const auto extent = indexed_extent(graph, op, value)) {
+          graph.tensor(input).int_high = *extent;
+        } else if (keeps_values(op.type) && op.inputs.at(0) == value && !op.outputs.empty()) {
+          values.push_back(op.outputs[0]);
+        }
       }
     }
   }
