@@ -312,8 +312,10 @@ class MultiRank(LaunchTest):
             # The timeout, then 1 s watching heartbeats; rank 0 does not wait for a stopped
             # rank to leave its store.
             self.assertLess(elapsed, timeout + 2, ranks[0].output())
+            # Gloo's clock may close the pair a few milliseconds before the 5 s are up.
             self.assertRegex(ranks[0].output(),
-                             r"rank 0 waited 5(\.\d+)? s in all_reduce #\d+ .*of group \d+ "
+                             r"rank 0 waited (4\.9\d*|5(\.\d+)?) s in all_reduce #\d+ "
+                             r".*of group \d+ "
                              r"\(ranks 0,1\) (for data from|to send to) rank 1; "
                              r"rank 1 is not responding")
         finally:

@@ -280,9 +280,12 @@ class Exchange {
   Error failed(const Entry& entry, const std::string& reason) const {
     const std::string peer =
         "rank " + std::to_string(group_.ranks[static_cast<size_t>(entry.peer)]);
-    // Gloo's own timeout is the time left to the deadline, so it means the deadline passed.
-    const bool timed_out =
-        Clock::now() >= operation_.deadline || reason.find("Timed out") != std::string::npos;
+    // Gloo's own timeout is the time left to the deadline, so it means the deadline passed,
+    // though its clock may fire a few milliseconds early and then close the pair, which is
+    // reported as "Application timeout caused pair closure".
+    const bool timed_out = Clock::now() >= operation_.deadline ||
+                           reason.find("Timed out") != std::string::npos ||
+                           reason.find("timeout caused pair closure") != std::string::npos;
     std::string message = "rank " + std::to_string(group_.global_rank()) + " ";
     if (timed_out) {
       message += "waited " + elapsed_text(operation_.start) + " s in " + operation_.what + " of " +
