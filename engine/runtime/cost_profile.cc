@@ -42,6 +42,7 @@ struct Budget {
   int rounds;                 // rounds per size; the median counts
   int max_repeats;            // of a collective per size (fewer for large ones)
   double largest_collective;  // bytes
+  double copied_bytes;        // at least, in the copies a kernel's timing cycles through
 };
 
 // The device queue of a backend whose kernels run asynchronously (CUDA): wait() returns once
@@ -130,11 +131,17 @@ struct Ranks {
 // from the last-level cache, not from the core's own caches, as training's kernels mostly do:
 // the step's other kernels have moved them out of the small caches since they were written.
 // Timed on the same buffers again and again (hot in a core's L2), the benchmark model's products
-// ran 10-25% faster than in its training trace; cycled through copies spanning 128 MiB (from
-// memory) its one-rank step was planned 5% short to 6% long and its pipeline 17-20% long. The
-// copies span at least kCopiedBytes together: 8 times a core's L2 on the benchmark VM (1 MiB),
-// within its shared L3 (32 MiB) for two ranks; within a GPU's L2 (50-60 MiB on an H100/H200).
+// ran 10-25% faster than in its training trace. The copies span at least kCopiedBytes together:
+// 8 times a core's L2 on the benchmark VM (1 MiB), within its shared L3 (32 MiB) for two ranks;
+// within a GPU's L2 (50-60 MiB on an H100/H200).
 constexpr double kCopiedBytes = 8.0 * 1024 * 1024;
+// A CPU rank of several threads reads each operand on other cores than the ones that wrote it
+// (each kernel splits its rows its own way), so there the copies span past the L3, and calls
+// read from memory. On the benchmark VM at 2 threads, products ran 6-17% slower in training than
+// through copies within the L3 (its one-rank step planned 7-15% short); through copies of
+// 128 MiB, the step is planned 5% short to 6% long. One thread keeps its operands in its own
+// caches: through 128 MiB copies, two such ranks' pipeline was planned 17-20% long.
+constexpr double kCopiedBytesAcrossCores = 128.0 * 1024 * 1024;
 constexpr size_t kMaxCopies = 256;  // small kernels stay within this many
 
 // An instance's tensors in device memory, filled with host_values, in copies, and a prepared
@@ -144,19 +151,19 @@ struct PlacedKernel {
   std::vector<std::unique_ptr<PreparedKernel>> copies;
 };
 
-size_t copies_of(const ProfileKernel& instance) {
+size_t copies_of(const ProfileKernel& instance, double copied_bytes) {
   double bytes = 0;
   for (const auto* tensors : {&instance.inputs, &instance.outputs}) {
     for (const ProfileTensor& tensor : *tensors) {
       bytes += static_cast<double>(num_elements(tensor.shape) * dtype_size(tensor.dtype));
     }
   }
-  return std::clamp<size_t>(static_cast<size_t>(std::ceil(kCopiedBytes / std::max(bytes, 1.0))), 1,
+  return std::clamp<size_t>(static_cast<size_t>(std::ceil(copied_bytes / std::max(bytes, 1.0))), 1,
                             kMaxCopies);
 }
 
 // Throws what backend.prepare throws for a kernel the backend does not have.
-PlacedKernel place(const ProfileKernel& instance, Backend& backend) {
+PlacedKernel place(const ProfileKernel& instance, Backend& backend, const Budget& budget) {
   std::vector<std::vector<uint8_t>> inputs, outputs;  // host values
   for (const ProfileTensor& tensor : instance.inputs) inputs.push_back(host_values(tensor));
   for (const ProfileTensor& tensor : instance.outputs) outputs.push_back(host_values(tensor));
@@ -171,7 +178,7 @@ PlacedKernel place(const ProfileKernel& instance, Backend& backend) {
     }
     return views;
   };
-  for (size_t copy = copies_of(instance); copy > 0; --copy) {
+  for (size_t copy = copies_of(instance, budget.copied_bytes); copy > 0; --copy) {
     const std::vector<TensorView> in = place_all(instance.inputs, inputs);
     std::vector<TensorView> out = place_all(instance.outputs, outputs);
     if (instance.view) out[0].data = in[0].data;
@@ -238,7 +245,7 @@ std::optional<formats::MeasuredKernel> profile_family(const ProfileFamily& famil
     if (!measured.curve.points.empty() && size <= measured.curve.points.back().first) continue;
     PlacedKernel placed;
     try {
-      placed = place(instance, backend);
+      placed = place(instance, backend, budget);
     } catch (const Error& error) {
       // Every rank runs the same backend, so every rank skips the same families.
       if (!measured.curve.points.empty()) throw;
@@ -288,7 +295,7 @@ std::optional<formats::MeasuredProducts> profile_products(const ProductGrid& gri
           const ProfileKernel instance = product_kernel(grid, m, n, k, layout);
           PlacedKernel placed;
           try {
-            placed = place(instance, backend);
+            placed = place(instance, backend, budget);
           } catch (const Error& error) {
             if (!seconds.empty()) throw;
             if (ranks.rank == 0) {
@@ -507,8 +514,11 @@ void profile_costs(const CostProfileOptions& options, std::ostream& out) {
   std::unique_ptr<Backend> backend = make_backend(options.device);
   Ranks ranks;
   connect_ranks(options, comm, *backend, ranks);
-  const Budget budget = options.quick ? Budget{0.002, 0.002, 3, 3, 16384.0}
-                                      : Budget{0.03, 0.004, 5, 20, 64.0 * 1024 * 1024};
+  const double copied_bytes =
+      options.device == "cpu" && cpu::num_threads() > 1 ? kCopiedBytesAcrossCores : kCopiedBytes;
+  const Budget budget = options.quick
+                            ? Budget{0.002, 0.002, 3, 3, 16384.0, copied_bytes}
+                            : Budget{0.03, 0.004, 5, 20, 64.0 * 1024 * 1024, copied_bytes};
   std::string on = options.device;
   if (options.device == "cpu") {
     on += " (" + std::to_string(cpu::num_threads()) + " threads per rank)";
