@@ -1,6 +1,7 @@
 #include "engine/cpu/split_invariant_gemm.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <vector>
 
@@ -11,6 +12,9 @@ namespace {
 // panel's size at most, so that it stays in a core's L2 cache while every row tile reads it.
 constexpr int64_t kPanelCols = 256;
 constexpr int64_t kPanelFloats = int64_t{1} << 16;
+// A tile's share of a packed panel at most (terms x Cols floats, 16 KiB): with its rows of op(A)
+// it stays in a core's L1 cache while the tile sums them.
+constexpr int64_t kBlockFloats = int64_t{1} << 12;
 // Column tiles of a panel above which a transposed op(A) is packed rather than read in place.
 constexpr int64_t kPackedTiles = 4;
 // Halvings of K at most: K < 2^63.
@@ -31,6 +35,25 @@ SumOrder sum_order(int64_t k) {
   return order;
 }
 
+// K as `count` blocks of `terms` terms (count a power of 2), each summed in `order`, whose sums
+// are added pairwise: sum_order's pairs, each block a subtree of them, blocks of at most
+// `max_terms` terms where the leaves allow.
+struct Blocks {
+  SumOrder order;
+  int64_t terms = 0;
+  int64_t count = 1;
+};
+
+Blocks blocks_of(SumOrder order, int64_t max_terms) {
+  Blocks blocks{order, order.leaf * order.leaves, 1};
+  while (blocks.order.leaves > 1 && blocks.terms > max_terms) {
+    blocks.order.leaves /= 2;
+    blocks.terms /= 2;
+    blocks.count *= 2;
+  }
+  return blocks;
+}
+
 // split_invariant_sgemm's operands.
 struct Product {
   bool trans_a, trans_b;
@@ -44,6 +67,27 @@ struct Product {
   float* c;
   int64_t ldc;
 };
+
+// sum += x · y lane by lane, rounded once: one fused multiply-add per vector register of each
+// instruction set's tile. Their own functions, so that each can take its instruction set's
+// target; the run_* function of that set inlines them (flatten).
+typedef float Floats4 __attribute__((vector_size(4 * sizeof(float))));
+void fused_multiply_add(const Floats4& x, const Floats4& y, Floats4& sum) {
+  for (int lane = 0; lane < 4; ++lane) sum[lane] = __builtin_fmaf(x[lane], y[lane], sum[lane]);
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+typedef float Floats8 __attribute__((vector_size(8 * sizeof(float))));
+typedef float Floats16 __attribute__((vector_size(16 * sizeof(float))));
+__attribute__((target("avx2,fma"))) void fused_multiply_add(const Floats8& x, const Floats8& y,
+                                                            Floats8& sum) {
+  sum = __builtin_ia32_vfmaddps256(x, y, sum);
+}
+__attribute__((target("avx512f"))) void fused_multiply_add(const Floats16& x, const Floats16& y,
+                                                           Floats16& sum) {
+  // All lanes (mask -1), in the current rounding mode (4: _MM_FROUND_CUR_DIRECTION).
+  sum = __builtin_ia32_vfmaddps512_mask(x, y, sum, -1, 4);
+}
+#endif
 
 // The product in tiles of Rows x (Vectors · Width) elements of C whose sums stay in registers,
 // Width floats to a vector register. The tile's shape changes only the speed, never a bit:
@@ -68,18 +112,17 @@ struct TiledProduct {
     Tile stack[kMaxHalvings + 1];
     int depth = 0;
     for (int64_t leaf = 0; leaf < order.leaves; ++leaf) {
-      const int64_t first = leaf * order.leaf;
+      const float* a_leaf = a + leaf * order.leaf * term_step;
+      const float* b_leaf = b + leaf * order.leaf * Cols;
       Tile acc;
-      multiply(a + first * term_step, row_step, b + first * Cols, acc);
-      for (int64_t kk = first + 1; kk < first + order.leaf; ++kk) {
-        Tile terms;
-        multiply(a + kk * term_step, row_step, b + kk * Cols, terms);
-        add(terms, acc);
+      multiply(a_leaf, row_step, b_leaf, acc);
+      for (int64_t kk = 1; kk < order.leaf; ++kk) {
+        multiply_add(a_leaf + kk * term_step, row_step, b_leaf + kk * Cols, acc);
       }
       for (int64_t done = leaf + 1; done % 2 == 0; done /= 2) add(stack[--depth], acc);
-      stack[depth++] = acc;
+      copy(acc, stack[depth++]);
     }
-    out = stack[0];
+    copy(stack[0], out);
   }
 
   // The products of one term of K: a column of Rows values of op(A) times a row of Cols of op(B).
@@ -94,6 +137,26 @@ struct TiledProduct {
     }
   }
 
+  // acc += the products of one term, each added as it is formed (one rounding a product).
+  [[gnu::always_inline]] static inline void multiply_add(const float* a_col, int64_t row_step,
+                                                         const float* b_row, Tile& acc) {
+    Lanes b_vectors[Vectors];
+#pragma GCC unroll 4
+    for (int64_t v = 0; v < Vectors; ++v) {
+      std::memcpy(&b_vectors[v], b_row + v * Width, sizeof(Lanes));
+    }
+#pragma GCC unroll 16
+    for (int64_t r = 0; r < Rows; ++r) {
+      float a_values[Width];
+#pragma GCC unroll 16
+      for (int64_t lane = 0; lane < Width; ++lane) a_values[lane] = a_col[r * row_step];
+      Lanes a_value;
+      std::memcpy(&a_value, a_values, sizeof(a_value));
+#pragma GCC unroll 4
+      for (int64_t v = 0; v < Vectors; ++v) fused_multiply_add(a_value, b_vectors[v], acc.v[r][v]);
+    }
+  }
+
   // into += x, element by element (x + y = y + x exactly, so the sum's order is the pairs').
   [[gnu::always_inline]] static inline void add(const Tile& x, Tile& into) {
 #pragma GCC unroll 16
@@ -103,40 +166,82 @@ struct TiledProduct {
     }
   }
 
-  // op(B)'s columns [panel, panel + width) in tiles of Cols, each K rows of Cols (zero beyond
-  // `width`), so that a tile's sums read it in order. Reads along op(B)'s stored rows.
-  [[gnu::always_inline]] static inline void pack_b(const Product& p, int64_t panel, int64_t width,
-                                                   std::vector<float>& packed) {
-    const int64_t tiles = (width + Cols - 1) / Cols;
-    packed.assign(static_cast<size_t>(p.k * tiles * Cols), 0.0f);
-    for (int64_t j = 0; j < width; j += Cols) {
-      float* tile = packed.data() + j * p.k;
-      const int64_t cols = std::min(Cols, width - j);
-      if (p.trans_b) {
-        for (int64_t col = 0; col < cols; ++col) {
-          const float* from = p.b + (panel + j + col) * p.ldb;
-          for (int64_t kk = 0; kk < p.k; ++kk) tile[kk * Cols + col] = from[kk];
-        }
-      } else {
-        for (int64_t kk = 0; kk < p.k; ++kk)
-          std::memcpy(tile + kk * Cols, p.b + kk * p.ldb + panel + j, cols * sizeof(float));
+  // to = x a vector at a time (a Tile's assignment is a memcpy the compiler may call).
+  [[gnu::always_inline]] static inline void copy(const Tile& x, Tile& to) {
+#pragma GCC unroll 16
+    for (int64_t r = 0; r < Rows; ++r) {
+#pragma GCC unroll 4
+      for (int64_t v = 0; v < Vectors; ++v) to.v[r][v] = x.v[r][v];
+    }
+  }
+
+  // A tile's sums to and from Rows · Cols floats of a buffer, which need not be aligned as a Tile.
+  [[gnu::always_inline]] static inline void save(const Tile& x, float* to) {
+#pragma GCC unroll 16
+    for (int64_t r = 0; r < Rows; ++r) {
+#pragma GCC unroll 4
+      for (int64_t v = 0; v < Vectors; ++v) {
+        std::memcpy(to + (r * Vectors + v) * Width, &x.v[r][v], sizeof(Lanes));
+      }
+    }
+  }
+  [[gnu::always_inline]] static inline void add_saved(const float* from, Tile& into) {
+#pragma GCC unroll 16
+    for (int64_t r = 0; r < Rows; ++r) {
+#pragma GCC unroll 4
+      for (int64_t v = 0; v < Vectors; ++v) {
+        Lanes x;
+        std::memcpy(&x, from + (r * Vectors + v) * Width, sizeof(x));
+        into.v[r][v] += x;
       }
     }
   }
 
-  // op(A)'s rows [i, i + rows) as K groups of Rows, zero beyond `rows`. Reads along op(A)'s
-  // stored rows.
+  // op(B)'s columns [panel, panel + width) and its rows [first, first + terms) in tiles of Cols,
+  // each `terms` rows of Cols (zero beyond `width`), so that a tile's sums read it in order.
+  // Reads along op(B)'s stored rows (a row of the panel at a time where they are op(B)'s rows:
+  // down a column of tiles, each row would be another page).
+  [[gnu::always_inline]] static inline void pack_b(const Product& p, int64_t first, int64_t terms,
+                                                   int64_t panel, int64_t width,
+                                                   std::vector<float>& packed) {
+    const int64_t whole = width / Cols * Cols;
+    packed.resize(static_cast<size_t>(terms * ((width + Cols - 1) / Cols) * Cols));
+    if (whole < width) std::fill(packed.begin() + whole * terms, packed.end(), 0.0f);
+    if (p.trans_b) {
+      for (int64_t col = 0; col < width; ++col) {
+        const float* from = p.b + (panel + col) * p.ldb + first;
+        float* to = packed.data() + col / Cols * Cols * terms + col % Cols;
+        for (int64_t kk = 0; kk < terms; ++kk) to[kk * Cols] = from[kk];
+      }
+      return;
+    }
+    for (int64_t kk = 0; kk < terms; ++kk) {
+      const float* from = p.b + (first + kk) * p.ldb + panel;
+      for (int64_t j = 0; j < whole; j += Cols) {
+        std::memcpy(packed.data() + j * terms + kk * Cols, from + j, Cols * sizeof(float));
+      }
+      if (whole < width) {
+        std::memcpy(packed.data() + whole * terms + kk * Cols, from + whole,
+                    (width - whole) * sizeof(float));
+      }
+    }
+  }
+
+  // op(A)'s rows [i, i + rows) over terms [first, first + terms) as groups of Rows, zero beyond
+  // `rows`. Reads along op(A)'s stored rows.
   [[gnu::always_inline]] static inline void pack_a(const Product& p, int64_t i, int64_t rows,
+                                                   int64_t first, int64_t terms,
                                                    std::vector<float>& a_tile) {
-    a_tile.assign(static_cast<size_t>(p.k * Rows), 0.0f);
+    a_tile.assign(static_cast<size_t>(terms * Rows), 0.0f);
     if (p.trans_a) {
-      for (int64_t kk = 0; kk < p.k; ++kk) {
-        for (int64_t r = 0; r < rows; ++r) a_tile[kk * Rows + r] = p.a[kk * p.lda + i + r];
+      for (int64_t kk = 0; kk < terms; ++kk) {
+        const float* from = p.a + (first + kk) * p.lda + i;
+        for (int64_t r = 0; r < rows; ++r) a_tile[kk * Rows + r] = from[r];
       }
     } else {
       for (int64_t r = 0; r < rows; ++r) {
-        const float* from = p.a + (i + r) * p.lda;
-        for (int64_t kk = 0; kk < p.k; ++kk) a_tile[kk * Rows + r] = from[kk];
+        const float* from = p.a + (i + r) * p.lda + first;
+        for (int64_t kk = 0; kk < terms; ++kk) a_tile[kk * Rows + r] = from[kk];
       }
     }
   }
@@ -166,31 +271,54 @@ struct TiledProduct {
     }
   }
 
+  // The product a panel of op(B)'s columns at a time and, within it, a block of K's terms at a
+  // time (blocks_of), so that the tiles of a block read op(B) from the L1 cache: each tile's
+  // block sum is added to those of the blocks before it as the leaves' are (sum), through
+  // `pending` (the sums not yet added, by depth and tile) instead of registers.
   [[gnu::always_inline]] static inline void run(const Product& p) {
-    const SumOrder order = sum_order(p.k);
+    const Blocks blocks = blocks_of(sum_order(p.k), kBlockFloats / Cols);
     thread_local std::vector<float> packed, a_tile;
-    const int64_t panel_cols = std::clamp(kPanelFloats / p.k / Cols * Cols, Cols, kPanelCols);
+    thread_local std::vector<float> pending;
+    const int64_t panel_cols =
+        std::clamp(kPanelFloats / blocks.terms / Cols * Cols, Cols, kPanelCols);
+    const int64_t panel_tiles = (p.m + Rows - 1) / Rows * (panel_cols / Cols);
+    pending.resize(
+        static_cast<size_t>(std::countr_zero(uint64_t(blocks.count)) * panel_tiles * Rows * Cols));
     for (int64_t panel = 0; panel < p.n; panel += panel_cols) {
       const int64_t width = std::min(panel_cols, p.n - panel);
-      pack_b(p, panel, width, packed);
-      for (int64_t i = 0; i < p.m; i += Rows) {
-        const int64_t rows = std::min(Rows, p.m - i);
-        // A whole tile of op(A)'s rows is read where it is stored unless it is transposed and
-        // the panel has more than kPackedTiles tiles to read it: packing it for every panel
-        // cost a fifth of the time where K is large (and panels narrow), while a transposed
-        // tile read in place takes a cache line a term.
-        const bool in_place = rows == Rows && (!p.trans_a || width <= kPackedTiles * Cols);
-        if (!in_place) pack_a(p, i, rows, a_tile);
-        for (int64_t j = 0; j < width; j += Cols) {
-          Tile s;
-          if (in_place && p.trans_a) {
-            sum(p.a + i, 1, p.lda, packed.data() + j * p.k, order, s);
-          } else if (in_place) {
-            sum(p.a + i * p.lda, p.lda, 1, packed.data() + j * p.k, order, s);
-          } else {
-            sum(a_tile.data(), 1, Rows, packed.data() + j * p.k, order, s);
+      for (int64_t block = 0; block < blocks.count; ++block) {
+        const int64_t first = block * blocks.terms;
+        pack_b(p, first, blocks.terms, panel, width, packed);
+        for (int64_t i = 0; i < p.m; i += Rows) {
+          const int64_t rows = std::min(Rows, p.m - i);
+          // A whole tile of op(A)'s rows is read where it is stored unless it is transposed and
+          // the panel has more than kPackedTiles tiles to read it: packing it for every panel
+          // cost a fifth of the time where K is large (and panels narrow), while a transposed
+          // tile read in place takes a cache line a term.
+          const bool in_place = rows == Rows && (!p.trans_a || width <= kPackedTiles * Cols);
+          if (!in_place) pack_a(p, i, rows, first, blocks.terms, a_tile);
+          for (int64_t j = 0; j < width; j += Cols) {
+            const float* b_tile = packed.data() + j * blocks.terms;
+            Tile s;
+            if (in_place && p.trans_a) {
+              sum(p.a + first * p.lda + i, 1, p.lda, b_tile, blocks.order, s);
+            } else if (in_place) {
+              sum(p.a + i * p.lda + first, p.lda, 1, b_tile, blocks.order, s);
+            } else {
+              sum(a_tile.data(), 1, Rows, b_tile, blocks.order, s);
+            }
+            // The sums of the blocks before this one that it is added to, as in sum().
+            const int64_t tile = i / Rows * (panel_cols / Cols) + j / Cols;
+            int64_t depth = std::popcount(uint64_t(block));
+            for (int64_t done = block + 1; done % 2 == 0; done /= 2) {
+              add_saved(pending.data() + (--depth * panel_tiles + tile) * Rows * Cols, s);
+            }
+            if (block + 1 < blocks.count) {
+              save(s, pending.data() + (depth * panel_tiles + tile) * Rows * Cols);
+            } else {
+              store(p, s, p.c + i * p.ldc + panel + j, rows, std::min(Cols, width - j));
+            }
           }
-          store(p, s, p.c + i * p.ldc + panel + j, rows, std::min(Cols, width - j));
         }
       }
     }
@@ -201,14 +329,17 @@ struct TiledProduct {
 // which one body multiversioned with target_clones (PIPER_VECTOR_CLONES) cannot give.
 #if defined(__x86_64__) && defined(__GNUC__)
 // 16 of the 32 AVX-512 registers hold the sums (8 rows of two registers).
-__attribute__((target("avx512f"))) void run_avx512(const Product& p) {
+__attribute__((target("avx512f"), flatten)) void run_avx512(const Product& p) {
   TiledProduct<8, 2, 16>::run(p);
 }
-// 8 of the 16 AVX2 registers.
-__attribute__((target("avx2"))) void run_avx2(const Product& p) { TiledProduct<4, 2, 8>::run(p); }
+// 12 of the 16 AVX2 registers: a fused multiply-add takes 5 cycles on Zen 2 and 4 on Haswell,
+// two issue a cycle, so fewer than 10 independent sums would leave the units idle.
+__attribute__((target("avx2,fma"), flatten)) void run_avx2(const Product& p) {
+  TiledProduct<6, 2, 8>::run(p);
+}
 #endif
-// 8 of the 16 SSE registers.
-void run_baseline(const Product& p) { TiledProduct<4, 2, 4>::run(p); }
+// 8 of the 16 SSE registers; without a fused multiply-add instruction each lane's is a call.
+__attribute__((flatten)) void run_baseline(const Product& p) { TiledProduct<4, 2, 4>::run(p); }
 
 }  // namespace
 
@@ -224,7 +355,7 @@ void split_invariant_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int
   }
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  static const bool avx2 = __builtin_cpu_supports("avx2");
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   if (avx512) return run_avx512(product);
   if (avx2) return run_avx2(product);
 #endif

@@ -18,7 +18,8 @@ inline constexpr int64_t kSplitInvariantMinLeaf = 8;
 // C = alpha · S + beta · C, row-major, where S = op(A) · op(B) (op(X) = X or Xᵀ) and each
 // element of S is summed pairwise over K: S(K) = S(first half) + S(second half) while K is even
 // and a half holds at least kSplitInvariantMinLeaf terms, else the terms added one after the
-// other, each product rounded before it is added (no fused multiply-adds). An element's bits
+// other: the first product rounded, each next one added by a fused multiply-add (x · y + sum
+// rounded once, fmaf's bits on every instruction set). An element's bits
 // depend only on its row of op(A), its column of op(B) and K, and a product over K whose two
 // halves are computed apart and added gives those bits too (a tensor-parallel row-parallel
 // product over two members, or a weight gradient's rows over two replicas); a bias in C is added

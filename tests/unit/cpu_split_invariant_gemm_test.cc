@@ -91,16 +91,14 @@ TEST(CpuSplitInvariantGemm, BetaZeroDoesNotReadC) {
 }
 
 // S(i, j) over terms [from, from + k): halves added while k is even and a half holds at least
-// kSplitInvariantMinLeaf terms, else the terms added one after the other, each product rounded.
+// kSplitInvariantMinLeaf terms, else the first product rounded and each next one added to the
+// sum by a fused multiply-add.
 float DefinedSum(const Product& p, int64_t i, int64_t j, int64_t from, int64_t k) {
   if (k % 2 == 0 && k / 2 >= cpu::kSplitInvariantMinLeaf) {
     return DefinedSum(p, i, j, from, k / 2) + DefinedSum(p, i, j, from + k / 2, k / 2);
   }
   float sum = p.at_a(i, from) * p.at_b(from, j);
-  for (int64_t q = from + 1; q < from + k; ++q) {
-    const float term = p.at_a(i, q) * p.at_b(q, j);
-    sum = sum + term;
-  }
+  for (int64_t q = from + 1; q < from + k; ++q) sum = std::fma(p.at_a(i, q), p.at_b(q, j), sum);
   return sum;
 }
 
@@ -109,7 +107,7 @@ float DefinedSum(const Product& p, int64_t i, int64_t j, int64_t from, int64_t k
 TEST(CpuSplitInvariantGemm, EveryElementIsItsDefinedSum) {
   for (const bool ta : {false, true}) {
     for (const bool tb : {false, true}) {
-      for (const int64_t k : {1, 8, 24, 96, 255, 1100}) {
+      for (const int64_t k : {1, 8, 24, 96, 255, 1100, 4096}) {
         const Product p = MakeProduct(ta, tb, 37, 70, k, 3);
         const std::vector<float> c = p.Whole();
         int64_t differing = 0;
