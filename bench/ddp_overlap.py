@@ -3,7 +3,8 @@
 same model, weights and rows, in one run (issue 18).
 
     /usr/bin/python3 bench/ddp_overlap.py [--d 256 --layers 4 --heads 4 --seq 128 --batch 16
-                                           --vocab 512 --steps 8 --threads 1 --build DIR]
+                                           --vocab 512 --steps 8 --threads 1 --rounds 1
+                                           --build DIR]
 
 samples/gpt at a benchmark size, global batch --batch split over 2 ranks, AdamW. Piper plans
 `{"op": "replicate", "devices": [0, 1]}` with its defaults (buckets of at most 25 MiB and an
@@ -13,8 +14,10 @@ runs under piper-launch; PyTorch runs 2 processes of DistributedDataParallel wit
 this 2-core machine). Prints the median step time of each (the first step is warm-up), the
 Piper/DDP ratio, both runs' last loss, and from each rank's trace of the last step how much of
 the gradient all-reduces' time (waiting for the peer included) the compute stream spends
-computing. --keep DIR keeps the model, plans and traces. A benchmark, not a test: nothing
-asserts times.
+computing. With --rounds N the two run alternately N times and each round's ratio is printed
+with their median: a shared VM's cores change speed for seconds to minutes at a time, which
+one run of each can mistake for a difference between the two. --keep DIR keeps the model,
+plans and traces (of the last round). A benchmark, not a test: nothing asserts times.
 """
 import argparse
 import json
@@ -132,6 +135,7 @@ def main():
     p.add_argument("--vocab", type=int, default=512)
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--threads", type=int, default=1, help="threads per rank")
+    p.add_argument("--rounds", type=int, default=1, help="alternate Piper and DDP this often")
     p.add_argument("--build", default=os.path.join(cpu_gpt.ROOT, "build"))
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--keep", metavar="DIR",
@@ -160,17 +164,27 @@ def main():
         print(f"samples/gpt d={args.d} layers={args.layers} T={args.seq}: {parameters} "
               f"parameters ({parameters * 4 / 2**20:.1f} MiB of gradients), global batch "
               f"{args.batch} on {WORLD} ranks, {args.threads} thread(s) each", flush=True)
-        piper, trace = run_piper(args, env, tools)
-        ddp = run_ddp(args, env)
+        ratios = []
+        for round_index in range(args.rounds):
+            piper, trace = run_piper(args, env, tools)
+            ddp = run_ddp(args, env)
+            piper_s = statistics.median(s["seconds"] for s in piper[1:])
+            ddp_s = statistics.median(s["seconds"] for s in ddp[1:])
+            ratios.append(piper_s / ddp_s)
+            if args.rounds > 1:
+                print(f"round {round_index + 1}: Piper {piper_s * 1e3:.1f} ms, DDP "
+                      f"{ddp_s * 1e3:.1f} ms, Piper / DDP {ratios[-1]:.2f}", flush=True)
         shares = [gradient_all_reduce_share(trace.replace("trace0", f"trace{rank}"))
                   for rank in range(WORLD)]
 
-    piper_s = statistics.median(s["seconds"] for s in piper[1:])
-    ddp_s = statistics.median(s["seconds"] for s in ddp[1:])
     print(f"{'system':<22} {'median step':>12} {'last loss':>10}")
     print(f"{'Piper replicate':<22} {piper_s * 1e3:>9.1f} ms {piper[-1]['loss']:>10.4f}")
     print(f"{'PyTorch DDP (gloo)':<22} {ddp_s * 1e3:>9.1f} ms {ddp[-1]['loss']:>10.4f}")
-    print(f"Piper / DDP step time: {piper_s / ddp_s:.2f}")
+    if args.rounds > 1:
+        print(f"Piper / DDP step time: {statistics.median(ratios):.2f} (median of {args.rounds} "
+              f"rounds: {', '.join(f'{r:.2f}' for r in ratios)})")
+    else:
+        print(f"Piper / DDP step time: {ratios[0]:.2f}")
     for rank, (total, hidden) in enumerate(shares):
         share = hidden / total if total else 0.0
         print(f"Piper rank {rank}, last step: gradient all-reduces {total / 1e3:.1f} ms, "
