@@ -177,7 +177,8 @@ def main():
         shares = [gradient_all_reduce_share(trace.replace("trace0", f"trace{rank}"))
                   for rank in range(WORLD)]
 
-    print(f"{'system':<22} {'median step':>12} {'last loss':>10}")
+    last_round = " (the last round)" if args.rounds > 1 else ""
+    print(f"{'system':<22} {'median step':>12} {'last loss':>10}{last_round}")
     print(f"{'Piper replicate':<22} {piper_s * 1e3:>9.1f} ms {piper[-1]['loss']:>10.4f}")
     print(f"{'PyTorch DDP (gloo)':<22} {ddp_s * 1e3:>9.1f} ms {ddp[-1]['loss']:>10.4f}")
     if args.rounds > 1:

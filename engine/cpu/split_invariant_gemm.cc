@@ -91,9 +91,9 @@ __attribute__((target("avx512f"))) void fused_multiply_add(const Floats16& x, co
 
 // The product in tiles of Rows x (Vectors · Width) elements of C whose sums stay in registers,
 // Width floats to a vector register. The tile's shape changes only the speed, never a bit:
-// every element is summed in sum_order's order. Each instruction set gets a tile whose sums
-// fill half its registers (run_avx512 and the others below): enough independent additions to
-// keep the adders busy.
+// every element is summed in sum_order's order. Each instruction set gets a tile with enough
+// independent sums to keep its fused multiply-adds busy and registers left for a term's row of
+// op(B) and value of op(A) (run_avx512 and the others below).
 template <int64_t Rows, int64_t Vectors, int64_t Width>
 struct TiledProduct {
   typedef float Lanes __attribute__((vector_size(Width * sizeof(float))));
