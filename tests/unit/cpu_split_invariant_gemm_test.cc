@@ -102,13 +102,14 @@ float DefinedSum(const Product& p, int64_t i, int64_t j, int64_t from, int64_t k
   return sum;
 }
 
-// Every element has its definition's bits, whichever tile (full or cut by M's and N's edges)
-// and panel of op(B) computes it, on every instruction set's tile shape this CPU runs.
+// Every element has its definition's bits, whichever tile (full or cut by M's and N's edges),
+// panel of op(B) and chunk of packed op(A) rows computes it (137 rows: more than 16 tiles of 8),
+// on every instruction set's tile shape this CPU runs.
 TEST(CpuSplitInvariantGemm, EveryElementIsItsDefinedSum) {
   for (const bool ta : {false, true}) {
     for (const bool tb : {false, true}) {
       for (const int64_t k : {1, 8, 24, 96, 255, 1100, 4096}) {
-        const Product p = MakeProduct(ta, tb, 37, 70, k, 3);
+        const Product p = MakeProduct(ta, tb, 137, 70, k, 3);
         const std::vector<float> c = p.Whole();
         int64_t differing = 0;
         for (int64_t i = 0; i < p.m; ++i) {
