@@ -292,18 +292,19 @@ struct TiledProduct {
   }
 
   // Adds to block `block`'s sum of a tile the sums of the blocks before it that sum_order adds to
-  // it, as sum() does for leaves, from `pending` (the tile's saved sums, depth d at
-  // pending[d · depth_step]); then saves the result there and returns true, or returns false
-  // where it is the last block's, the tile's whole sum.
+  // it, as sum() does for leaves, from `pending` (the tile's saved sum at depth d at
+  // pending[d · depth_step + offset]); then saves the result there and returns true, or returns
+  // false where it is the last block's, the tile's whole sum. With one block, `pending` may be
+  // empty.
   [[gnu::always_inline]] static inline bool add_pending(const Blocks& blocks, int64_t block,
-                                                        float* pending, int64_t depth_step,
-                                                        Tile& s) {
+                                                        std::vector<float>& pending, int64_t offset,
+                                                        int64_t depth_step, Tile& s) {
     int64_t depth = std::popcount(uint64_t(block));
     for (int64_t done = block + 1; done % 2 == 0; done /= 2) {
-      add_saved(pending + --depth * depth_step, s);
+      add_saved(pending.data() + --depth * depth_step + offset, s);
     }
     if (block + 1 == blocks.count) return false;
-    save(s, pending + depth * depth_step);
+    save(s, pending.data() + depth * depth_step + offset);
     return true;
   }
 
@@ -353,7 +354,7 @@ struct TiledProduct {
                 sum(p.a + i * p.lda + first, p.lda, 1, b_tile, blocks.order, s);
               }
               const int64_t tile = i / Rows * (panel_cols / Cols) + j / Cols;
-              if (!add_pending(blocks, block, pending.data() + tile * Rows * Cols,
+              if (!add_pending(blocks, block, pending, tile * Rows * Cols,
                                panel_tiles * Rows * Cols, s)) {
                 store(p, s, p.c + i * p.ldc + panel + j, rows, std::min(Cols, width - j));
               }

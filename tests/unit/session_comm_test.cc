@@ -14,6 +14,7 @@
 namespace piper::engine::testing {
 namespace {
 
+using ::testing::AnyOf;
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
@@ -252,7 +253,8 @@ TEST(SessionComm, BFloat16CollectivesReduceAndGatherInBFloat16) {
 
 // Rank 1's compute stream fails (a label out of range) while its other stream waits for a
 // transfer that never comes: the step must end at once, not after the timeout; rank 0, waiting
-// on rank 1, then loses it.
+// on rank 1, then loses it, in the recv or, where rank 1 ended before their pair had connected
+// (2 runs in 180 under load), while connecting it.
 TEST(SessionComm, AFailingKernelAbortsWaitingTransfersAndThePeerNotices) {
   const auto start = std::chrono::steady_clock::now();
   const auto errors = RunRanks(
@@ -278,7 +280,8 @@ TEST(SessionComm, AFailingKernelAbortsWaitingTransfersAndThePeerNotices) {
       },
       20s);
   EXPECT_THAT(errors[1], HasSubstr("label 9"));
-  EXPECT_THAT(errors[0], HasSubstr("rank 0 lost rank 1 in recv of tag 3 of pair 0-1"));
+  EXPECT_THAT(errors[0], AnyOf(HasSubstr("rank 0 lost rank 1 in recv of tag 3 of pair 0-1"),
+                               HasSubstr("rank 0 cannot connect pair 0-1 (ranks 0,1)")));
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
 }
 
