@@ -15,9 +15,9 @@ constexpr int64_t kPanelFloats = int64_t{1} << 16;
 // A tile's share of a packed panel at most (terms x Cols floats, 16 KiB): with its rows of op(A)
 // it stays in a core's L1 cache while the tile sums them.
 constexpr int64_t kBlockFloats = int64_t{1} << 12;
-// Column tiles of a panel above which a transposed op(A) is packed rather than read in place,
-// and its row tiles packed at a time.
+// Column tiles of a panel above which a transposed op(A) is packed rather than read in place.
 constexpr int64_t kPackedTiles = 4;
+// Row tiles of a transposed op(A) packed at a time.
 constexpr int64_t kChunkTiles = 16;
 // Halvings of K at most: K < 2^63.
 constexpr int kMaxHalvings = 63;
@@ -323,14 +323,14 @@ struct TiledProduct {
         static_cast<size_t>(std::countr_zero(uint64_t(blocks.count)) * panel_tiles * Rows * Cols));
     for (int64_t panel = 0; panel < p.n; panel += panel_cols) {
       const int64_t width = std::min(panel_cols, p.n - panel);
+      // A transposed op(A) is packed kChunkTiles row tiles at a time unless the panel has at most
+      // kPackedTiles tiles to read it (packing it for every panel cost a fifth of the time where
+      // K is large and panels narrow, while a transposed tile read in place takes a cache line a
+      // term); otherwise op(A) is read where it is stored but for a last partial tile.
+      const bool pack_chunks = p.trans_a && width > kPackedTiles * Cols;
       for (int64_t block = 0; block < blocks.count; ++block) {
         const int64_t first = block * blocks.terms;
         pack_b(p, first, blocks.terms, panel, width, packed);
-        // A transposed op(A) is packed kChunkTiles row tiles at a time unless the panel has at
-        // most kPackedTiles tiles to read it (packing it for every panel cost a fifth of the time
-        // where K is large and panels narrow, while a transposed tile read in place takes a cache
-        // line a term); otherwise op(A) is read where it is stored but for a last partial tile.
-        const bool pack_chunks = p.trans_a && width > kPackedTiles * Cols;
         for (int64_t chunk = 0; chunk < p.m; chunk += kChunkTiles * Rows) {
           const int64_t chunk_rows = std::min(kChunkTiles * Rows, p.m - chunk);
           if (pack_chunks) pack_a(p, chunk, chunk_rows, first, blocks.terms, a_tiles);
