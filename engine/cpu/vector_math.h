@@ -23,6 +23,9 @@
 
 namespace piper::engine::cpu {
 
+// vexp(x) is exactly 0 for x below this: n >= -125, so that 2^(n-1) is a normal float.
+constexpr float kExpZeroBelow = -86.9f;
+
 // e^x: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two parts, so that n ln2 is exact),
 // e^r by its Taylor polynomial of degree 7, then 2^n put into the exponent bits.
 [[gnu::always_inline]] inline float vexp(float x) {
@@ -31,7 +34,7 @@ namespace piper::engine::cpu {
   constexpr float kLn2Low = 1.428606765330187e-06f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   constexpr float kMax = 88.72283f;      // e^kMax is the largest finite float: n <= 128
-  constexpr float kMin = -86.9f;         // n >= -125, so that 2^(n-1) is a normal float
+  constexpr float kMin = kExpZeroBelow;
   const float clamped = x < kMin ? kMin : (x > kMax ? kMax : x);
   const float shifted = clamped * kLog2e + kRound;
   const float n = shifted - kRound;
