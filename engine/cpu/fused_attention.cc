@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "engine/cpu/attention_geometry.h"
 #include "engine/cpu/blas.h"
@@ -105,6 +106,29 @@ int64_t keys_left_in(const AttentionGeometry& g, const void* mask, int64_t b, in
   return keys == 0 ? g.tk : keys;
 }
 
+// keys_left_in of each block of rows, worked out once a step for the batch indices that read
+// batch index 0's mask (all of them where it broadcasts over the batch and heads).
+class BlockKeys {
+ public:
+  BlockKeys(const AttentionBlocks& g, const void* mask) : g_(g), mask_(mask) {
+    if (g.mask == AttentionGeometry::MaskKind::kNone || g.batch == 0) return;
+    for (int64_t row = 0; row < g.t; row += g.block_rows) {
+      shared_.push_back(keys_left_in(g, mask, 0, row, std::min(g.block_rows, g.t - row)));
+    }
+  }
+
+  int64_t operator()(int64_t b, int64_t row, int64_t rows) const {
+    if (shared_.empty()) return g_.tk;
+    if (g_.mask_offsets[b] == g_.mask_offsets[0]) return shared_[row / g_.block_rows];
+    return keys_left_in(g_, mask_, b, row, rows);
+  }
+
+ private:
+  const AttentionBlocks& g_;
+  const void* mask_;
+  std::vector<int64_t> shared_;
+};
+
 // Whether the keys a mask leaves out have probability 0 in rows whose maxima (over all keys)
 // are `maxima`: the masked score minus a row's maximum falls below kExpZeroBelow, where the
 // softmax's exp_n gives exactly 0 (not for a row that leaves every key out, or NaN).
@@ -145,13 +169,12 @@ void block_scores(const AttentionGeometry& g, const float* q, const float* kt, c
   }
 }
 
-// The scores of a block over the keys its probabilities need: keys [0, keys_left_in) where the
-// others' vanish, else all keys. Writes each row's maximum over all keys to `maxima` and returns
-// the keys computed.
+// The scores of a block over the keys its probabilities need: keys [0, keys) (keys_left_in)
+// where the others' vanish, else all keys. Writes each row's maximum over all keys to `maxima`
+// and returns the keys computed.
 int64_t block_scores_and_maxima(const AttentionGeometry& g, const float* q, const float* kt,
-                                const void* mask, int64_t b, int64_t row, int64_t rows, float* s,
-                                float* maxima) {
-  const int64_t keys = keys_left_in(g, mask, b, row, rows);
+                                const void* mask, int64_t b, int64_t row, int64_t rows,
+                                int64_t keys, float* s, float* maxima) {
   block_scores(g, q, kt, mask, b, row, rows, keys, s);
   for (int64_t i = 0; i < rows; ++i) {
     maxima[i] = row_maximum(s + i * g.tk, keys);
@@ -196,11 +219,13 @@ std::unique_ptr<PreparedKernel> fused_attention_factory(const KernelArgs& args) 
                       mask = args.has_input(3) ? args.input(3).data : nullptr,
                       py = args.output(0).as<float>()](const StepContext&) {
     const auto block = static_cast<size_t>(g.block_rows * g.tk);
+    const BlockKeys block_keys(g, mask);
     for_each_batch_index(g, block + static_cast<size_t>(g.block_rows), [&](int64_t b, float* p) {
       float* maxima = p + block;
       for (int64_t row = 0; row < g.t; row += g.block_rows) {
         const int64_t rows = std::min(g.block_rows, g.t - row);
-        const int64_t keys = block_scores_and_maxima(g, q, kt, mask, b, row, rows, p, maxima);
+        const int64_t keys = block_scores_and_maxima(g, q, kt, mask, b, row, rows,
+                                                     block_keys(b, row, rows), p, maxima);
         for (int64_t i = 0; i < rows; ++i) {
           float* s = p + i * g.tk;
           shifted_exp(g, s, keys, maxima[i]);
@@ -250,6 +275,7 @@ std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& a
                       row_inv_sum = args.input(6).as<const float>()](const StepContext&) {
     const auto block = static_cast<size_t>(g.block_rows * g.tk);
     const int tk = static_cast<int>(g.tk), d = static_cast<int>(g.d), dvn = static_cast<int>(g.dv);
+    const BlockKeys block_keys(g, mask);
     for_each_batch_index(g, 2 * block, [&](int64_t b, float* p) {
       float* ds = p + block;
       const float* kt_b = kt + b * g.d * g.tk;
@@ -267,7 +293,7 @@ std::unique_ptr<PreparedKernel> fused_attention_grad_factory(const KernelArgs& a
         const float* q_blk = q + (b * g.t + row) * g.d;
         const float* maxima = row_max + b * g.t + row;
         const float beta = row == 0 && !may_skip ? 0.0f : 1.0f;
-        int64_t keys = keys_left_in(g, mask, b, row, rows);
+        int64_t keys = block_keys(b, row, rows);
         if (keys < g.tk && !masked_keys_vanish(g, maxima, rows)) keys = g.tk;
         const int n = static_cast<int>(keys);
         block_scores(g, q, kt, mask, b, row, rows, keys, p);

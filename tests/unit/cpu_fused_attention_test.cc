@@ -14,7 +14,8 @@ namespace {
 constexpr int64_t kHeads = 2, kRows = 70, kKeys = 70, kWidth = 8;
 constexpr float kScale = 0.6f;
 
-// A mask over [kRows, kKeys]: bool (fill where true) or additive.
+// A mask over [kRows, kKeys], or [kHeads, kRows, kKeys] where it holds kHeads times as many
+// values: bool (fill where true) or additive.
 struct MaskCase {
   std::string name;
   std::vector<uint8_t> filled;  // bool masks
@@ -24,10 +25,11 @@ struct MaskCase {
 
 void PrintTo(const MaskCase& c, std::ostream* os) { *os << c.name; }
 
-std::vector<uint8_t> causal_filled() {
+// Keys after i + ahead filled in query row i.
+std::vector<uint8_t> causal_filled(int64_t ahead = 0) {
   std::vector<uint8_t> filled(kRows * kKeys);
   for (int64_t i = 0; i < kRows; ++i) {
-    for (int64_t j = 0; j < kKeys; ++j) filled[i * kKeys + j] = j > i;
+    for (int64_t j = 0; j < kKeys; ++j) filled[i * kKeys + j] = j > i + ahead;
   }
   return filled;
 }
@@ -51,7 +53,18 @@ std::vector<MaskCase> mask_cases() {
     for (int64_t j = 50; j < kKeys; ++j) padding[i * kKeys + j] = -inf;
   }
   all.push_back({"additive_padding_minus_infinity", {}, padding, 0});
+  // A mask per head: the heads' blocks leave out other keys.
+  std::vector<uint8_t> per_head = causal_filled();
+  const std::vector<uint8_t> ahead = causal_filled(20);
+  per_head.insert(per_head.end(), ahead.begin(), ahead.end());
+  all.push_back({"causal_per_head_fill_minus_infinity", per_head, {}, -inf});
   return all;
+}
+
+// Where the mask holds key j of query row i of head h.
+int64_t mask_index(const MaskCase& c, int64_t h, int64_t i, int64_t j) {
+  const bool per_head = std::max(c.filled.size(), c.added.size()) == size_t{kHeads * kRows * kKeys};
+  return (per_head ? h * kRows * kKeys : 0) + i * kKeys + j;
 }
 
 double score(const MaskCase& c, const std::vector<float>& q, const std::vector<float>& kt,
@@ -61,8 +74,8 @@ double score(const MaskCase& c, const std::vector<float>& q, const std::vector<f
     s += static_cast<double>(q[(h * kRows + i) * kWidth + e]) * kt[(h * kWidth + e) * kKeys + j];
   }
   s *= kScale;
-  if (!c.added.empty()) return s + c.added[i * kKeys + j];
-  return c.filled[i * kKeys + j] ? c.fill : s;
+  if (!c.added.empty()) return s + c.added[mask_index(c, h, i, j)];
+  return c.filled[mask_index(c, h, i, j)] ? c.fill : s;
 }
 
 // Attention and its gradients in double.
@@ -97,7 +110,7 @@ Reference reference(const MaskCase& c, const std::vector<float>& q, const std::v
         dot += dp[j] * p[j];
       }
       for (int64_t j = 0; j < kKeys; ++j) {
-        const bool filled = !c.filled.empty() && c.filled[i * kKeys + j];
+        const bool filled = !c.filled.empty() && c.filled[mask_index(c, h, i, j)];
         const double ds = filled ? 0.0 : p[j] * (dp[j] - dot) * kScale;
         for (int64_t e = 0; e < kWidth; ++e) {
           r.dq[(h * kRows + i) * kWidth + e] += ds * kt[(h * kWidth + e) * kKeys + j];
@@ -126,8 +139,10 @@ TEST_P(CpuFusedAttention, MaskedKeysSkippedOrNotMatchDoubleAttention) {
   KernelRunner r;
   const int iq = r.Input({kHeads, kRows, kWidth}, q), ikt = r.Input({kHeads, kWidth, kKeys}, kt);
   const int iv = r.Input({kHeads, kKeys, kWidth}, v), idy = r.Input({kHeads, kRows, kWidth}, dy);
+  const Shape mask_shape =
+      mask_index(c, 1, 0, 0) == 0 ? Shape{kRows, kKeys} : Shape{kHeads, kRows, kKeys};
   const int mask =
-      c.added.empty() ? r.BoolInput({kRows, kKeys}, c.filled) : r.Input({kRows, kKeys}, c.added);
+      c.added.empty() ? r.BoolInput(mask_shape, c.filled) : r.Input(mask_shape, c.added);
   std::vector<plan::Attribute> attributes = {Float("scale", kScale)};
   if (c.added.empty()) attributes.push_back(Float("fill", c.fill));
   const int y = r.Output({kHeads, kRows, kWidth});
