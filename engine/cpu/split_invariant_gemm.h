@@ -13,7 +13,7 @@ namespace piper::engine::cpu {
 
 // Length of the sequential sums the split-invariant order starts from: K is halved while it is
 // even and its halves hold at least this many terms.
-inline constexpr int64_t kSplitInvariantMinLeaf = 8;
+inline constexpr int64_t kSplitInvariantMinLeaf = 16;
 
 // C = alpha · S + beta · C, row-major, where S = op(A) · op(B) (op(X) = X or Xᵀ) and each
 // element of S is summed pairwise over K: S(K) = S(first half) + S(second half) while K is even
