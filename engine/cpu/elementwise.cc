@@ -147,10 +147,7 @@ void register_elementwise_kernels(KernelTable& table) {
   // NaN propagates, as in ONNX and PyTorch.
   table["Relu"] = unary_factory<false>([](float x) { return x < 0.0f ? 0.0f : x; });
   table["Tanh"] = unary_factory<false>([](float x) { return std::tanh(x); });
-  table["Sigmoid"] = unary_factory<false>([](float x) {
-    const float e = vexp(-std::fabs(x));  // e^-|x| never overflows
-    return x < 0.0f ? e / (1.0f + e) : 1.0f / (1.0f + e);
-  });
+  table["Sigmoid"] = range_unary_factory(sigmoid_n);
   table["piper.ReluGrad"] =
       saved_grad_factory([](float dy, float y) { return y > 0.0f ? dy : 0.0f; }, "Y");
   table["piper.TanhGrad"] =

@@ -1,6 +1,6 @@
 // Same-shape elementwise kernels spread over parallel.h's threads: unary maps y[i] = f(x[i])
-// (element by element, or range by range for vector_math.h's exp_n and erf_n) and gradients
-// dX[i] = f(dY[i], S[i]) of a saved tensor S (elementwise.cc, math.cc).
+// and gradients dX[i] = f(dY[i], S[i]) of a saved tensor S (elementwise.cc, math.cc), element by
+// element or range by range (for vector_math.h's array functions).
 #pragma once
 
 #include <string>
@@ -57,22 +57,32 @@ inline KernelFactory range_unary_factory(void (*fn)(const float*, float*, int64_
   };
 }
 
-// dX[i] = f(dY[i], S[i]) with a saved float32 tensor S (the forward op's output or input,
-// named `saved` in errors); all three tensors share one shape.
-template <typename F>
-KernelFactory saved_grad_factory(F f, const char* saved) {
-  return [f, saved](const KernelArgs& args) -> std::unique_ptr<PreparedKernel> {
+// dX = f(dY, S) range by range with a saved float32 tensor S (the forward op's output or input,
+// named `saved` in errors), all three of one shape: range(dy, s, dx, n) writes dx[0, n).
+template <typename Range>
+KernelFactory saved_grad_range_factory(Range range, const char* saved) {
+  return [range, saved](const KernelArgs& args) -> std::unique_ptr<PreparedKernel> {
     args.expect_saved_grad(saved);
     const TensorView& dy = args.input(0);
     const TensorView& s = args.input(1);
     const TensorView& dx = args.output(0);
-    return make_kernel([f, n = dx.elements(), pdy = dy.as<const float>(), ps = s.as<const float>(),
-                        pdx = dx.as<float>()](const StepContext&) {
+    return make_kernel([range, n = dx.elements(), pdy = dy.as<const float>(),
+                        ps = s.as<const float>(), pdx = dx.as<float>()](const StepContext&) {
       parallel_for(n, kParallelGrain, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) pdx[i] = f(pdy[i], ps[i]);
+        range(pdy + begin, ps + begin, pdx + begin, end - begin);
       });
     });
   };
+}
+
+// dX[i] = f(dY[i], S[i]) with a saved float32 tensor S, as saved_grad_range_factory.
+template <typename F>
+KernelFactory saved_grad_factory(F f, const char* saved) {
+  return saved_grad_range_factory(
+      [f](const float* dy, const float* s, float* dx, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) dx[i] = f(dy[i], s[i]);
+      },
+      saved);
 }
 
 }  // namespace piper::engine::cpu

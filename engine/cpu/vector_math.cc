@@ -1,5 +1,7 @@
 #include "engine/cpu/vector_math.h"
 
+#include <cmath>
+
 namespace piper::engine::cpu {
 
 PIPER_VECTOR_CLONES void exp_n(const float* x, float* y, int64_t n) {
@@ -22,6 +24,14 @@ PIPER_VECTOR_CLONES void erf_n(const float* x, float* y, int64_t n) {
         y[i] = x[i] < 0.0f ? -near : near;
       }
     }
+  }
+}
+
+// e^-|x| never overflows; 1 / (1 + e^-x) = e^x / (1 + e^x) for x < 0.
+PIPER_VECTOR_CLONES void sigmoid_n(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = vexp(-std::fabs(x[i]));
+    y[i] = x[i] < 0.0f ? e / (1.0f + e) : 1.0f / (1.0f + e);
   }
 }
 

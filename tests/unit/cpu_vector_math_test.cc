@@ -1,6 +1,6 @@
 // vector_math.h against the double-precision functions: exp within 2 ulp, erf within 4e-7,
-// special values as std::exp and std::erf, and the array functions (one copy per vector
-// width) equal to the inline ones.
+// sigmoid within 2 ulp, special values as std::exp and std::erf, and the array functions (one
+// copy per vector width) equal to the inline ones.
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -51,6 +51,32 @@ TEST(VectorMath, ErfWithinFourTenMillionths) {
   }
   EXPECT_LE(worst_absolute, 4e-7);
   EXPECT_LE(worst_relative, 4e-7);
+}
+
+TEST(VectorMath, SigmoidWithinTwoUlpOfDoubleSigmoid) {
+  std::vector<float> x = grid(-100.0, 100.0, 0.001);
+  std::vector<float> y(x.size());
+  sigmoid_n(x.data(), y.data(), static_cast<int64_t>(x.size()));
+  double worst = 0.0;
+  float worst_at = 0.0f;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double reference = 1.0 / (1.0 + std::exp(-static_cast<double>(x[i])));
+    const auto rounded = static_cast<float>(reference);
+    const double ulp = std::nextafter(rounded, std::numeric_limits<float>::infinity()) - rounded;
+    const double error = ulp > 0.0 ? std::fabs(y[i] - reference) / ulp : 0.0;
+    if (reference > 1e-30 && error > worst) {
+      worst = error;
+      worst_at = x[i];
+    }
+  }
+  EXPECT_LE(worst, 2.0) << "worst at x = " << worst_at;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> special = {inf, -inf, std::numeric_limits<float>::quiet_NaN(), 0.0f};
+  sigmoid_n(special.data(), special.data(), 4);
+  EXPECT_EQ(special[0], 1.0f);
+  EXPECT_EQ(special[1], 0.0f);
+  EXPECT_TRUE(std::isnan(special[2]));
+  EXPECT_EQ(special[3], 0.5f);
 }
 
 TEST(VectorMath, SpecialValues) {
