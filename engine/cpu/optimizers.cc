@@ -97,6 +97,10 @@ std::unique_ptr<PreparedKernel> adamw_factory(const KernelArgs& args) {
   });
 }
 
+// Lanes the sum of squares of a block keeps apart, so that its loop vectorises (a single sum
+// would wait for each add) and is limited by memory rather than by the adds' latency.
+constexpr int64_t kSquareLanes = 8;
+
 // The sum of squares of x[0, n) in double, by blocks of a fixed size added in order, so that
 // it does not change with the thread count.
 double sum_of_squares(const float* x, int64_t n) {
@@ -104,10 +108,17 @@ double sum_of_squares(const float* x, int64_t n) {
   std::vector<double> partial(static_cast<size_t>(blocks));
   parallel_for(blocks, 1, [&](int64_t first, int64_t last) {
     for (int64_t b = first; b < last; ++b) {
-      double sum = 0.0;
-      for (int64_t i = b * kParallelGrain; i < std::min(n, (b + 1) * kParallelGrain); ++i) {
-        sum += static_cast<double>(x[i]) * x[i];
+      const int64_t begin = b * kParallelGrain, end = std::min(n, begin + kParallelGrain);
+      double lanes[kSquareLanes] = {};
+      int64_t i = begin;
+      for (; i + kSquareLanes <= end; i += kSquareLanes) {
+        for (int64_t l = 0; l < kSquareLanes; ++l) {
+          lanes[l] += static_cast<double>(x[i + l]) * x[i + l];
+        }
       }
+      double sum = 0.0;
+      for (; i < end; ++i) sum += static_cast<double>(x[i]) * x[i];
+      for (double lane : lanes) sum += lane;
       partial[static_cast<size_t>(b)] = sum;
     }
   });
