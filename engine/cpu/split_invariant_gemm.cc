@@ -266,6 +266,22 @@ struct TiledProduct {
     }
   }
 
+  // Asks for share `part` of `parts` of the cache lines of Rows rows of `terms` floats at `rows`,
+  // `row_step` floats apart: the next row tile's op(A) where it is read in place, a share while
+  // each of this tile's column tiles is summed, so that it comes from memory in time (hardware
+  // prefetchers follow one stream a row; the products' operands are often fresh from DRAM).
+  [[gnu::always_inline]] static inline void prefetch_share(const float* rows, int64_t row_step,
+                                                           int64_t terms, int64_t part,
+                                                           int64_t parts) {
+    constexpr int64_t kLineFloats = 16;
+    const int64_t lines = (terms + kLineFloats - 1) / kLineFloats;
+    for (int64_t r = 0; r < Rows; ++r) {
+      for (int64_t l = part * lines / parts; l < (part + 1) * lines / parts; ++l) {
+        __builtin_prefetch(rows + r * row_step + l * kLineFloats);
+      }
+    }
+  }
+
   // alpha · S + beta · C into C's `rows` x `cols` elements at y (beta = 0 does not read C):
   // whole vectors where the tile is whole, which round as the elements one by one.
   [[gnu::always_inline]] static inline void store(const Product& p, const Tile& s, float* y,
@@ -343,8 +359,13 @@ struct TiledProduct {
               pack_a(p, i, rows, first, blocks.terms, a_tiles);
               a_packed = a_tiles.data();
             }
+            const bool prefetch = !p.trans_a && i + 2 * Rows <= p.m;
             for (int64_t j = 0; j < width; j += Cols) {
               const float* b_tile = packed.data() + j * blocks.terms;
+              if (prefetch) {
+                prefetch_share(p.a + (i + Rows) * p.lda + first, p.lda, blocks.terms, j / Cols,
+                               (width + Cols - 1) / Cols);
+              }
               Tile s;
               if (a_packed != nullptr) {
                 sum(a_packed, 1, Rows, b_tile, blocks.order, s);
