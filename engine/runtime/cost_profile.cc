@@ -85,10 +85,16 @@ class DeviceBuffer {
   void* data_;
 };
 
-// Values every kernel takes without failing: floats in [0.5, 1), int64 0 (a valid label), false.
+// Values every kernel takes without failing: floats in [0.5, 1), int64 0 (a valid label), false
+// (true above the diagonal of a causal mask).
 std::vector<uint8_t> host_values(const ProfileTensor& tensor) {
   const auto elements = static_cast<size_t>(num_elements(tensor.shape));
   std::vector<uint8_t> bytes(elements * dtype_size(tensor.dtype), 0);
+  if (tensor.causal) {
+    const auto keys = static_cast<size_t>(tensor.shape.back());
+    for (size_t i = 0; i < elements; ++i) bytes[i] = i % keys > i / keys % keys;
+    return bytes;
+  }
   for (size_t i = 0; i < elements; ++i) {
     const float value = 0.5f + static_cast<float>(i % 97) / 200.0f;
     if (tensor.dtype == plan::FLOAT32) {

@@ -101,7 +101,8 @@ ProfileFamily attention_family(bool gradient, bool quick) {
     const Shape rows = {1, kHeads, t, kHeadWidth};
     const Shape keys = {1, kHeads, kHeadWidth, t};
     const Shape stats = {1, kHeads, t, 1};
-    const ProfileTensor mask{plan::BOOL, {1, 1, t, t}};
+    // Causal, as decoders train: the CPU's kernels skip the keys it leaves out of whole blocks.
+    const ProfileTensor mask{plan::BOOL, {1, 1, t, t}, /*causal=*/true};
     ProfileKernel kernel =
         gradient ? make(attention_kernel(op_type),
                         {{kF32, rows},

@@ -18,6 +18,9 @@ namespace piper::engine {
 struct ProfileTensor {
   plan::DType dtype = plan::FLOAT32;
   Shape shape;
+  // A bool [..., T, T] mask true above the diagonal (the keys a query may not see), as a
+  // decoder's attention masks them; else the values cost_profile.cc gives every kernel.
+  bool causal = false;
 };
 
 // One kernel to time.
