@@ -66,11 +66,15 @@ AttentionBlocks attention_blocks(const KernelArgs& args, size_t first) {
   return {g, block_rows, grain};
 }
 
+// Where the mask holds key j of query row `row` of batch index b, in elements.
+int64_t mask_element(const AttentionGeometry& g, int64_t b, int64_t row, int64_t j) {
+  return g.mask_offsets[b] + row * g.mask_row_stride + j * g.mask_key_stride;
+}
+
 // Whether a bool mask sets key j of query row `row` of batch index b to `fill` (its score
 // then does not depend on Q or K).
 bool is_filled(const AttentionGeometry& g, const void* mask, int64_t b, int64_t row, int64_t j) {
-  const auto* m = static_cast<const uint8_t*>(mask);
-  return (m[g.mask_offsets[b] + row * g.mask_row_stride + j * g.mask_key_stride] != 0) == g.fill_if;
+  return (static_cast<const uint8_t*>(mask)[mask_element(g, b, row, j)] != 0) == g.fill_if;
 }
 
 // The score a mask gives the keys it leaves out: `fill`, or −∞ added.
@@ -83,8 +87,7 @@ float masked_score(const AttentionGeometry& g) {
 bool is_masked(const AttentionGeometry& g, const void* mask, int64_t b, int64_t row, int64_t j) {
   if (g.mask == AttentionGeometry::MaskKind::kFill) return is_filled(g, mask, b, row, j);
   if (g.mask == AttentionGeometry::MaskKind::kNone) return false;
-  return static_cast<const float*>(
-             mask)[g.mask_offsets[b] + row * g.mask_row_stride + j * g.mask_key_stride] ==
+  return static_cast<const float*>(mask)[mask_element(g, b, row, j)] ==
          -std::numeric_limits<float>::infinity();
 }
 
