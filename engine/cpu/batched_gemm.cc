@@ -33,7 +33,8 @@ void BatchedGemm::prepare() {
   split_rows_ = m >= n;
 }
 
-void BatchedGemm::run(const float* a, const float* b, float* c, float beta) const {
+void BatchedGemm::run(const float* a, const float* b, float* c, float beta,
+                      const float* bias) const {
   if (m == 0 || n == 0) return;
   const auto batches = static_cast<int64_t>(c_offsets.size());
   const int64_t work = int64_t{m} * n * k;
@@ -43,13 +44,13 @@ void BatchedGemm::run(const float* a, const float* b, float* c, float beta) cons
   const int64_t task_work = std::max<int64_t>(1, work / panels);
   parallel_for(batches * panels, (kMinTaskWork + task_work - 1) / task_work,
                [&](int64_t begin, int64_t end) {
-                 for (int64_t t = begin; t < end; ++t) run_task(a, b, c, beta, t, panels);
+                 for (int64_t t = begin; t < end; ++t) run_task(a, b, c, beta, bias, t, panels);
                });
 }
 
 // Task t: panel t % panels of batch t / panels.
-void BatchedGemm::run_task(const float* a, const float* b, float* c, float beta, int64_t task,
-                           int64_t panels) const {
+void BatchedGemm::run_task(const float* a, const float* b, float* c, float beta, const float* bias,
+                           int64_t task, int64_t panels) const {
   const auto batch = static_cast<size_t>(task / panels);
   const int64_t panel = task % panels;
   const int64_t length = split_rows_ ? m : n;
@@ -66,9 +67,11 @@ void BatchedGemm::run_task(const float* a, const float* b, float* c, float beta,
   } else {
     pb += trans_b ? first * ldb : first;
     pc += first;
+    if (bias != nullptr) bias += first;
     cols = size;
   }
-  split_invariant_sgemm(trans_a, trans_b, rows, cols, k, alpha, pa, lda, pb, ldb, beta, pc, ldc);
+  split_invariant_sgemm(trans_a, trans_b, rows, cols, k, alpha, pa, lda, pb, ldb, beta, pc, ldc,
+                        bias);
 }
 
 }  // namespace piper::engine::cpu

@@ -25,12 +25,13 @@ struct BatchedGemm {
 
   // Runs the batches on parallel.h's threads; when there are fewer batches than threads, each
   // GEMM is cut into panels of C's rows (or columns, when N > M), which gives every element
-  // the same bits whatever the thread count.
-  void run(const float* a, const float* b, float* c, float beta) const;
+  // the same bits whatever the thread count. A `bias` (n floats, shared by the batches) is
+  // added to every row of C last, as split_invariant_sgemm adds it.
+  void run(const float* a, const float* b, float* c, float beta, const float* bias = nullptr) const;
 
  private:
-  void run_task(const float* a, const float* b, float* c, float beta, int64_t task,
-                int64_t panels) const;
+  void run_task(const float* a, const float* b, float* c, float beta, const float* bias,
+                int64_t task, int64_t panels) const;
 
   bool split_rows_ = true;
 };

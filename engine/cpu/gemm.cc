@@ -51,8 +51,7 @@ void check_float(const KernelArgs& args) {
   args.expect_dtype(args.output(0), plan::FLOAT32, "output 0");
 }
 
-// piper.MatMul's optional Bias, copied into every row of Y before the product accumulates
-// into it.
+// piper.MatMul's optional Bias, which the product adds to every row of Y.
 const float* bias_of(const KernelArgs& args) {
   const TensorView* bias = check_matmul_bias(args);
   return bias != nullptr ? bias->as<const float>() : nullptr;
@@ -68,19 +67,15 @@ std::unique_ptr<PreparedKernel> matmul_factory(const KernelArgs& args, bool pipe
   const TensorView& y = args.output(0);
   const BatchedGemm gemm =
       batched_gemm(args, matmul_geometry(args, args.input(0), args.input(1), y, trans_a, trans_b));
-  const float* bias = bias_of(args);
-  const int64_t n = y.rank() == 0 ? 1 : y.shape.back();
-  return make_kernel([gemm, bias, n, gelu, rows = y.elements() / std::max<int64_t>(n, 1),
+  const int64_t elements = y.elements();
+  return make_kernel([gemm, bias = bias_of(args), gelu, elements,
                       pre = gelu && args.has_output(1) ? args.output(1).as<float>() : nullptr,
                       pa = args.input(0).as<const float>(), pb = args.input(1).as<const float>(),
                       py = y.as<float>()](const StepContext&) {
-    if (bias != nullptr) {
-      for (int64_t row = 0; row < rows; ++row) std::memcpy(py + row * n, bias, n * sizeof(float));
-    }
-    gemm.run(pa, pb, py, bias != nullptr ? 1.0f : 0.0f);
+    gemm.run(pa, pb, py, 0.0f, bias);
     if (!gelu) return;
-    if (pre != nullptr) std::memcpy(pre, py, rows * n * sizeof(float));
-    gelu_tanh_n(py, py, rows * n);
+    if (pre != nullptr) std::memcpy(pre, py, elements * sizeof(float));
+    gelu_tanh_n(py, py, elements);
   });
 }
 

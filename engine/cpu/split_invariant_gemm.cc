@@ -68,6 +68,7 @@ struct Product {
   float beta;
   float* c;
   int64_t ldc;
+  const float* bias;  // over C's columns, or null
 };
 
 // sum += x · y lane by lane, rounded once: one fused multiply-add per vector register of each
@@ -282,12 +283,14 @@ struct TiledProduct {
     }
   }
 
-  // alpha · S + beta · C into C's `rows` x `cols` elements at y (beta = 0 does not read C):
-  // whole vectors where the tile is whole, which round as the elements one by one.
+  // alpha · S + beta · C + bias into C's `rows` x `cols` elements at column `col0` of row y
+  // (beta = 0 does not read C): whole vectors where the tile is whole, which round as the
+  // elements one by one.
   [[gnu::always_inline]] static inline void store(const Product& p, const Tile& s, float* y,
-                                                  int64_t rows, int64_t cols) {
+                                                  int64_t col0, int64_t rows, int64_t cols) {
+    const float* bias = p.bias != nullptr ? p.bias + col0 : nullptr;
     for (int64_t r = 0; r < rows; ++r) {
-      float* row = y + r * p.ldc;
+      float* row = y + r * p.ldc + col0;
       if (cols == Cols) {
         for (int64_t v = 0; v < Vectors; ++v) {
           Lanes out = p.alpha * s.v[r][v];
@@ -296,13 +299,20 @@ struct TiledProduct {
             std::memcpy(&before, row + v * Width, sizeof(before));
             out = out + p.beta * before;
           }
+          if (bias != nullptr) {
+            Lanes added;
+            std::memcpy(&added, bias + v * Width, sizeof(added));
+            out = out + added;
+          }
           std::memcpy(row + v * Width, &out, sizeof(out));
         }
         continue;
       }
       for (int64_t col = 0; col < cols; ++col) {
-        const float sum = s.v[r][col / Width][col % Width];
-        row[col] = p.beta == 0.0f ? p.alpha * sum : p.alpha * sum + p.beta * row[col];
+        float out = p.alpha * s.v[r][col / Width][col % Width];
+        if (p.beta != 0.0f) out = out + p.beta * row[col];
+        if (bias != nullptr) out = out + bias[col];
+        row[col] = out;
       }
     }
   }
@@ -377,7 +387,7 @@ struct TiledProduct {
               const int64_t tile = i / Rows * (panel_cols / Cols) + j / Cols;
               if (!add_pending(blocks, block, pending, tile * Rows * Cols,
                                panel_tiles * Rows * Cols, s)) {
-                store(p, s, p.c + i * p.ldc + panel + j, rows, std::min(Cols, width - j));
+                store(p, s, p.c + i * p.ldc, panel + j, rows, std::min(Cols, width - j));
               }
             }
           }
@@ -407,11 +417,15 @@ __attribute__((flatten)) void run_baseline(const Product& p) { TiledProduct<4, 2
 
 void split_invariant_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                            const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
-                           float* c, int64_t ldc) {
-  const Product product{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
+                           float* c, int64_t ldc, const float* bias) {
+  const Product product{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias};
   if (k == 0) {
     for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+      for (int64_t j = 0; j < n; ++j) {
+        float& out = c[i * ldc + j];
+        out = beta == 0.0f ? 0.0f : beta * out;
+        if (bias != nullptr) out = out + bias[j];
+      }
     }
     return;
   }

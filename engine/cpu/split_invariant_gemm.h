@@ -23,9 +23,11 @@ inline constexpr int64_t kSplitInvariantMinLeaf = 16;
 // depend only on its row of op(A), its column of op(B) and K, and a product over K whose two
 // halves are computed apart and added gives those bits too (a tensor-parallel row-parallel
 // product over two members, or a weight gradient's rows over two replicas); a bias in C is added
-// to the finished sum, as after such an all-reduce. beta = 0 does not read C.
+// to the finished sum, as after such an all-reduce. beta = 0 does not read C. A `bias` of n
+// floats is added to every row last: C = (alpha · S + beta · C) + bias, each + rounded: the bits
+// of C pre-filled with the bias and beta = 1, without a pass over C to fill it.
 void split_invariant_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                            const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
-                           float* c, int64_t ldc);
+                           float* c, int64_t ldc, const float* bias = nullptr);
 
 }  // namespace piper::engine::cpu

@@ -90,6 +90,41 @@ TEST(CpuSplitInvariantGemm, BetaZeroDoesNotReadC) {
   EXPECT_TRUE(SameBits(c.data(), p.Whole().data(), 30));
 }
 
+// A bias is added to the finished element, alpha · S + beta · C + bias, with the bits of C
+// pre-filled with the bias and beta = 1, over every tile (137 x 70 cuts both edges) and over a
+// call for the last 31 columns alone, which reads the bias from its own first column.
+TEST(CpuSplitInvariantGemm, AddsTheBiasToTheFinishedSum) {
+  for (const bool ta : {false, true}) {
+    for (const bool tb : {false, true}) {
+      for (const int64_t k : {0, 5, 96}) {
+        const Product p = MakeProduct(ta, tb, 137, 70, k, 11);
+        const std::vector<float> bias = Random(p.n, 13);
+        std::vector<float> prefilled(static_cast<size_t>(p.m * p.n));
+        for (int64_t i = 0; i < p.m; ++i) {
+          std::memcpy(prefilled.data() + i * p.n, bias.data(), bias.size() * sizeof(float));
+        }
+        split_invariant_sgemm(ta, tb, p.m, p.n, k, 0.5f, p.a.data(), p.lda(), p.b.data(), p.ldb(),
+                              1.0f, prefilled.data(), p.n);
+        std::vector<float> c(prefilled.size(), std::nanf(""));
+        split_invariant_sgemm(ta, tb, p.m, p.n, k, 0.5f, p.a.data(), p.lda(), p.b.data(), p.ldb(),
+                              0.0f, c.data(), p.n, bias.data());
+        EXPECT_TRUE(SameBits(c.data(), prefilled.data(), p.m * p.n))
+            << "ta " << ta << " tb " << tb << " k " << k;
+        const int64_t col = 39;
+        std::vector<float> right(static_cast<size_t>(p.m * p.n), std::nanf(""));
+        const float* pb = tb ? p.b.data() + col * k : p.b.data() + col;
+        split_invariant_sgemm(ta, tb, p.m, p.n - col, k, 0.5f, p.a.data(), p.lda(), pb, p.ldb(),
+                              0.0f, right.data() + col, p.n, bias.data() + col);
+        for (int64_t i = 0; i < p.m; ++i) {
+          EXPECT_TRUE(
+              SameBits(right.data() + i * p.n + col, prefilled.data() + i * p.n + col, p.n - col))
+              << "ta " << ta << " tb " << tb << " k " << k << " row " << i;
+        }
+      }
+    }
+  }
+}
+
 // S(i, j) over terms [from, from + k): halves added while k is even and a half holds at least
 // kSplitInvariantMinLeaf terms, else the first product rounded and each next one added to the
 // sum by a fused multiply-add.
