@@ -14,7 +14,10 @@ A profile describes one rank of a job laid out as the run is: the one-rank confi
 planned with a profile taken by one process on every core, the two-rank ones with a profile
 taken by two ranks at once, each on its share of the cores (--threads-per-rank). Profiles and
 runs are measured back to back in this one run, and the load average is printed before and
-after, since other processes on the machine change both. With --save DIR the two profiles
+after, since other processes on the machine change both. Before each run the round trip of a
+cache line between the first two cores is measured (bench/core_latency.cc) and printed beside
+that round's ratio: a VM may run its two vCPUs close (tens of nanoseconds) or far apart
+(hundreds), and a rank of two threads runs 10-15% slower far apart (bench/README.md). With --save DIR the two profiles
 are copied there (profiles/ holds the ones measured here, written so). This is a benchmark: nothing here
 asserts times.
 """
@@ -66,6 +69,15 @@ def thread_env(threads):
     return env
 
 
+def core_round_trip(tool, env):
+    """Nanoseconds a cache line takes from one of the first two cores to the other and back."""
+    out = run([tool["piper-core-latency"], "--rounds", "3"], env, "piper-core-latency")
+    found = re.search(r"round trip between CPU \d+ and CPU \d+: ([0-9.]+) ns", out)
+    if not found:
+        sys.exit(f"no round trip in piper-core-latency's output:\n{out}")
+    return float(found.group(1))
+
+
 def planned_step(summary):
     """The slowest rank's planned step in seconds, from piper-plan's summary."""
     steps = []
@@ -99,6 +111,7 @@ def main():
     args = p.parse_args()
     tools = os.path.join(args.build, "tools")
     tool = {name: os.path.join(tools, name) for name in ("piper-plan", "piper-run", "piper-launch")}
+    tool["piper-core-latency"] = os.path.join(args.build, "bench", "piper-core-latency")
     work = tempfile.mkdtemp(prefix="piper_cost_profile_")
     one, two = thread_env(args.threads), thread_env(args.threads_per_rank)
     print(f"load average at start: {load()}", flush=True)
@@ -125,7 +138,7 @@ def main():
                   "profile (2 ranks)"), flush=True)
         print(f"load average after profiling: {load()}", flush=True)
 
-    planned, default_planned, seconds = {}, {}, {}
+    planned, default_planned, seconds, round_trips = {}, {}, {}, {}
     for name, (strategy, ranks) in strategies().items():
         path = os.path.join(work, f"{name}.json")
         with open(path, "w") as f:
@@ -140,6 +153,7 @@ def main():
             plans = os.path.join(work, f"plans-{name}")
             metrics = os.path.join(work, f"{name}.jsonl")
             common = ["--steps", str(args.steps), "--data", data, "--metrics", metrics]
+            round_trips.setdefault(name, []).append(core_round_trip(tool, one))
             if ranks == 1:
                 run([tool["piper-run"], "--plan", os.path.join(plans, "rank0.plan")] + common,
                     one, f"run {name}")
@@ -153,11 +167,11 @@ def main():
           f"median of steps 2..{args.steps} over {args.rounds} round(s); one rank at "
           f"{args.threads} threads, two at {args.threads_per_rank} each")
     print(f"{'config':<8}{'planned ms':>12}{'measured ms':>13}{'planned/measured':>18}"
-          f"{'default rates ms':>18}   planned/measured by round")
+          f"{'default rates ms':>18}   planned/measured by round (cores' round trip)")
     for name in strategies():
         measured = statistics.median([s for run_ in seconds[name] for s in run_])
-        by_round = " ".join(f"{planned[name] / statistics.median(run_):.3f}"
-                            for run_ in seconds[name])
+        by_round = " ".join(f"{planned[name] / statistics.median(run_):.3f} ({trip:.0f} ns)"
+                            for run_, trip in zip(seconds[name], round_trips[name]))
         print(f"{name:<8}{planned[name] * 1e3:>12.1f}{measured * 1e3:>13.1f}"
               f"{planned[name] / measured:>18.3f}{default_planned[name] * 1e3:>18.1f}   {by_round}")
     if args.save:
