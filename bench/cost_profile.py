@@ -5,6 +5,7 @@ profile, runs each plan, and prints the planned step beside the measured median 
 
     /usr/bin/python3 bench/cost_profile.py [--steps 8 --rounds 1 --build DIR --save DIR]
     /usr/bin/python3 bench/cost_profile.py --profiles DIR   # plan with saved profiles
+    /usr/bin/python3 bench/cost_profile.py --profiles profiles   # the shipped ones for this CPU
 
 The three configurations, all of samples/gpt at d=256, 4 layers, 4 heads, T=128, vocab 512:
   single  one rank, global batch 8, all cores (bench/cpu_gpt.py's run)
@@ -69,6 +70,26 @@ def thread_env(threads):
     return env
 
 
+def instruction_set():
+    """"avx512" or "avx2", as profiles/ names its CPU profiles."""
+    with open("/proc/cpuinfo") as f:
+        flags = next((line.split() for line in f if line.startswith("flags")), [])
+    return "avx512" if "avx512f" in flags else "avx2"
+
+
+def saved_profiles(folder, cores):
+    """The one-rank and two-rank profiles in `folder`: as --save names them
+    (cpu-2core-1rank.json), else as profiles/ does (cpu-2core-avx2-1rank.json)."""
+    for prefix in (f"cpu-{cores}core", f"cpu-{cores}core-{instruction_set()}"):
+        paths = {1: os.path.join(folder, f"{prefix}-1rank.json"),
+                 2: os.path.join(folder, f"{prefix}-2ranks.json")}
+        if all(os.path.exists(path) for path in paths.values()):
+            return paths
+    sys.exit(f"--profiles {folder}: no cpu-{cores}core-1rank.json and -2ranks.json there, nor "
+             f"cpu-{cores}core-{instruction_set()}-1rank.json and -2ranks.json; measure them "
+             f"with --save {folder}")
+
+
 def core_round_trip(tool, env):
     """Nanoseconds a cache line takes from one of the first two cores to the other and back."""
     out = run([tool["piper-core-latency"], "--rounds", "3"], env, "piper-core-latency")
@@ -105,14 +126,19 @@ def main():
     p.add_argument("--build", default=os.path.join(cpu_gpt.ROOT, "build"))
     p.add_argument("--save", help="copy the two profiles into this folder")
     p.add_argument("--profiles", metavar="DIR",
-                   help="plan with the two profiles in DIR (as --save writes them) instead of "
-                        "measuring new ones")
+                   help="plan with the two profiles in DIR (as --save writes them, or named "
+                        "as profiles/ names them for this CPU's cores and instruction set) "
+                        "instead of measuring new ones")
     p.add_argument("--keep", action="store_true", help="keep the temp directory")
     args = p.parse_args()
     tools = os.path.join(args.build, "tools")
     tool = {name: os.path.join(tools, name) for name in ("piper-plan", "piper-run", "piper-launch")}
     tool["piper-core-latency"] = os.path.join(args.build, "bench", "piper-core-latency")
+    cores = os.cpu_count()
+    saved = saved_profiles(args.profiles, cores) if args.profiles else None
     work = tempfile.mkdtemp(prefix="piper_cost_profile_")
+    profiles = saved or {1: os.path.join(work, f"cpu-{cores}core-1rank.json"),
+                         2: os.path.join(work, f"cpu-{cores}core-2ranks.json")}
     one, two = thread_env(args.threads), thread_env(args.threads_per_rank)
     print(f"load average at start: {load()}", flush=True)
 
@@ -125,13 +151,7 @@ def main():
     os.makedirs(data)
     cpu_gpt.make_data(data, ns.vocab, ns.seq)
 
-    cores = os.cpu_count()
-    profiles = {1: os.path.join(work, f"cpu-{cores}core-1rank.json"),
-                2: os.path.join(work, f"cpu-{cores}core-2ranks.json")}
-    if args.profiles:
-        profiles = {ranks: os.path.join(args.profiles, os.path.basename(path))
-                    for ranks, path in profiles.items()}
-    else:
+    if not args.profiles:
         print(run([tool["piper-run"], "--profile-costs", profiles[1]], one, "profile (1 rank)"),
               flush=True)
         print(run([tool["piper-launch"], "--ranks", "2", "--profile-costs", profiles[2]], two,
