@@ -35,6 +35,11 @@ int64_t chunk_count(int64_t n, int64_t grain);
 // Runs body(0, n) inline when n < 2 * grain, when called from inside a parallel_for's body, and
 // when another thread is using the pool.
 //
+// Each thread first runs its own equal share of the ranges, in order (the caller the first
+// share), then helps with what is left of the others': a kernel that cuts its rows as the kernel
+// before it did mostly reads what its own thread wrote, which matters where a VM's cores are
+// far apart (parallel.cc).
+//
 // How [0, n) is cut depends on n, grain and num_threads(): a body's result must not depend on
 // its range. A sum over the loop must not add up per-range partial sums; give each block of a
 // fixed size its own partial sum instead (parallel_for over block indices) and add the blocks
