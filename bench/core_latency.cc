@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -66,7 +67,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (cpus.empty()) {
     cpu_set_t allowed;
-    sched_getaffinity(0, sizeof(allowed), &allowed);
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
+      std::perror("piper-core-latency: sched_getaffinity");
+      return 1;
+    }
     for (int cpu = 0; cpu < CPU_SETSIZE && cpus.size() < 2; ++cpu) {
       if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
     }

@@ -18,9 +18,9 @@ runs are measured back to back in this one run, and the load average is printed 
 after, since other processes on the machine change both. Before each run the round trip of a
 cache line between the first two cores is measured (bench/core_latency.cc) and printed beside
 that round's ratio: a VM may run its two vCPUs close (tens of nanoseconds) or far apart
-(hundreds), and a rank of two threads runs 10-15% slower far apart (bench/README.md). With --save DIR the two profiles
-are copied there (profiles/ holds the ones measured here, written so). This is a benchmark: nothing here
-asserts times.
+(hundreds), and a rank of two threads runs 10-15% slower far apart (bench/README.md). With
+--save DIR the two profiles are copied there (profiles/ holds the ones measured here, written
+so). This is a benchmark: nothing here asserts times.
 """
 import argparse
 import json
@@ -80,14 +80,14 @@ def instruction_set():
 def saved_profiles(folder, cores):
     """The one-rank and two-rank profiles in `folder`: as --save names them
     (cpu-2core-1rank.json), else as profiles/ does (cpu-2core-avx2-1rank.json)."""
-    for prefix in (f"cpu-{cores}core", f"cpu-{cores}core-{instruction_set()}"):
+    prefixes = (f"cpu-{cores}core", f"cpu-{cores}core-{instruction_set()}")
+    for prefix in prefixes:
         paths = {1: os.path.join(folder, f"{prefix}-1rank.json"),
                  2: os.path.join(folder, f"{prefix}-2ranks.json")}
         if all(os.path.exists(path) for path in paths.values()):
             return paths
-    sys.exit(f"--profiles {folder}: no cpu-{cores}core-1rank.json and -2ranks.json there, nor "
-             f"cpu-{cores}core-{instruction_set()}-1rank.json and -2ranks.json; measure them "
-             f"with --save {folder}")
+    sys.exit(f"--profiles {folder}: no {prefixes[0]}-1rank.json and -2ranks.json there, nor "
+             f"{prefixes[1]}-1rank.json and -2ranks.json; measure them with --save {folder}")
 
 
 def core_round_trip(tool, env):
