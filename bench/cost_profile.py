@@ -6,6 +6,7 @@ profile, runs each plan, and prints the planned step beside the measured median 
     /usr/bin/python3 bench/cost_profile.py [--steps 8 --rounds 1 --build DIR --save DIR]
     /usr/bin/python3 bench/cost_profile.py --profiles DIR   # plan with saved profiles
     /usr/bin/python3 bench/cost_profile.py --profiles profiles   # the shipped ones for this CPU
+    /usr/bin/python3 bench/cost_profile.py --profiles profiles --by-pass   # and where it differs
 
 The three configurations, all of samples/gpt at d=256, 4 layers, 4 heads, T=128, vocab 512:
   single  one rank, global batch 8, all cores (bench/cpu_gpt.py's run)
@@ -20,7 +21,9 @@ cache line between the first two cores is measured (bench/core_latency.cc) and p
 that round's ratio: a VM may run its two vCPUs close (tens of nanoseconds) or far apart
 (hundreds), and a rank of two threads runs 10-15% slower far apart (bench/README.md). With
 --save DIR the two profiles are copied there (profiles/ holds the ones measured here, written
-so). This is a benchmark: nothing here asserts times.
+so). With --by-pass each configuration runs once more, traced, and each rank's compute is
+printed by pass (forward, backward, update) as planned and as traced: where a plan misses.
+This is a benchmark: nothing here asserts times.
 """
 import argparse
 import json
@@ -114,6 +117,28 @@ def measured_steps(metrics):
         return [json.loads(line)["seconds"] for line in f if line.strip()][1:]
 
 
+def compute_by_pass(tool, plans, trace, ranks):
+    """{rank: {pass: (planned s, traced s)}}: each rank's compute tasks summed by pass, as its
+    plan's simulation placed them (piper-dump --json's planned_tasks) and as one traced step ran
+    them (piper-run --trace, a file per rank)."""
+    sums = {}
+    for rank in range(ranks):
+        dump = json.loads(run([tool["piper-dump"], "--json",
+                               os.path.join(plans, f"rank{rank}.plan")], None, "piper-dump"))
+        planned = {t["task"]: t for t in dump["planned_tasks"] if t["kind"] == "compute"}
+        with open(trace.replace("%r", str(rank))) as f:
+            events = json.load(f)["traceEvents"]
+        by_pass = sums.setdefault(rank, {})
+        for event in events:
+            task = planned.get(event.get("args", {}).get("task"))
+            if event.get("ph") != "X" or event.get("cat") != "compute" or task is None:
+                continue
+            both = by_pass.setdefault(task["pass"].lower(), [0.0, 0.0])
+            both[0] += task["end_s"] - task["start_s"]
+            both[1] += event["dur"] * 1e-6
+    return sums
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=8, help="steps per run (the first is not counted)")
@@ -129,10 +154,14 @@ def main():
                    help="plan with the two profiles in DIR (as --save writes them, or named "
                         "as profiles/ names them for this CPU's cores and instruction set) "
                         "instead of measuring new ones")
+    p.add_argument("--by-pass", action="store_true",
+                   help="run each configuration once more with --trace and print, per rank, its "
+                        "compute tasks' planned and traced seconds by pass")
     p.add_argument("--keep", action="store_true", help="keep the temp directory")
     args = p.parse_args()
     tools = os.path.join(args.build, "tools")
-    tool = {name: os.path.join(tools, name) for name in ("piper-plan", "piper-run", "piper-launch")}
+    tool = {name: os.path.join(tools, name)
+            for name in ("piper-plan", "piper-run", "piper-launch", "piper-dump")}
     tool["piper-core-latency"] = os.path.join(args.build, "bench", "piper-core-latency")
     cores = os.cpu_count()
     saved = saved_profiles(args.profiles, cores) if args.profiles else None
@@ -194,6 +223,21 @@ def main():
                             for run_, trip in zip(seconds[name], round_trips[name]))
         print(f"{name:<8}{planned[name] * 1e3:>12.1f}{measured * 1e3:>13.1f}"
               f"{planned[name] / measured:>18.3f}{default_planned[name] * 1e3:>18.1f}   {by_round}")
+    if args.by_pass:
+        print("\ncompute by pass, planned / traced ms (one more traced run of each):")
+        for name, (strategy, ranks) in strategies().items():
+            plans = os.path.join(work, f"plans-{name}")
+            trace = os.path.join(work, f"{name}-trace-%r.json")
+            common = ["--steps", "3", "--data", data, "--trace", trace]
+            if ranks == 1:
+                run([tool["piper-run"], "--plan", os.path.join(plans, "rank0.plan")] + common,
+                    one, f"traced run {name}")
+            else:
+                run([tool["piper-launch"], "--plans", plans] + common, two, f"traced run {name}")
+            for rank, by_pass in compute_by_pass(tool, plans, trace, ranks).items():
+                print(f"  {name} rank {rank}: " + ", ".join(
+                    f"{pass_} {planned * 1e3:.1f} / {traced * 1e3:.1f} ({planned / traced:.3f})"
+                    for pass_, (planned, traced) in by_pass.items()))
     if args.save:
         os.makedirs(args.save, exist_ok=True)
         for ranks, path in profiles.items():

@@ -43,6 +43,7 @@ struct Budget {
   int max_repeats;            // of a collective per size (fewer for large ones)
   double largest_collective;  // bytes
   double copied_bytes;        // at least, in the copies a kernel's timing cycles through
+  double settle_s;            // of several ranks: untimed calls before each timed run, seconds
 };
 
 // The device queue of a backend whose kernels run asynchronously (CUDA): wait() returns once
@@ -134,20 +135,19 @@ struct Ranks {
 };
 
 // Copies of a kernel's tensors that the timing cycles through, so that each call reads operands
-// from the last-level cache, not from the core's own caches, as training's kernels mostly do:
-// the step's other kernels have moved them out of the small caches since they were written.
-// Timed on the same buffers again and again (hot in a core's L2), the benchmark model's products
-// ran 10-25% faster than in its training trace. The copies span at least kCopiedBytes together:
-// 8 times a core's L2 on the benchmark VM (1 MiB), within its shared L3 (32 MiB) for two ranks;
-// within a GPU's L2 (50-60 MiB on an H100/H200).
+// that the last calls moved out of the small caches, as training's kernels mostly do: the step's
+// other kernels have moved them since they were written. Timed on the same buffers again and
+// again (hot in a core's L2), the benchmark model's products ran 10-25% faster than in its
+// training trace. On a GPU the copies span at least kCopiedBytes, within its L2 (50-60 MiB on an
+// H100/H200).
 constexpr double kCopiedBytes = 8.0 * 1024 * 1024;
-// A CPU rank of several threads reads each operand on other cores than the ones that wrote it
-// (each kernel splits its rows its own way), so there the copies span past the L3, and calls
-// read from memory. On the benchmark VM at 2 threads, products ran 6-17% slower in training than
-// through copies within the L3 (its one-rank step planned 7-15% short); through copies of
-// 128 MiB, the step is planned 5% short to 6% long. One thread keeps its operands in its own
-// caches: through 128 MiB copies, two such ranks' pipeline was planned 17-20% long.
-constexpr double kCopiedBytesAcrossCores = 128.0 * 1024 * 1024;
+// A CPU rank's step moves much more than the last-level cache through it (weights, activations
+// kept for the backward), and a rank of several threads reads operands on other cores than the
+// ones that wrote them, so on a CPU the copies span past the L3 and calls read from memory. On
+// the benchmark VM (16 MiB of L3), copies of 128 MiB plan one rank at 2 threads 2% short and
+// two ranks at 1 thread within 5%; through 8 MiB, two ZeRO-2 replicas were planned 9% short,
+// their forward 5-7% short in a trace, and one rank at 2 threads 7-15% short.
+constexpr double kCopiedBytesOnCpu = 128.0 * 1024 * 1024;
 constexpr size_t kMaxCopies = 256;  // small kernels stay within this many
 
 // An instance's tensors in device memory, filled with host_values, in copies, and a prepared
@@ -193,15 +193,15 @@ PlacedKernel place(const ProfileKernel& instance, Backend& backend, const Budget
   return placed;
 }
 
-// Seconds per call of `kernel`'s copies, called in turn, back to back for budget.kernel_s.
+// Seconds per call of `kernel`'s copies, called in turn, back to back for `seconds`.
 double calls_for(PlacedKernel& kernel, const StepContext& context, DeviceQueue& queue,
-                 const Budget& budget) {
+                 double seconds) {
   const size_t copies = kernel.copies.size();
   size_t calls = 0;
   size_t batch = 1;
   const Clock::time_point start = Clock::now();
   double elapsed = 0;
-  while (elapsed < budget.kernel_s) {
+  while (elapsed < seconds) {
     for (size_t i = 0; i < batch; ++i) kernel.copies[(calls + i) % copies]->run(context);
     queue.wait();
     calls += batch;
@@ -224,13 +224,22 @@ KernelSeconds time_kernel(PlacedKernel& kernel, DeviceQueue& queue, Ranks& ranks
   // Warm: first touch of the memory, lazily built tables.
   for (const auto& copy : kernel.copies) copy->run(context);
   queue.wait();
+  // Ranks leaving a barrier run their first milliseconds slower than in a step's steady state
+  // (Linux may first run a woken rank on its waker's core; a VM's idle vCPU wakes slowly). On
+  // the benchmark VM two ranks timing products at once without settling took 11-15% longer
+  // than alone (the grid's median), 6-10% pinned to a core each, and 2-5% settled. Two ranks
+  // training at once run a step's kernels as fast as one rank alone (profiles/README.md).
+  const auto timed = [&] {
+    if (ranks.world_size > 1) calls_for(kernel, context, queue, budget.settle_s);
+    return calls_for(kernel, context, queue, budget.kernel_s);
+  };
   std::vector<double> together, alone;
   for (int round = 0; round < budget.rounds; ++round) {
     ranks.barrier();
-    together.push_back(calls_for(kernel, context, queue, budget));
+    together.push_back(timed());
     if (ranks.world_size == 1) continue;
     ranks.barrier();
-    if (ranks.rank == 0) alone.push_back(calls_for(kernel, context, queue, budget));
+    if (ranks.rank == 0) alone.push_back(timed());
     ranks.barrier();  // the others wait here, idle
   }
   KernelSeconds seconds{ranks.mean(median(together)), 0};
@@ -520,11 +529,10 @@ void profile_costs(const CostProfileOptions& options, std::ostream& out) {
   std::unique_ptr<Backend> backend = make_backend(options.device);
   Ranks ranks;
   connect_ranks(options, comm, *backend, ranks);
-  const double copied_bytes =
-      options.device == "cpu" && cpu::num_threads() > 1 ? kCopiedBytesAcrossCores : kCopiedBytes;
+  const double copied_bytes = options.device == "cpu" ? kCopiedBytesOnCpu : kCopiedBytes;
   const Budget budget = options.quick
-                            ? Budget{0.002, 0.002, 3, 3, 16384.0, copied_bytes}
-                            : Budget{0.03, 0.004, 5, 20, 64.0 * 1024 * 1024, copied_bytes};
+                            ? Budget{0.002, 0.002, 3, 3, 16384.0, copied_bytes, 0.002}
+                            : Budget{0.03, 0.004, 5, 20, 64.0 * 1024 * 1024, copied_bytes, 0.004};
   std::string on = options.device;
   if (options.device == "cpu") {
     on += " (" + std::to_string(cpu::num_threads()) + " threads per rank)";
