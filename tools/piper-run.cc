@@ -44,8 +44,8 @@ int main(int argc, char** argv) {
       "several ranks (piper-launch --ranks N, or a launcher with --rendezvous), collectives and "
       "transfers by size and group (through --comm), every rank timing its kernels at the same "
       "time and rank 0 again alone while the others idle. No plan is needed; rank 0 writes FILE. "
-      "Takes minutes: on the 2-core development VMs about two for one rank of one thread, four to "
-      "eight for one of several threads or for two ranks");
+      "Takes minutes: on the 2-core development VMs about six for one rank, fourteen for two "
+      "ranks");
   profile_option->type_name("FILE")->excludes(plan_option);
   app.add_flag("--profile-quick", profile.quick,
                "With --profile-costs: fewer and smaller sizes, briefly timed (a check that the "
