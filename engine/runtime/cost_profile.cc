@@ -144,9 +144,9 @@ constexpr double kCopiedBytes = 8.0 * 1024 * 1024;
 // A CPU rank's step moves much more than the last-level cache through it (weights, activations
 // kept for the backward), and a rank of several threads reads operands on other cores than the
 // ones that wrote them, so on a CPU the copies span past the L3 and calls read from memory. On
-// the benchmark VM (16 MiB of L3), copies of 128 MiB plan one rank at 2 threads 2% short and
-// two ranks at 1 thread within 5%; through 8 MiB, two ZeRO-2 replicas were planned 9% short,
-// their forward 5-7% short in a trace, and one rank at 2 threads 7-15% short.
+// the benchmark VM (16 MiB of L3), copies of 128 MiB plan one rank at 2 threads 2-6% short and
+// two ranks at 1 thread within 6%; through 8 MiB, two ZeRO-2 replicas were planned 9% short,
+// their forward 4-7% short in a trace, and one rank at 2 threads 7-15% short.
 constexpr double kCopiedBytesOnCpu = 128.0 * 1024 * 1024;
 constexpr size_t kMaxCopies = 256;  // small kernels stay within this many
 
@@ -227,7 +227,7 @@ KernelSeconds time_kernel(PlacedKernel& kernel, DeviceQueue& queue, Ranks& ranks
   // Ranks leaving a barrier run their first milliseconds slower than in a step's steady state
   // (Linux may first run a woken rank on its waker's core; a VM's idle vCPU wakes slowly). On
   // the benchmark VM two ranks timing products at once without settling took 11-15% longer
-  // than alone (the grid's median), 6-10% pinned to a core each, and 2-5% settled. Two ranks
+  // than alone (the grid's median), 6-10% pinned to a core each, and 0-5% settled. Two ranks
   // training at once run a step's kernels as fast as one rank alone (profiles/README.md).
   const auto timed = [&] {
     if (ranks.world_size > 1) calls_for(kernel, context, queue, budget.settle_s);
